@@ -1,0 +1,1 @@
+//! exans: placeholder, filled by its own issue.

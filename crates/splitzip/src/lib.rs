@@ -1,0 +1,1 @@
+//! splitzip: placeholder, filled by its own issue.
