@@ -18,7 +18,9 @@ pub enum Error {
         expected: usize,
     },
     /// A KV shape has a zero dimension or its element count overflows `usize`.
-    #[error("invalid KV shape {layers} layers x {kv_heads} heads x {head_dim} head_dim x {tokens} tokens: {why}")]
+    #[error(
+        "invalid KV shape {layers} layers x {kv_heads} heads x {head_dim} head_dim x {tokens} tokens: {why}"
+    )]
     InvalidShape {
         /// L.
         layers: usize,

@@ -37,11 +37,7 @@ pub fn words_of(values: &[half::bf16]) -> &[u16] {
 }
 
 fn check_len(what: &'static str, got: usize, expected: usize) -> Result<()> {
-    if got == expected {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch { what, got, expected })
-    }
+    if got == expected { Ok(()) } else { Err(Error::LengthMismatch { what, got, expected }) }
 }
 
 /// Splits `words` (n BF16 values) into `exponents` and `sign_mantissa`, n bytes each.

@@ -75,7 +75,8 @@ pub fn kv_cache_from_bytes(bytes: &[u8]) -> Result<KvCache> {
 /// [`Error::Io`] when the file cannot be read, then as [`kv_cache_from_bytes`].
 pub fn read_kv_cache(path: impl AsRef<Path>) -> Result<KvCache> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let bytes =
+        std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     kv_cache_from_bytes(&bytes)
 }
 
@@ -88,7 +89,9 @@ pub fn kv_cache_to_bytes(cache: &KvCache, metadata: Option<HashMap<String, Strin
     let shape = vec![s.tokens, s.kv_heads, s.head_dim];
     let bytes: Vec<(String, Vec<u8>)> = cache
         .tensors()
-        .map(|(layer, kind, words)| (tensor_name(layer, kind), words.iter().flat_map(|w| w.to_le_bytes()).collect()))
+        .map(|(layer, kind, words)| {
+            (tensor_name(layer, kind), words.iter().flat_map(|w| w.to_le_bytes()).collect())
+        })
         .collect();
     let views = bytes
         .iter()
@@ -102,7 +105,11 @@ pub fn kv_cache_to_bytes(cache: &KvCache, metadata: Option<HashMap<String, Strin
 /// # Errors
 /// [`Error::Io`] when the file cannot be written, [`Error::Safetensors`] as in
 /// [`kv_cache_to_bytes`].
-pub fn write_kv_cache(path: impl AsRef<Path>, cache: &KvCache, metadata: Option<HashMap<String, String>>) -> Result<()> {
+pub fn write_kv_cache(
+    path: impl AsRef<Path>,
+    cache: &KvCache,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
     let path = path.as_ref();
     let bytes = kv_cache_to_bytes(cache, metadata)?;
     std::fs::write(path, bytes).map_err(|source| Error::Io { path: path.display().to_string(), source })
@@ -138,19 +145,27 @@ mod tests {
 
     #[test]
     fn wrong_dtype_names_the_tensor() {
-        let bytes = file_with(&[("layer.0.k", Dtype::BF16, vec![2, 1, 4]), ("layer.0.v", Dtype::F16, vec![2, 1, 4])]);
+        let bytes =
+            file_with(&[("layer.0.k", Dtype::BF16, vec![2, 1, 4]), ("layer.0.v", Dtype::F16, vec![2, 1, 4])]);
         let err = kv_cache_from_bytes(&bytes).unwrap_err();
         assert!(matches!(err, Error::WrongDtype { ref name, .. } if name == "layer.0.v"), "{err}");
     }
 
     #[test]
     fn wrong_shape_and_missing_partner_are_typed() {
-        let bytes = file_with(&[("layer.0.k", Dtype::BF16, vec![2, 1, 4]), ("layer.0.v", Dtype::BF16, vec![2, 4])]);
-        assert!(matches!(kv_cache_from_bytes(&bytes), Err(Error::WrongTensorShape { ref name, .. }) if name == "layer.0.v"));
+        let bytes =
+            file_with(&[("layer.0.k", Dtype::BF16, vec![2, 1, 4]), ("layer.0.v", Dtype::BF16, vec![2, 4])]);
+        assert!(
+            matches!(kv_cache_from_bytes(&bytes), Err(Error::WrongTensorShape { ref name, .. }) if name == "layer.0.v")
+        );
         let bytes = file_with(&[("layer.0.k", Dtype::BF16, vec![2, 1, 4])]);
-        assert!(matches!(kv_cache_from_bytes(&bytes), Err(Error::MissingTensor { ref name }) if name == "layer.0.v"));
+        assert!(
+            matches!(kv_cache_from_bytes(&bytes), Err(Error::MissingTensor { ref name }) if name == "layer.0.v")
+        );
         let bytes = file_with(&[("something.else", Dtype::BF16, vec![2])]);
-        assert!(matches!(kv_cache_from_bytes(&bytes), Err(Error::MissingTensor { ref name }) if name == "layer.0.k"));
+        assert!(
+            matches!(kv_cache_from_bytes(&bytes), Err(Error::MissingTensor { ref name }) if name == "layer.0.k")
+        );
         assert!(matches!(kv_cache_from_bytes(b"garbage"), Err(Error::Safetensors(_))));
     }
 }

@@ -26,7 +26,5 @@ pub mod layout;
 pub mod stats;
 
 pub use error::{Error, Result};
-pub use field::{
-    exponent_of, join, merge, merge_to_vec, sign_mantissa_of, split, split_to_vec, words_of,
-};
+pub use field::{exponent_of, join, merge, merge_to_vec, sign_mantissa_of, split, split_to_vec, words_of};
 pub use layout::{CacheLayout, KvCache, KvKind, KvShape};

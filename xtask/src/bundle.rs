@@ -1,0 +1,69 @@
+//! `cargo xtask gpu-bundle`: one folder holding what a GPU machine without a Rust
+//! toolchain needs: the release xtask binary, every test binary, the fixtures, and a
+//! `run.sh` that runs the GPU tests and the GPU bench with `KVCODEC_REQUIRE_GPU=1`.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Context;
+
+pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
+    let root = crate::project_root();
+    let out = if out.is_absolute() { out.to_path_buf() } else { root.join(out) };
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(out.join("tests"))?;
+    std::fs::create_dir_all(out.join("fixtures"))?;
+    crate::venv::run(Command::new("cargo").current_dir(&root).args(["build", "--release", "-p", "xtask"]))?;
+    std::fs::copy(root.join("target/release/xtask"), out.join("xtask"))?;
+    // Test binaries: ask cargo for their paths in its JSON messages.
+    let msgs = Command::new("cargo")
+        .current_dir(&root)
+        .args(["test", "--workspace", "--release", "--no-run", "--message-format=json"])
+        .output()
+        .context("cargo test --no-run")?;
+    anyhow::ensure!(
+        msgs.status.success(),
+        "cargo test --no-run failed:\n{}",
+        String::from_utf8_lossy(&msgs.stderr)
+    );
+    let mut tests = Vec::new();
+    for line in String::from_utf8(msgs.stdout)?.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if v["reason"] == "compiler-artifact" && v["profile"]["test"] == true {
+            if let Some(exe) = v["executable"].as_str() {
+                let exe = Path::new(exe);
+                let name = exe.file_name().context("test binary name")?;
+                std::fs::copy(exe, out.join("tests").join(name))?;
+                tests.push(name.to_string_lossy().into_owned());
+            }
+        }
+    }
+    for f in crate::fixture_files()? {
+        std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
+    }
+    let script = "#!/usr/bin/env bash\n\
+# Runs kvcodec's GPU tests and GPU bench on a machine with a GPU and no Rust toolchain.\n\
+set -euo pipefail\n\
+cd \"$(dirname \"$0\")\"\n\
+export KVCODEC_REQUIRE_GPU=1\n\
+for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
+./xtask-bench.sh \"$@\"\n";
+    std::fs::write(out.join("run.sh"), script)?;
+    // The bench reads fixtures relative to the bundle, not the workspace.
+    let bench = "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\nfor f in fixtures/*.safetensors; do KVCODEC_REQUIRE_GPU=1 ./xtask bench --backend cuda --input \"$f\" \"$@\"; done\n";
+    std::fs::write(out.join("xtask-bench.sh"), bench)?;
+    for s in ["run.sh", "xtask-bench.sh"] {
+        crate::venv::run(Command::new("chmod").arg("+x").arg(out.join(s)))?;
+    }
+    println!(
+        "gpu-bundle: {} ({} test binaries, {} fixtures)",
+        out.display(),
+        tests.len(),
+        crate::fixture_files()?.len()
+    );
+    println!(
+        "run there:  bash {}/run.sh   (GPU tests, then the GPU bench; KVCODEC_REQUIRE_GPU=1)",
+        out.file_name().unwrap_or_default().to_string_lossy()
+    );
+    Ok(())
+}
