@@ -234,10 +234,10 @@ impl GpuContext {
     }
 
     /// A grid for a grid-stride kernel: enough blocks of `threads` to cover `work_items`,
-    /// capped at 16 resident blocks per multiprocessor.
+    /// capped at 8 blocks per multiprocessor (2048 threads: one full wave on sm_80/sm_90).
     pub fn grid_stride_config(&self, work_items: usize, threads: u32) -> LaunchConfig {
         let wanted = work_items.div_ceil(threads as usize).max(1);
-        let cap = (self.multiprocessors as usize * 16).max(1);
+        let cap = (self.multiprocessors as usize * 8).max(1);
         LaunchConfig {
             grid_dim: (wanted.min(cap) as u32, 1, 1),
             block_dim: (threads, 1, 1),
@@ -260,7 +260,7 @@ impl GpuContext {
         check_at_least("exponents", exponents.len(), n)?;
         check_at_least("sign_mantissa", sign_mantissa.len(), n)?;
         let f = self.function(&FIELD_MODULE, "bf16_split")?;
-        let cfg = self.grid_stride_config(n / 16 + 16, 256);
+        let cfg = self.grid_stride_config(n / 32 + 8, 256);
         let n64 = n as u64;
         let mut launch = self.stream.launch_builder(&f);
         launch.arg(words).arg(exponents).arg(sign_mantissa).arg(&n64);
@@ -285,7 +285,7 @@ impl GpuContext {
         check_at_least("exponents", exponents.len(), n)?;
         check_at_least("sign_mantissa", sign_mantissa.len(), n)?;
         let f = self.function(&FIELD_MODULE, "bf16_merge")?;
-        let cfg = self.grid_stride_config(n / 16 + 16, 256);
+        let cfg = self.grid_stride_config(n / 32 + 8, 256);
         let n64 = n as u64;
         let mut launch = self.stream.launch_builder(&f);
         launch.arg(exponents).arg(sign_mantissa).arg(words).arg(&n64);
