@@ -16,43 +16,43 @@ use cudarc::driver::CudaSlice;
 pub(crate) struct BenchArgs {
     /// A KV safetensors file; default: every fixture.
     #[arg(long)]
-    input: Option<PathBuf>,
+    pub(crate) input: Option<PathBuf>,
     /// cpu, cuda or auto (default: KVCODEC_BACKEND, else auto).
     #[arg(long)]
-    backend: Option<String>,
+    pub(crate) backend: Option<String>,
     /// Also write the table as JSON here.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Timed runs per measurement (median reported).
     #[arg(long, default_value_t = 20)]
-    runs: usize,
+    pub(crate) runs: usize,
     /// Untimed warm-up runs before timing.
     #[arg(long, default_value_t = 3)]
-    warmup: usize,
+    pub(crate) warmup: usize,
     /// GPU inputs are the file tiled to at least this many bytes (L2 must not serve them).
     #[arg(long, default_value_t = 1 << 30)]
-    gpu_bytes: usize,
+    pub(crate) gpu_bytes: usize,
 }
 
 /// One line of the table.
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct Row {
-    input: String,
-    codec: String,
-    backend: String,
-    values: usize,
-    raw_bytes: usize,
-    encoded_bytes: usize,
-    ratio: f64,
-    encode_gb_s: f64,
-    decode_gb_s: f64,
+    pub(crate) input: String,
+    pub(crate) codec: String,
+    pub(crate) backend: String,
+    pub(crate) values: usize,
+    pub(crate) raw_bytes: usize,
+    pub(crate) encoded_bytes: usize,
+    pub(crate) ratio: f64,
+    pub(crate) encode_gb_s: f64,
+    pub(crate) decode_gb_s: f64,
     /// Measured device-to-device copy, read+write GB/s (GPU rows only).
-    copy_gb_s: Option<f64>,
+    pub(crate) copy_gb_s: Option<f64>,
     /// encode GB/s over `copy_bw / (1 + 1/ratio)` (GPU rows only).
-    encode_roofline: Option<f64>,
+    pub(crate) encode_roofline: Option<f64>,
     /// decode GB/s over `copy_bw / (1 + 1/ratio)` (GPU rows only).
-    decode_roofline: Option<f64>,
-    runs: usize,
+    pub(crate) decode_roofline: Option<f64>,
+    pub(crate) runs: usize,
 }
 
 impl Row {
@@ -104,11 +104,17 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut rows = Vec::new();
-    for (path, cache) in paths.iter().zip(&caches) {
+    for (i, (path, cache)) in paths.iter().zip(&caches).enumerate() {
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
         rows.push(bench_field_cpu(&name, cache, &args)?);
         if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
             rows.push(bench_field_gpu(&name, cache, gpu, &args)?.gpu(copy));
+        }
+        let calibration = calibration_for(i, &paths, &caches)?;
+        let sz = crate::bench_splitzip::SplitzipInput::new(cache, &calibration)?;
+        rows.push(sz.bench_cpu(&name, &args)?);
+        if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
+            rows.push(sz.bench_gpu(&name, gpu, &args)?.gpu(copy));
         }
     }
     print_table(&rows);
@@ -126,8 +132,28 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The calibration cache for input `i`: another corpus, as SplitZip's protocol asks
+/// (calibrate on separate data). With one input, the other committed fixture; if there
+/// is none, the input itself (said on stderr).
+fn calibration_for(i: usize, paths: &[PathBuf], caches: &[KvCache]) -> anyhow::Result<KvCache> {
+    if caches.len() > 1 {
+        return Ok(caches[(i + 1) % caches.len()].clone());
+    }
+    let own = paths[i].canonicalize().ok();
+    if let Some(other) = crate::fixture_files()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|f| f.canonicalize().ok() != own)
+    {
+        eprintln!("[bench] calibrating on {}", other.display());
+        return Ok(bf16_field::io::read_kv_cache(&other)?);
+    }
+    eprintln!("[bench] no second KV file: calibrating on the input itself");
+    Ok(caches[i].clone())
+}
+
 /// Median wall time of `runs` calls after `warmup` calls, in seconds.
-fn median_secs(warmup: usize, runs: usize, mut f: impl FnMut()) -> f64 {
+pub(crate) fn median_secs(warmup: usize, runs: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..warmup {
         f();
     }

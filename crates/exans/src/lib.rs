@@ -1,1 +1,48 @@
-//! exans: placeholder, filled by its own issue.
+//! ExANS: lossless compression of BF16 KV cache blocks by block-local exponent centering
+//! and 8-partition, 32-lane interleaved rANS (ExANS seed; byte format in
+//! `docs/formats/exans.md`). This crate is the CPU reference; the CUDA kernels must
+//! match it byte for byte.
+//!
+//! A physical KV block (B tokens of every layer's K and V: 2L groups of `B x H x D`
+//! values) becomes one self-contained record:
+//!
+//! 1. each group's center `c_g` is its most frequent exponent (smallest on a tie); each
+//!    exponent `E` becomes the symbol `C = (E + 127 - c_g) mod 256` (spec §2);
+//! 2. one sparse model per block, quantized to `2^12` by an integer-only optimal
+//!    quantizer (spec §5);
+//! 3. the block's symbol stream is cut into 8 partitions, each coded by 32 interleaved
+//!    rANS lanes (32-bit state, 16-bit words) sharing one word stream (spec §6);
+//! 4. the sign+mantissa bytes follow raw; a block that would not shrink is stored raw
+//!    (spec §7).
+//!
+//! ```
+//! use exans::{BlockShape, decode_block, encode_block};
+//! let shape = BlockShape { layers: 1, kv_heads: 2, head_dim: 64, tokens: 16 };
+//! // 2L = 2 groups of B x H x D = 2048 values: smooth data around 1.0.
+//! let k: Vec<u16> = (0..2048u32).map(|i| 0x3f00 + (i * 37 % 251) as u16).collect();
+//! let v: Vec<u16> = (0..2048u32).map(|i| 0xbe80 + (i * 11 % 509) as u16).collect();
+//! let record = encode_block(&[&k, &v], shape).unwrap();
+//! assert!(record.len() < 2 * 4096);
+//! let (got_shape, words) = decode_block(&record).unwrap();
+//! assert_eq!(got_shape, shape);
+//! assert_eq!(&words[..2048], &k[..]);
+//! assert_eq!(&words[2048..], &v[..]);
+//! ```
+//!
+//! A whole cache goes through [`encode_cache`] / [`decode_cache`], which code blocks in
+//! parallel and lay the records out behind an offset index (spec §8).
+
+mod container;
+mod error;
+pub mod format;
+mod model;
+mod rans;
+mod record;
+
+pub use container::{ContainerInfo, container_info, decode_cache, encode_cache, encode_cache_with};
+pub use error::{Error, Result};
+pub use model::{Model, log2_q32};
+pub use record::{
+    BlockShape, EncodeOptions, RawPolicy, RecordInfo, center_exponent, center_symbol, decode_block,
+    decode_block_into, encode_block, encode_block_with, group_center, inspect_record, record_shape,
+};

@@ -1,0 +1,290 @@
+//! A whole KV cache as a sequence of block records with an offset index (spec §8).
+
+use bf16_field::{KvCache, KvShape};
+use rayon::prelude::*;
+
+use crate::format::{
+    CONTAINER_HEADER_LEN, CONTAINER_MAGIC, VERSION, align_up, container_header as ch, header,
+};
+use crate::record::{BlockShape, EncodeOptions, decode_block_into, encode_block_with, record_shape};
+use crate::{Error, Result};
+
+/// A validated container header and index: where each block's record lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// The cache's shape (L, H, D, T).
+    pub shape: KvShape,
+    /// B, tokens per block; the last block holds `T - (blocks - 1) B` tokens.
+    pub block_tokens: usize,
+    /// `blocks + 1` byte offsets from the container start: record `i` starts at
+    /// `offsets[i]`; `offsets[blocks]` is the container length.
+    pub offsets: Vec<usize>,
+    /// Each record's exact length (its header's `record_len`); the slot
+    /// `offsets[i + 1] - offsets[i]` is this rounded up to 16.
+    pub record_lens: Vec<usize>,
+}
+
+impl ContainerInfo {
+    /// Blocks in the container, `ceil(T / B)`.
+    pub fn blocks(&self) -> usize {
+        self.record_lens.len()
+    }
+
+    /// The shape block `index` must have (B' = B, or the remainder for the last).
+    pub fn block_shape(&self, index: usize) -> BlockShape {
+        let s = &self.shape;
+        let tokens = self.block_tokens.min(s.tokens - index * self.block_tokens);
+        BlockShape { layers: s.layers, kv_heads: s.kv_heads, head_dim: s.head_dim, tokens }
+    }
+
+    /// Record `index`'s bytes within the container `bytes` this info was read from.
+    ///
+    /// # Panics
+    /// If `index >= blocks()` or `bytes` is not the container this info came from.
+    pub fn record<'a>(&self, bytes: &'a [u8], index: usize) -> &'a [u8] {
+        &bytes[self.offsets[index]..self.offsets[index] + self.record_lens[index]]
+    }
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn check_zero(bytes: &[u8], from: usize, to: usize) -> Result<()> {
+    for (i, &value) in bytes[from..to].iter().enumerate() {
+        if value != 0 {
+            return Err(Error::NonZeroPadding { offset: from + i, value });
+        }
+    }
+    Ok(())
+}
+
+/// Parses and validates a container's header and record index, reading each record's
+/// length field but decoding nothing (spec §8).
+///
+/// # Errors
+/// [`Error::Truncated`], [`Error::BadMagic`], [`Error::UnsupportedVersion`],
+/// [`Error::UnsupportedFlags`], [`Error::ReservedNonZero`], [`Error::InvalidShape`],
+/// [`Error::ShapeOverflow`], [`Error::BlockCountMismatch`], [`Error::IndexMismatch`],
+/// [`Error::NonZeroPadding`], [`Error::TrailingBytes`].
+pub fn container_info(bytes: &[u8]) -> Result<ContainerInfo> {
+    if bytes.len() < CONTAINER_HEADER_LEN {
+        return Err(Error::Truncated { needed: CONTAINER_HEADER_LEN, got: bytes.len() });
+    }
+    let magic: [u8; 4] = bytes[..4].try_into().expect("4 bytes");
+    if magic != CONTAINER_MAGIC {
+        return Err(Error::BadMagic { found: magic });
+    }
+    let version = u16_at(bytes, ch::VERSION);
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion { version });
+    }
+    let flags = u16_at(bytes, ch::FLAGS);
+    if flags != 0 {
+        return Err(Error::UnsupportedFlags { flags });
+    }
+    let reserved = u32_at(bytes, ch::RESERVED);
+    if reserved != 0 {
+        return Err(Error::ReservedNonZero { offset: ch::RESERVED, value: reserved });
+    }
+    let layers = u16_at(bytes, ch::LAYERS) as usize;
+    let kv_heads = u16_at(bytes, ch::KV_HEADS) as usize;
+    let head_dim = u16_at(bytes, ch::HEAD_DIM) as usize;
+    let block_tokens = u16_at(bytes, ch::BLOCK_TOKENS) as usize;
+    let tokens_u64 = u64_at(bytes, ch::TOKENS);
+    let tokens = usize::try_from(tokens_u64).unwrap_or(usize::MAX);
+    if layers == 0 || kv_heads == 0 || head_dim == 0 || tokens == 0 || block_tokens == 0 {
+        // A zero B is reported as zero tokens.
+        let tokens = if block_tokens == 0 { 0 } else { tokens };
+        return Err(Error::InvalidShape { layers, kv_heads, head_dim, tokens });
+    }
+    let shape = KvShape::new(layers, kv_heads, head_dim, tokens).map_err(|_| Error::ShapeOverflow {
+        layers,
+        kv_heads,
+        head_dim,
+        tokens,
+    })?;
+    let stored_blocks = u32_at(bytes, ch::BLOCKS) as u64;
+    let expected_blocks = tokens_u64.div_ceil(block_tokens as u64);
+    if stored_blocks != expected_blocks {
+        return Err(Error::BlockCountMismatch { stored: stored_blocks, expected: expected_blocks });
+    }
+    let blocks = stored_blocks as usize;
+    let index_end = CONTAINER_HEADER_LEN + 8 * (blocks + 1);
+    if bytes.len() < index_end {
+        return Err(Error::Truncated { needed: index_end, got: bytes.len() });
+    }
+    let stored = |i: usize| u64_at(bytes, CONTAINER_HEADER_LEN + 8 * i);
+    let first = align_up(index_end).expect("index_end <= bytes.len()");
+    if stored(0) != first as u64 {
+        return Err(Error::IndexMismatch { entry: 0, stored: stored(0), expected: first as u64 });
+    }
+    if bytes.len() < first {
+        return Err(Error::Truncated { needed: first, got: bytes.len() });
+    }
+    check_zero(bytes, index_end, first)?;
+    let mut offsets = Vec::with_capacity(blocks + 1);
+    let mut record_lens = Vec::with_capacity(blocks);
+    let mut at = first;
+    offsets.push(at);
+    for i in 0..blocks {
+        let len_field = at + header::RECORD_LEN;
+        if bytes.len() < len_field + 4 {
+            return Err(Error::Truncated { needed: len_field + 4, got: bytes.len() });
+        }
+        let record_len = u32_at(bytes, len_field) as usize;
+        let end = at + record_len;
+        if bytes.len() < end {
+            return Err(Error::Truncated { needed: end, got: bytes.len() });
+        }
+        let next = align_up(end).expect("end <= bytes.len()");
+        if stored(i + 1) != next as u64 {
+            return Err(Error::IndexMismatch { entry: i + 1, stored: stored(i + 1), expected: next as u64 });
+        }
+        if bytes.len() < next {
+            return Err(Error::Truncated { needed: next, got: bytes.len() });
+        }
+        check_zero(bytes, end, next)?;
+        record_lens.push(record_len);
+        offsets.push(next);
+        at = next;
+    }
+    if bytes.len() > at {
+        return Err(Error::TrailingBytes { extra: bytes.len() - at });
+    }
+    Ok(ContainerInfo { shape, block_tokens, offsets, record_lens })
+}
+
+/// Encodes a whole cache in blocks of `block_tokens` tokens with the default options.
+/// See [`encode_cache_with`].
+///
+/// # Errors
+/// As [`encode_cache_with`].
+pub fn encode_cache(cache: &KvCache, block_tokens: usize) -> Result<Vec<u8>> {
+    encode_cache_with(cache, block_tokens, &EncodeOptions::default())
+}
+
+/// Encodes a whole cache: every physical block of `block_tokens` tokens (B; the last one
+/// may be partial) becomes one record, in parallel on rayon's pool, and the records
+/// are laid out behind a header and an offset index so they can be decoded in any
+/// order (spec §8).
+///
+/// # Errors
+/// [`Error::ZeroBlockTokens`]; [`Error::DimensionTooLarge`] when L, H, D or B exceed
+/// 65535 or the block count exceeds `u32`; any [`encode_block_with`] error.
+pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeOptions) -> Result<Vec<u8>> {
+    if block_tokens == 0 {
+        return Err(Error::ZeroBlockTokens);
+    }
+    let s = cache.shape();
+    for (what, value) in [
+        ("layers", s.layers),
+        ("kv_heads", s.kv_heads),
+        ("head_dim", s.head_dim),
+        ("block_tokens", block_tokens),
+    ] {
+        if value > u16::MAX as usize {
+            return Err(Error::DimensionTooLarge { what, value, max: u16::MAX as usize });
+        }
+    }
+    let blocks = s.block_count(block_tokens);
+    if blocks > u32::MAX as usize {
+        return Err(Error::DimensionTooLarge { what: "blocks", value: blocks, max: u32::MAX as usize });
+    }
+    let records = (0..blocks)
+        .into_par_iter()
+        .map(|i| {
+            let groups = cache.block(i, block_tokens).expect("i < block_count");
+            let tokens = groups[0].len() / s.values_per_token();
+            let shape = BlockShape { layers: s.layers, kv_heads: s.kv_heads, head_dim: s.head_dim, tokens };
+            encode_block_with(&groups, shape, options)
+        })
+        .collect::<Result<Vec<Vec<u8>>>>()?;
+
+    let index_end = CONTAINER_HEADER_LEN + 8 * (blocks + 1);
+    let mut offsets = Vec::with_capacity(blocks + 1);
+    let mut at = align_up(index_end).expect("small");
+    offsets.push(at);
+    for r in &records {
+        at = align_up(at + r.len()).expect("fits memory");
+        offsets.push(at);
+    }
+    let mut out = Vec::with_capacity(at);
+    out.extend_from_slice(&CONTAINER_MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    for v in [s.layers, s.kv_heads, s.head_dim, block_tokens] {
+        out.extend_from_slice(&(v as u16).to_le_bytes());
+    }
+    out.extend_from_slice(&(s.tokens as u64).to_le_bytes());
+    out.extend_from_slice(&(blocks as u32).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    for &o in &offsets {
+        out.extend_from_slice(&(o as u64).to_le_bytes());
+    }
+    for (r, &o) in records.iter().zip(&offsets) {
+        out.resize(o, 0);
+        out.extend_from_slice(r);
+    }
+    out.resize(at, 0);
+    Ok(out)
+}
+
+/// Decodes a whole container back into the cache, blocks in parallel on rayon's pool
+/// (spec §8).
+///
+/// # Errors
+/// The errors of [`container_info`]; [`Error::Truncated`] when the container is smaller
+/// than the cache's value count (every value costs at least one byte);
+/// [`Error::InBlock`] wrapping a record's decode error, or holding
+/// [`Error::RecordShapeMismatch`] when a record's shape is not the one the container
+/// implies.
+pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
+    let info = container_info(bytes)?;
+    let s = info.shape;
+    // KvShape::new checked that the total fits usize; bound the allocation by the input.
+    if s.total_values() > bytes.len() {
+        return Err(Error::Truncated { needed: s.total_values(), got: bytes.len() });
+    }
+    let per_block = info.block_tokens * s.values_per_token();
+    let mut tensors: Vec<Vec<u16>> = (0..2 * s.layers).map(|_| vec![0u16; s.values_per_tensor()]).collect();
+    let mut blocks: Vec<Vec<&mut [u16]>> =
+        (0..info.blocks()).map(|_| Vec::with_capacity(2 * s.layers)).collect();
+    for t in &mut tensors {
+        for (b, chunk) in t.chunks_mut(per_block).enumerate() {
+            blocks[b].push(chunk);
+        }
+    }
+    blocks.into_par_iter().enumerate().try_for_each(|(i, mut groups)| {
+        let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
+        let record = info.record(bytes, i);
+        let got = record_shape(record).map_err(in_block)?;
+        let expected = info.block_shape(i);
+        if got != expected {
+            let dims = |b: BlockShape| [b.layers, b.kv_heads, b.head_dim, b.tokens];
+            return Err(in_block(Error::RecordShapeMismatch {
+                block: i,
+                got: dims(got),
+                expected: dims(expected),
+            }));
+        }
+        decode_block_into(record, &mut groups).map_err(in_block)?;
+        Ok(())
+    })?;
+    let mut keys = Vec::with_capacity(s.layers);
+    let mut values = Vec::with_capacity(s.layers);
+    let mut it = tensors.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        keys.push(k);
+        values.push(v);
+    }
+    KvCache::new(s, keys, values).map_err(|e| Error::Field(e.to_string()))
+}

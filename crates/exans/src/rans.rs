@@ -1,0 +1,247 @@
+//! One partition's 32-lane interleaved rANS coder (spec §6).
+//!
+//! A partition of `n` symbols has `m = ceil(n / 32)` steps; lane `j` owns the run
+//! `[j m, min((j + 1) m, n))`. The decoder runs steps `t = 0..m`; in step `t` every lane
+//! whose run is longer than `t` decodes its `t`-th symbol and then, if its state fell
+//! below `2^16`, takes the next 16-bit word of the partition's single stream, lanes in
+//! ascending order (the GPU's ballot/popc order). The encoder visits the same
+//! (step, lane) pairs in exactly the reverse order and reverses its word stack.
+
+use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANES, STATE_LOWER, WORD_BITS};
+use crate::model::EncEntry;
+use crate::{Error, Result};
+
+/// Encodes one partition's symbols; returns the lanes' final states (the decoder's
+/// initial states) and appends the partition's words, in decoder read order, to `words`.
+///
+/// Every symbol must have a non-zero frequency in `table`.
+pub(crate) fn encode_partition(
+    symbols: &[u8],
+    table: &[EncEntry; 256],
+    precision: u32,
+    words: &mut Vec<u16>,
+) -> [u32; LANES] {
+    let n = symbols.len();
+    let m = n.div_ceil(LANES);
+    let mut states = [STATE_LOWER; LANES];
+    let first = words.len();
+    // Emit threshold per symbol: x >= freq << (32 - n) needs a word out first; computed
+    // in u64 because freq = 2^n makes it 2^32.
+    let shift = 2 * WORD_BITS - precision;
+    for t in (0..m).rev() {
+        for j in (0..LANES).rev() {
+            let i = j * m + t;
+            if i >= n {
+                // t < m, so i belongs to lane j exactly when i < n.
+                continue;
+            }
+            let e = table[symbols[i] as usize];
+            debug_assert!(e.freq > 0, "symbol {} absent from the model", symbols[i]);
+            let mut x = states[j];
+            if x as u64 >= (e.freq as u64) << shift {
+                words.push(x as u16);
+                x >>= WORD_BITS;
+            }
+            states[j] = ((x / e.freq) << precision) + x % e.freq + e.cdf;
+        }
+    }
+    words[first..].reverse();
+    states
+}
+
+/// Slots of the largest decode table (precision 12); smaller tables are zero-padded to
+/// it so that `x & mask` indexes it without a bounds check.
+pub(crate) const TABLE_SLOTS: usize = 1 << crate::format::MAX_PRECISION;
+
+/// Decodes one partition into `out` (its `n` symbols) from the lanes' initial states and
+/// the partition's word stream (`u16` LE bytes, exactly `2 x count` of them). `table`
+/// holds the `2^precision` packed entries of spec §5.4, zero-padded to 4096.
+///
+/// # Errors
+/// [`Error::StateOutOfRange`] for an initial state below `2^16`,
+/// [`Error::WordStreamExhausted`] when a lane needs a word past the stream,
+/// [`Error::FinalStateMismatch`] when a lane does not end at `2^16`,
+/// [`Error::UnconsumedWords`] when words are left over. `partition` only labels errors.
+pub(crate) fn decode_partition(
+    partition: usize,
+    states_in: &[u32; LANES],
+    word_bytes: &[u8],
+    table: &[u32; TABLE_SLOTS],
+    precision: u32,
+    out: &mut [u8],
+) -> Result<()> {
+    for (lane, &state) in states_in.iter().enumerate() {
+        if state < STATE_LOWER {
+            return Err(Error::StateOutOfRange { partition, lane, state });
+        }
+    }
+    let n = out.len();
+    let m = n.div_ceil(LANES);
+    let mut st = *states_in;
+    let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
+    // The words plus one zero sentinel: the loop reads `words[min(pos, count)]` on every
+    // symbol and keeps it only when the lane renormalises (branch-free); a read past the
+    // stream shows up as `pos > count` at the end.
+    let count = word_bytes.len() / 2;
+    let mut words: Vec<u16> = Vec::with_capacity(count + 1);
+    words.extend(word_bytes.chunks_exact(2).map(|w| u16::from_le_bytes([w[0], w[1]])));
+    words.push(0);
+    let mut pos = 0usize;
+    // Lanes `0..full` own m symbols each; lane `full` owns `rem` when rem > 0; m = 0
+    // (an empty partition) decodes nothing.
+    let (full, rem) = (n.checked_div(m).unwrap_or(0), n.checked_rem(m).unwrap_or(0));
+    for t in 0..m {
+        let active = if t < rem { full + 1 } else { full };
+        if active == LANES {
+            // The common case: every lane busy; a fixed trip count the compiler unrolls.
+            for j in 0..LANES {
+                let (x, symbol) = decode_symbol(st[j], table, mask, precision, &words, &mut pos, count);
+                st[j] = x;
+                out[j * m + t] = symbol;
+            }
+        } else {
+            for j in 0..active {
+                let (x, symbol) = decode_symbol(st[j], table, mask, precision, &words, &mut pos, count);
+                st[j] = x;
+                out[j * m + t] = symbol;
+            }
+        }
+    }
+    if pos > count {
+        return Err(Error::WordStreamExhausted { partition });
+    }
+    for (lane, &state) in st.iter().enumerate() {
+        if state != STATE_LOWER {
+            return Err(Error::FinalStateMismatch { partition, lane, state });
+        }
+    }
+    if pos != count {
+        return Err(Error::UnconsumedWords { partition, consumed: pos, count });
+    }
+    Ok(())
+}
+
+/// One lane's decode of one symbol (spec §6.3): table lookup, state update, and a
+/// branch-free refill from `words[min(pos, count)]` (a sentinel past the end).
+#[inline(always)]
+fn decode_symbol(
+    x: u32,
+    table: &[u32; TABLE_SLOTS],
+    mask: u32,
+    precision: u32,
+    words: &[u16],
+    pos: &mut usize,
+    count: usize,
+) -> (u32, u8) {
+    let e = table[(x & mask) as usize];
+    let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+    let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+    let renormalise = x < STATE_LOWER;
+    let refilled = (x << WORD_BITS) | words[(*pos).min(count)] as u32;
+    *pos += renormalise as usize;
+    (if renormalise { refilled } else { x }, (e >> ENTRY_SYMBOL_SHIFT) as u8)
+}
+
+/// The packed decode table of `model` zero-padded to [`TABLE_SLOTS`] entries.
+pub(crate) fn padded_decode_table(model: &crate::model::Model) -> Box<[u32; TABLE_SLOTS]> {
+    let mut table = Box::new([0u32; TABLE_SLOTS]);
+    for (slot, e) in table.iter_mut().zip(model.decode_table()) {
+        *slot = e;
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+
+    fn model_of(symbols: &[u8], precision: u8) -> Model {
+        let mut counts = [0u64; 256];
+        counts[0] = symbols.is_empty() as u64; // an empty partition still needs some model
+        for &s in symbols {
+            counts[s as usize] += 1;
+        }
+        Model::quantize(&counts, precision).unwrap()
+    }
+
+    fn round_trip(symbols: &[u8], precision: u8) -> (usize, [u32; LANES]) {
+        let model = model_of(symbols, precision);
+        let mut words = Vec::new();
+        let states = encode_partition(symbols, &model.encode_table(), precision as u32, &mut words);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = vec![0u8; symbols.len()];
+        decode_partition(0, &states, &bytes, &padded_decode_table(&model), precision as u32, &mut out)
+            .unwrap();
+        assert_eq!(out, symbols);
+        (words.len(), states)
+    }
+
+    #[test]
+    fn round_trips_every_partition_length_around_the_lane_boundaries() {
+        let mut seed = 1u32;
+        for n in (0..70).chain([95, 96, 97, 1000, 4097]) {
+            let symbols: Vec<u8> = (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    [127u8, 127, 127, 126, 128, 126, 3, 250][(seed >> 29) as usize]
+                })
+                .collect();
+            for precision in [1u8, 5, 12] {
+                if precision == 1 && symbols.iter().collect::<std::collections::HashSet<_>>().len() > 2 {
+                    continue;
+                }
+                round_trip(&symbols, precision);
+            }
+        }
+    }
+
+    #[test]
+    fn single_symbol_partitions_need_no_words() {
+        let (words, states) = round_trip(&[42; 1000], 12);
+        assert_eq!(words, 0);
+        assert_eq!(states, [STATE_LOWER; LANES]);
+    }
+
+    #[test]
+    fn rare_symbols_emit_at_most_one_word_each() {
+        // Alternating frequency-1 symbols cost 12 bits each: the state must shed a word
+        // on nearly every symbol, never two.
+        let mut symbols = vec![0u8; 4000];
+        for (i, s) in symbols.iter_mut().enumerate() {
+            *s = if i % 2 == 0 { 1 } else { 2 };
+        }
+        symbols[0] = 3; // a third symbol keeps 1 and 2 from getting half the slots each
+        let mut counts = [0u64; 256];
+        counts[1] = 1;
+        counts[2] = 1;
+        counts[3] = 1_000_000;
+        let model = Model::quantize(&counts, 12).unwrap();
+        let mut words = Vec::new();
+        encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+        assert!(words.len() <= symbols.len());
+        assert!(words.len() > symbols.len() * 2 / 3, "{} words", words.len());
+    }
+
+    #[test]
+    fn word_order_is_step_major_then_ascending_lane() {
+        // 64 symbols, m = 2: lane j owns symbols 2j and 2j + 1. Only lanes 3 and 17 see
+        // rare symbols, so only they ever read words; lane 17's word in step 0 must come
+        // after lane 3's step-0 word, and there are no step-1 words (a lane's last
+        // symbol never needs one: its state ends at 2^16).
+        let mut symbols = vec![0u8; 64];
+        (symbols[6], symbols[7], symbols[34], symbols[35]) = (1, 2, 2, 1);
+        let model = Model::from_entries(12, vec![(0, 4094), (1, 1), (2, 1)]).unwrap();
+        let mut words = Vec::new();
+        let states = encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+        // Lane 3 encodes symbol 7 (sym 2, cdf 4095) first: x = 2^16 << 12 | 4095, then
+        // sheds its low word 4095 before encoding symbol 6 (sym 1, cdf 4094). Lane 17
+        // mirrors it and sheds 4094. The decoder reads lane 3's word first.
+        assert_eq!(words, vec![4095, 4094]);
+        assert_eq!(states[3], (1 << 24) + 4094);
+        assert_eq!(states[17], (1 << 24) + 4095);
+        // 2^16 -> 16 << 12 | 32 -> 16 << 12 | 64 under freq 4094, cdf 0.
+        assert_eq!(states[0], 65_600);
+        assert_eq!(states[31], 65_600);
+    }
+}

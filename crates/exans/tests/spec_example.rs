@@ -1,0 +1,60 @@
+//! The worked example of `docs/formats/exans.md` §9: the hex dump in the spec must be
+//! exactly what the encoder produces, and the decode trace the spec walks through must
+//! hold. `EXANS_BLESS=1 cargo test -p exans --test spec_example` rewrites the dump.
+
+mod common;
+
+use std::path::PathBuf;
+
+const BEGIN: &str = "<!-- example-hexdump:begin -->\n";
+const END: &str = "<!-- example-hexdump:end -->";
+
+fn spec_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/formats/exans.md")
+}
+
+#[test]
+fn spec_hexdump_is_the_encoder_output() {
+    let record = common::example_record();
+    let block = format!("```text\n{}```\n", common::hexdump(&record));
+    let path = spec_path();
+    let spec = std::fs::read_to_string(&path).unwrap();
+    let start = spec.find(BEGIN).expect("begin marker") + BEGIN.len();
+    let end = spec.find(END).expect("end marker");
+    if std::env::var_os("EXANS_BLESS").is_some() {
+        let updated = format!("{}{}{}", &spec[..start], block, &spec[end..]);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert_eq!(
+        &spec[start..end],
+        block,
+        "docs/formats/exans.md §9 is stale: run `EXANS_BLESS=1 cargo test -p exans --test spec_example`"
+    );
+}
+
+#[test]
+fn spec_walkthrough_numbers_hold() {
+    let r = common::example_record();
+    let info = exans::inspect_record(&r).unwrap();
+    assert_eq!(info.centers, vec![127, 126]);
+    assert_eq!(info.model, vec![(67, 8), (107, 8), (117, 8), (124, 8), (127, 4048), (135, 8), (157, 8)]);
+    assert_eq!(info.word_counts, [3, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(info.record_len, 1680);
+    let u32_at = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
+    let state = |p: usize, j: usize| u32_at(0x70 + 4 * (32 * p + j));
+    assert_eq!((state(0, 2), state(0, 5), state(0, 9)), (0x0004_000e, 0x0004_1c40, 0x0004_0ffe));
+    for p in 0..8 {
+        for j in 0..32 {
+            let expected = match (p, j) {
+                (0, 2 | 5 | 9) => continue,
+                (_, 0..=21) => 0x0001_0960,
+                _ => 0x0001_0000,
+            };
+            assert_eq!(state(p, j), expected, "partition {p} lane {j}");
+        }
+    }
+    let words: Vec<u16> = r[0x470..0x476].chunks(2).map(|w| u16::from_le_bytes([w[0], w[1]])).collect();
+    assert_eq!(words, vec![0x4010, 0x4000, 0x0018], "step 0: lanes 2, 9; step 1: lane 5");
+    assert_eq!(r.len(), 48 + 2 + 2 + 21 + 7 + 1056 + 16 + 528);
+}

@@ -1,0 +1,118 @@
+//! GPU encoder and decoder against the CPU reference, in both directions, on the real
+//! fixtures and on edge cases. Skips without a GPU unless `KVCODEC_REQUIRE_GPU=1`.
+
+use std::path::PathBuf;
+
+use bf16_field::gpu::gpu_for_test;
+use splitzip::gpu::{GpuError, decode_host, encode_host};
+use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, DecodeError, decode, encode};
+
+/// `KVCODEC_FIXTURES` (the device run sets it) or the workspace's `fixtures/`.
+fn fixture_words() -> Vec<(String, Vec<u16>)> {
+    let dir = std::env::var_os("KVCODEC_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"));
+    let mut out = Vec::new();
+    for name in ["smollm2-135m-code", "smollm2-135m-prose"] {
+        let path = dir.join(format!("{name}.safetensors"));
+        let cache = bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        out.push((name.to_string(), cache.concat_words()));
+    }
+    out
+}
+
+fn xorshift_words(n: usize, seed: u32) -> Vec<u16> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u16
+        })
+        .collect()
+}
+
+/// Inputs: edge cases (empty, one value, odd lengths, all zeros, specials, every value
+/// escaped) and the real fixtures, with the codebook of the other fixture.
+fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
+    let fixtures = fixture_words();
+    let cb_code = Codebook::calibrate(&[&fixtures[0].1]).unwrap();
+    let cb_prose = Codebook::calibrate(&[&fixtures[1].1]).unwrap();
+    let mut cases = vec![
+        ("empty".to_string(), vec![], cb_code),
+        ("one".to_string(), vec![0x3f80], cb_code),
+        ("zeros-1001".to_string(), vec![0; 1001], cb_code),
+        (
+            "specials".to_string(),
+            [0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001, 0x807f, 0x7f7f, 0xffff].repeat(1000),
+            cb_code,
+        ),
+        ("random-raw".to_string(), xorshift_words(100_003, 7), cb_code),
+        ("fixture-prefix-odd".to_string(), fixtures[0].1[..123_457].to_vec(), cb_prose),
+    ];
+    let [code, prose] = <[(String, Vec<u16>); 2]>::try_from(fixtures).unwrap();
+    cases.push((code.0, code.1, cb_prose));
+    cases.push((prose.0, prose.1, cb_code));
+    cases
+}
+
+#[test]
+fn gpu_encode_is_byte_identical_to_cpu() {
+    let Some(gpu) = gpu_for_test("gpu_encode_is_byte_identical_to_cpu") else { return };
+    for (name, words, codebook) in cases() {
+        for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
+            let cpu = encode(&words, &codebook, chunk).unwrap();
+            let gpu_bytes = encode_host(&gpu, &words, &codebook, chunk).unwrap();
+            assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, chunk {chunk}: length");
+            assert!(gpu_bytes == cpu, "{name}, chunk {chunk}: bytes differ at {:?}", gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b));
+            // GPU encode -> CPU decode.
+            assert_eq!(decode(&gpu_bytes).unwrap(), words, "{name}, chunk {chunk}");
+        }
+    }
+}
+
+#[test]
+fn gpu_decode_matches_cpu_encode() {
+    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_encode") else { return };
+    for (name, words, codebook) in cases() {
+        for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
+            let payload = encode(&words, &codebook, chunk).unwrap();
+            assert_eq!(decode_host(&gpu, &payload).unwrap(), words, "{name}, chunk {chunk}");
+        }
+    }
+}
+
+#[test]
+fn gpu_decode_reports_the_cpu_error() {
+    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error") else { return };
+    let (_, words) = fixture_words().remove(0);
+    let codebook = Codebook::calibrate(&[&words]).unwrap();
+    let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+    let header = splitzip::PayloadHeader::parse(&payload).unwrap();
+    let splitzip::Layout::Coded(layout) = header.layout else { panic!("fixture payload is coded") };
+    assert!(header.escape_count >= 2, "the fixture has escapes");
+    // Every single-byte corruption of the body that the CPU rejects, the GPU rejects with
+    // the same error; sample a few bytes of each section.
+    let mut checked = 0;
+    for (section, s) in layout.sections() {
+        for k in [0u64, 1, s.len / 2, s.len.saturating_sub(1)] {
+            if s.len == 0 || k >= s.len {
+                continue;
+            }
+            let mut bad = payload.clone();
+            bad[(s.offset + k) as usize] ^= 0x5a;
+            match decode(&bad) {
+                Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
+                Err(cpu) => {
+                    let gpu_err = decode_host(&gpu, &bad).unwrap_err();
+                    assert!(matches!(&gpu_err, GpuError::Decode(e) if *e == cpu), "{section}+{k}: {gpu_err} vs {cpu}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 4, "only {checked} corruptions were rejected");
+    let truncated = &payload[..payload.len() - 1];
+    assert!(matches!(decode_host(&gpu, truncated), Err(GpuError::Decode(DecodeError::Truncated { .. }))));
+}
