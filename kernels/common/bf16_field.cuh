@@ -23,10 +23,25 @@ __device__ __forceinline__ uint32_t kv_sign_mantissas_of_pair(uint32_t pair) {
     return ((pair >> 8) & 0x80u) | (pair & 0x7fu) | ((pair >> 16) & 0x8000u) | ((pair >> 8) & 0x7f00u);
 }
 
-// Four exponents and four sign+mantissa bytes (byte i = value i) -> four words as two u32.
+// Four exponents and four sign+mantissa bytes (byte i = value i) -> four words as two
+// u32 (value 0 in the low half of .x). Works on two 16-bit lanes at a time.
 __device__ __forceinline__ uint2 kv_join_quad(uint32_t e4, uint32_t sf4) {
+    const uint32_t e01 = __byte_perm(e4, 0, 0x4140), e23 = __byte_perm(e4, 0, 0x4342);
+    const uint32_t s01 = __byte_perm(sf4, 0, 0x4140), s23 = __byte_perm(sf4, 0, 0x4342);
     uint2 out;
-    out.x = kv_join(e4 & 0xffu, sf4 & 0xffu) | (kv_join((e4 >> 8) & 0xffu, (sf4 >> 8) & 0xffu) << 16);
-    out.y = kv_join((e4 >> 16) & 0xffu, (sf4 >> 16) & 0xffu) | (kv_join(e4 >> 24, sf4 >> 24) << 16);
+    out.x = ((s01 & 0x00800080u) << 8) | (e01 << 7) | (s01 & 0x007f007fu);
+    out.y = ((s23 & 0x00800080u) << 8) | (e23 << 7) | (s23 & 0x007f007fu);
     return out;
+}
+
+// Four 4-bit codes (nibble i of `codes4` = code of value i) -> their four exponents from
+// a 16-entry codebook held in four registers (byte j of cb[j / 4] = entry j), with no
+// memory access: two byte permutes pick among entries 0-7 and 8-15, a third picks
+// between them by bit 3 of each code.
+__device__ __forceinline__ uint32_t kv_lookup16_quad(uint32_t codes4, uint32_t cb0, uint32_t cb1, uint32_t cb2,
+                                                     uint32_t cb3) {
+    const uint32_t low3 = codes4 & 0x7777u;
+    const uint32_t lo = __byte_perm(cb0, cb1, low3);
+    const uint32_t hi = __byte_perm(cb2, cb3, low3);
+    return __byte_perm(lo, hi, 0x3210u | ((codes4 >> 1) & 0x4444u));
 }

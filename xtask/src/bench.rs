@@ -140,10 +140,8 @@ fn calibration_for(i: usize, paths: &[PathBuf], caches: &[KvCache]) -> anyhow::R
         return Ok(caches[(i + 1) % caches.len()].clone());
     }
     let own = paths[i].canonicalize().ok();
-    if let Some(other) = crate::fixture_files()
-        .unwrap_or_default()
-        .into_iter()
-        .find(|f| f.canonicalize().ok() != own)
+    if let Some(other) =
+        crate::fixture_files().unwrap_or_default().into_iter().find(|f| f.canonicalize().ok() != own)
     {
         eprintln!("[bench] calibrating on {}", other.display());
         return Ok(bf16_field::io::read_kv_cache(&other)?);

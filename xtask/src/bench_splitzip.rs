@@ -49,7 +49,16 @@ impl SplitzipInput {
         }
         let n: usize = self.parts.iter().map(|(w, _)| w.len()).sum();
         let encoded: usize = payloads.iter().map(Vec::len).sum();
-        Ok(row(input.into(), "splitzip", "cpu", n, encoded, 2.0 * n as f64 / enc / 1e9, 2.0 * n as f64 / dec / 1e9, args))
+        Ok(row(
+            input.into(),
+            "splitzip",
+            "cpu",
+            n,
+            encoded,
+            2.0 * n as f64 / enc / 1e9,
+            2.0 * n as f64 / dec / 1e9,
+            args,
+        ))
     }
 
     pub(crate) fn bench_gpu(&self, input: &str, gpu: &GpuContext, args: &BenchArgs) -> anyhow::Result<Row> {
@@ -83,8 +92,15 @@ impl SplitzipInput {
         let enc = gpu.time_runs(args.warmup, args.runs, |i| {
             for p in parts.iter_mut() {
                 let src = p.copies[i % 2].as_view();
-                encode_device(gpu, &src, &p.codebook, DEFAULT_CHUNK_SIZE, &mut p.out.as_view_mut(), &mut p.ws)
-                    .map_err(|e| bf16_field::Error::GpuUnavailable(e.to_string()))?;
+                encode_device(
+                    gpu,
+                    &src,
+                    &p.codebook,
+                    DEFAULT_CHUNK_SIZE,
+                    &mut p.out.as_view_mut(),
+                    &mut p.ws,
+                )
+                .map_err(|e| bf16_field::Error::GpuUnavailable(e.to_string()))?;
             }
             Ok(())
         })?;
@@ -112,12 +128,30 @@ impl SplitzipInput {
         }
         let n: usize = parts.iter().map(|p| p.words.len()).sum();
         let tiles = n / self.parts.iter().map(|(w, _)| w.len()).sum::<usize>();
-        Ok(row(format!("{input} x{tiles}"), "splitzip", "cuda", n, encoded, enc.gb_per_s(2 * n), dec.gb_per_s(2 * n), args))
+        Ok(row(
+            format!("{input} x{tiles}"),
+            "splitzip",
+            "cuda",
+            n,
+            encoded,
+            enc.gb_per_s(2 * n),
+            dec.gb_per_s(2 * n),
+            args,
+        ))
     }
 }
 
 #[allow(clippy::too_many_arguments)] // a row is its columns
-fn row(input: String, codec: &str, backend: &str, n: usize, encoded: usize, enc: f64, dec: f64, args: &BenchArgs) -> Row {
+fn row(
+    input: String,
+    codec: &str,
+    backend: &str,
+    n: usize,
+    encoded: usize,
+    enc: f64,
+    dec: f64,
+    args: &BenchArgs,
+) -> Row {
     Row {
         input,
         codec: codec.into(),

@@ -35,6 +35,7 @@
 mod container;
 mod error;
 pub mod format;
+pub mod gpu;
 mod model;
 mod rans;
 mod record;

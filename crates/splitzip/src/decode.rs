@@ -11,8 +11,8 @@ use rayon::prelude::*;
 
 use crate::error::DecodeError;
 use crate::format::{
-    CODE_BITS, CODE_MASK, CodedLayout, ESCAPE_CODE, ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES, Layout,
-    PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, PayloadHeader, Section,
+    CODE_BITS, CODE_MASK, CODEBOOK_LEN, CodedLayout, ESCAPE_CODE, ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES,
+    Layout, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, PayloadHeader, Section,
 };
 
 /// Decodes a whole payload into `out[..n]` and returns n, the number of values.
@@ -205,6 +205,132 @@ fn validate_coded(
 /// One chunk's work: (chunk index, ((output words, codes), sign+mantissa bytes)).
 type DecodeTask<'a> = (usize, ((&'a mut [u16], &'a [u8]), &'a [u8]));
 
+/// For each code byte, the exponent bits (`exponent << 7`) of its two values as the two
+/// `u16` lanes of a `u32`: the low nibble's value in the low lane.
+type PairTable = [u32; 256];
+
+fn pair_table(book: &[u8; CODEBOOK_LEN]) -> PairTable {
+    std::array::from_fn(|c| {
+        let lo = book[c & CODE_MASK as usize] as u32;
+        let hi = book[c >> CODE_BITS] as u32;
+        (lo << 7) | (hi << 23)
+    })
+}
+
+/// Four words at once (`u16` lanes of a `u64`, value order from the low lane): the
+/// exponent bits `exps` (from [`PairTable`]) joined with the four sign+mantissa bytes
+/// `sm` (little-endian, first value in the low byte). Same result as
+/// [`bf16_field::join`] lane by lane.
+#[inline(always)]
+fn join4(exps: u64, sm: u32) -> u64 {
+    // Spread the four bytes to the low byte of four 16-bit lanes.
+    let x = sm as u64;
+    let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    exps | (x & 0x007f_007f_007f_007f) | ((x & 0x0080_0080_0080_0080) << 8)
+}
+
+/// Decodes the codes and sign+mantissa bytes of one run of values into `out` (escapes
+/// not patched: they decode as code 0). `codes` holds `ceil(out.len() / 2)` bytes and
+/// `sm` `out.len()` bytes.
+#[inline(always)]
+fn decode_run(table: &PairTable, codes: &[u8], sm: &[u8], out: &mut [u16]) {
+    // Whole groups of 8 values, then the tail of the last chunk (fewer than 8 values).
+    let full = out.len() / 8 * 8;
+    let (out, out_tail) = out.split_at_mut(full);
+    let (codes, codes_tail) = codes.split_at(full / 2);
+    let (sm, sm_tail) = sm.split_at(full);
+    for ((w, c), s) in out.chunks_exact_mut(8).zip(codes.chunks_exact(4)).zip(sm.chunks_exact(8)) {
+        let s = u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
+        let e = |i: usize| table[c[i] as usize] as u64;
+        let lo = join4(e(0) | (e(1) << 32), s as u32);
+        let hi = join4(e(2) | (e(3) << 32), (s >> 32) as u32);
+        w.copy_from_slice(&[
+            lo as u16,
+            (lo >> 16) as u16,
+            (lo >> 32) as u16,
+            (lo >> 48) as u16,
+            hi as u16,
+            (hi >> 16) as u16,
+            (hi >> 32) as u16,
+            (hi >> 48) as u16,
+        ]);
+    }
+    for (i, (w, &s)) in out_tail.iter_mut().zip(sm_tail).enumerate() {
+        let exps = table[codes_tail[i / 2] as usize] >> ((i % 2) * 16);
+        *w = (exps as u16 & 0x7f80) | (((s as u16) & 0x80) << 8) | ((s as u16) & 0x7f);
+    }
+}
+
+/// The SSSE3 kernel: 16 values per step, the codebook lookup done by `pshufb` on two
+/// 16-byte tables (one per output byte), so no table load per value.
+#[cfg(target_arch = "x86_64")]
+mod ssse3 {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_loadl_epi64, _mm_loadu_si128, _mm_or_si128, _mm_set1_epi8,
+        _mm_shuffle_epi8, _mm_srli_epi16, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
+    };
+
+    use crate::format::{CODE_BITS, CODE_MASK, CODEBOOK_LEN};
+
+    /// Values per step.
+    pub(super) const STEP: usize = 16;
+
+    /// Per code: the low output byte's exponent bit (`(e & 1) << 7`) and the high output
+    /// byte's exponent bits (`e >> 1`); the sign+mantissa byte fills the rest.
+    pub(super) struct Tables {
+        low: [u8; CODEBOOK_LEN],
+        high: [u8; CODEBOOK_LEN],
+    }
+
+    impl Tables {
+        pub(super) fn new(book: &[u8; CODEBOOK_LEN]) -> Self {
+            Self { low: book.map(|e| (e & 1) << 7), high: book.map(|e| e >> 1) }
+        }
+    }
+
+    /// Whether this CPU can run [`decode_steps`].
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("ssse3")
+    }
+
+    /// Decodes the largest multiple of [`STEP`] values that `out`, `codes` (two codes a
+    /// byte) and `sm` all cover, from the start (escapes not patched), and returns how
+    /// many values it wrote.
+    ///
+    /// # Safety
+    /// The CPU must support SSSE3 ([`available`]).
+    #[target_feature(enable = "ssse3")]
+    pub(super) unsafe fn decode_steps(tables: &Tables, codes: &[u8], sm: &[u8], out: &mut [u16]) -> usize {
+        let steps = (out.len() / STEP).min(codes.len() / (STEP / 2)).min(sm.len() / STEP);
+        // SAFETY: SSSE3 is available (the caller's contract). Every load and store is
+        // unaligned and in bounds: step `g < steps` reads codes[8g..8g + 8] and
+        // sm[16g..16g + 16] and writes out[16g..16g + 16], all within the lengths
+        // `steps` was computed from; the tables are 16 bytes each.
+        unsafe {
+            let low_table = _mm_loadu_si128(tables.low.as_ptr().cast::<__m128i>());
+            let high_table = _mm_loadu_si128(tables.high.as_ptr().cast::<__m128i>());
+            let nibble = _mm_set1_epi8(CODE_MASK as i8);
+            let mantissa = _mm_set1_epi8(0x7f);
+            let sign = _mm_set1_epi8(0x80u8 as i8);
+            for g in 0..steps {
+                let c = _mm_loadl_epi64(codes.as_ptr().add(g * STEP / 2).cast::<__m128i>());
+                let even = _mm_and_si128(c, nibble);
+                let odd = _mm_and_si128(_mm_srli_epi16::<{ CODE_BITS as i32 }>(c), nibble);
+                // The 16 codes in value order.
+                let idx = _mm_unpacklo_epi8(even, odd);
+                let s = _mm_loadu_si128(sm.as_ptr().add(g * STEP).cast::<__m128i>());
+                let low = _mm_or_si128(_mm_and_si128(s, mantissa), _mm_shuffle_epi8(low_table, idx));
+                let high = _mm_or_si128(_mm_and_si128(s, sign), _mm_shuffle_epi8(high_table, idx));
+                let dst = out.as_mut_ptr().add(g * STEP);
+                _mm_storeu_si128(dst.cast::<__m128i>(), _mm_unpacklo_epi8(low, high));
+                _mm_storeu_si128(dst.add(STEP / 2).cast::<__m128i>(), _mm_unpackhi_epi8(low, high));
+            }
+        }
+        steps * STEP
+    }
+}
+
 /// Writes the values of a validated coded payload; cannot fail.
 fn write_values(
     payload: &[u8],
@@ -215,16 +341,28 @@ fn write_values(
     parallel: bool,
 ) {
     let cs = header.chunk_size as usize;
-    let book = header.codebook.exponents();
+    let table = pair_table(&header.codebook.exponents());
+    #[cfg(target_arch = "x86_64")]
+    let simd = ssse3::available().then(|| ssse3::Tables::new(&header.codebook.exponents()));
     let codes = &payload[range(layout.codes)];
     let sign_mantissa = &payload[range(layout.sign_mantissa)];
     let positions = &payload[range(layout.escape_positions)];
     let exponents = &payload[range(layout.escape_exponents)];
     let decode_chunk = |(chunk, ((w, codes), sm)): DecodeTask<'_>| {
-        for (i, (w, &sm)) in w.iter_mut().zip(sm).enumerate() {
-            *w = join(book[code_at(codes, i) as usize], sm);
-        }
+        #[cfg(target_arch = "x86_64")]
+        let done = match &simd {
+            // SAFETY: `simd` is Some only when SSSE3 is available.
+            Some(tables) => unsafe { ssse3::decode_steps(tables, codes, sm, w) },
+            None => 0,
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        // `done` is even and at most each slice's length (in values).
+        decode_run(&table, &codes[done / 2..], &sm[done..], &mut w[done..]);
         let (first, end) = (offsets[chunk] as usize, offsets[chunk + 1] as usize);
+        if first == end {
+            return;
+        }
         let chunk_positions = positions[first * ESCAPE_POSITION_BYTES..end * ESCAPE_POSITION_BYTES]
             .chunks_exact(ESCAPE_POSITION_BYTES)
             .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
@@ -246,5 +384,50 @@ fn write_values(
             .zip(sign_mantissa.chunks(cs))
             .enumerate()
             .for_each(decode_chunk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random bytes (xorshift).
+    fn bytes(len: usize, mut seed: u64) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn reference(book: &[u8; CODEBOOK_LEN], codes: &[u8], sm: &[u8]) -> Vec<u16> {
+        sm.iter().enumerate().map(|(i, &s)| join(book[code_at(codes, i) as usize], s)).collect()
+    }
+
+    #[test]
+    fn kernels_match_join() {
+        let book: [u8; CODEBOOK_LEN] =
+            [0, 1, 0x7f, 0x80, 0xff, 0xfe, 3, 0x55, 0xaa, 9, 10, 11, 0x70, 0x71, 0x72, 0x73];
+        let table = pair_table(&book);
+        for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1024, 1031] {
+            let codes = bytes(len.div_ceil(2), len as u64 + 1);
+            let sm = bytes(len, len as u64 + 1000);
+            let want = reference(&book, &codes, &sm);
+            let mut got = vec![0x5a5a; len];
+            decode_run(&table, &codes, &sm, &mut got);
+            assert_eq!(got, want, "scalar, len {len}");
+            #[cfg(target_arch = "x86_64")]
+            if ssse3::available() {
+                let mut got = vec![0x5a5a; len];
+                // SAFETY: SSSE3 is available.
+                let done = unsafe { ssse3::decode_steps(&ssse3::Tables::new(&book), &codes, &sm, &mut got) };
+                assert_eq!(done, len / ssse3::STEP * ssse3::STEP);
+                decode_run(&table, &codes[done / 2..], &sm[done..], &mut got[done..]);
+                assert_eq!(got, want, "ssse3, len {len}");
+            }
+        }
     }
 }

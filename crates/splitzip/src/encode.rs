@@ -4,10 +4,14 @@
 //! a GPU encoder follows, with the prefix sum done by a decoupled look-back there,
 //! `gpu-entropy-coding.md` §5):
 //!
-//! 1. count each chunk's escapes;
+//! 1. count each chunk's escapes; when the output buffer can hold the raw form (so no
+//!    payload can fail with `OutputTooSmall`), this pass also writes the codes section,
+//!    whose offset (128) does not depend on the escape count: the raw form overwrites
+//!    it if the payload turns out raw;
 //! 2. exclusive prefix sum of the counts = the escape offsets section; this fixes every
 //!    section's place and decides coded versus raw;
-//! 3. every chunk writes its codes, sign+mantissa bytes and escapes at known offsets.
+//! 3. every chunk writes its sign+mantissa bytes, escapes and (unless pass 1 did)
+//!    codes at known offsets.
 
 use bf16_field::{exponent_of, sign_mantissa_of};
 use rayon::prelude::*;
@@ -15,9 +19,9 @@ use rayon::prelude::*;
 use crate::codebook::Codebook;
 use crate::error::EncodeError;
 use crate::format::{
-    CODE_BITS, CodedLayout, ESCAPE_CODE, ESCAPE_EXPONENT_BYTES, ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES,
-    HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, PayloadHeader, Section,
-    chunk_size_is_valid,
+    CODE_BITS, CODE_MASK, CodedLayout, ESCAPE_CODE, ESCAPE_EXPONENT_BYTES, ESCAPE_OFFSET_BYTES,
+    ESCAPE_POSITION_BYTES, HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES,
+    PayloadHeader, Section, chunk_size_is_valid,
 };
 
 /// A hard upper bound on the bytes [`encode_into`] writes for `value_count` values:
@@ -60,17 +64,33 @@ pub fn encode_into(
     }
     let cs = chunk_size as usize;
     let n = words.len();
-    let table = codebook.code_table();
+    let table = flag_table(codebook);
     let parallel = n >= PARALLEL_MIN_VALUES;
     let min_chunks_per_task = (PARALLEL_TASK_VALUES / cs).max(1);
 
-    // Pass 1: escapes per chunk.
-    let count =
-        |chunk: &[u16]| chunk.iter().filter(|&&w| table[exponent_of(w) as usize] == NO_CODE).count() as u32;
-    let counts: Vec<u32> = if parallel {
-        words.par_chunks(cs).with_min_len(min_chunks_per_task).map(count).collect()
+    // Pass 1: escapes per chunk, and the codes section when `out` can hold any payload
+    // (it starts at HEADER_LEN in every coded payload and lies inside a raw one).
+    let codes_early = out.len() >= max_encoded_len(n, chunk_size);
+    let counts: Vec<u32> = if codes_early {
+        let codes = &mut out[HEADER_LEN..HEADER_LEN + n.div_ceil(2)];
+        let code = |(w, c): (&[u16], &mut [u8])| write_codes(&table, w, c);
+        if parallel {
+            words
+                .par_chunks(cs)
+                .zip(codes.par_chunks_mut(cs / 2))
+                .with_min_len(min_chunks_per_task)
+                .map(code)
+                .collect()
+        } else {
+            words.chunks(cs).zip(codes.chunks_mut(cs / 2)).map(code).collect()
+        }
     } else {
-        words.chunks(cs).map(count).collect()
+        let count = |w: &[u16]| count_escapes(&table, w);
+        if parallel {
+            words.par_chunks(cs).with_min_len(min_chunks_per_task).map(count).collect()
+        } else {
+            words.chunks(cs).map(count).collect()
+        }
     };
     // Exclusive prefix sum; a total past u32::MAX cannot be coded.
     let mut offsets = Vec::with_capacity(counts.len() + 1);
@@ -100,7 +120,8 @@ pub fn encode_into(
     match header.layout {
         Layout::Raw { .. } => write_raw(words, &mut out[HEADER_LEN..], parallel),
         Layout::Coded(layout) => {
-            write_coded(words, &table, cs, &layout, &counts, &offsets, out, parallel, min_chunks_per_task);
+            let plan = CodedPlan { cs, layout: &layout, counts: &counts, offsets: &offsets, codes_early };
+            write_coded(words, &table, &plan, out, parallel, min_chunks_per_task);
         }
     }
     Ok(len)
@@ -171,22 +192,79 @@ fn take_section<'a>(rest: &mut &'a mut [u8], cursor: &mut usize, section: Sectio
     body
 }
 
+/// Set in [`FlagTable`] entries of exponents that are not in the codebook.
+const ESCAPE_FLAG: u8 = 1 << CODE_BITS;
+
+/// For each exponent, its code, or [`ESCAPE_FLAG`] (code bits 0 = [`ESCAPE_CODE`]) when
+/// it is escaped.
+type FlagTable = [u8; 256];
+
+fn flag_table(codebook: &Codebook) -> FlagTable {
+    codebook.code_table().map(|c| if c == NO_CODE { ESCAPE_FLAG | ESCAPE_CODE } else { c })
+}
+
+/// The number of escaped values in `words`.
+fn count_escapes(table: &FlagTable, words: &[u16]) -> u32 {
+    let flag = |w: u16| (table[exponent_of(w) as usize] >> CODE_BITS) as u32;
+    let mut octets = words.chunks_exact(8);
+    let mut count = 0;
+    for w in &mut octets {
+        count += w.iter().map(|&w| flag(w)).sum::<u32>();
+    }
+    count + octets.remainder().iter().map(|&w| flag(w)).sum::<u32>()
+}
+
+/// Writes the codes of `words` (one chunk) into `codes` (`ceil(words.len() / 2)` bytes,
+/// escapes as [`ESCAPE_CODE`], a zero high nibble after an odd count) and returns the
+/// number of escapes.
+fn write_codes(table: &FlagTable, words: &[u16], codes: &mut [u8]) -> u32 {
+    let code = |w: u16| table[exponent_of(w) as usize];
+    // Two codes in a byte; the escape flag of either falls out of the byte.
+    let byte = |c0: u8, c1: u8| (c0 & CODE_MASK) | (c1 << CODE_BITS);
+    let full = words.len() / 8 * 8;
+    let (words, words_tail) = words.split_at(full);
+    let (codes, codes_tail) = codes.split_at_mut(full / 2);
+    let mut count = 0;
+    for (w, out) in words.chunks_exact(8).zip(codes.chunks_exact_mut(4)) {
+        let c =
+            [code(w[0]), code(w[1]), code(w[2]), code(w[3]), code(w[4]), code(w[5]), code(w[6]), code(w[7])];
+        out.copy_from_slice(&[byte(c[0], c[1]), byte(c[2], c[3]), byte(c[4], c[5]), byte(c[6], c[7])]);
+        if c.iter().fold(0, |a, &c| a | c) & ESCAPE_FLAG != 0 {
+            count += c.iter().map(|&c| (c >> CODE_BITS) as u32).sum::<u32>();
+        }
+    }
+    for (w, out) in words_tail.chunks(2).zip(codes_tail) {
+        let c0 = code(w[0]);
+        let c1 = w.get(1).map_or(ESCAPE_CODE, |&w| code(w));
+        *out = byte(c0, c1);
+        count += (c0 >> CODE_BITS) as u32 + (c1 >> CODE_BITS) as u32;
+    }
+    count
+}
+
+/// Everything [`write_coded`] needs besides the data.
+struct CodedPlan<'a> {
+    cs: usize,
+    layout: &'a CodedLayout,
+    counts: &'a [u32],
+    offsets: &'a [u32],
+    /// Pass 1 already wrote the codes section.
+    codes_early: bool,
+}
+
 /// One chunk's work: (((input words, codes), sign+mantissa bytes), (escape position
 /// bytes, escape exponent bytes)).
 type EncodeTask<'a> = (((&'a [u16], &'a mut [u8]), &'a mut [u8]), (&'a mut [u8], &'a mut [u8]));
 
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 fn write_coded(
     words: &[u16],
-    table: &[u8; 256],
-    cs: usize,
-    layout: &CodedLayout,
-    counts: &[u32],
-    offsets: &[u32],
+    table: &FlagTable,
+    plan: &CodedPlan<'_>,
     out: &mut [u8],
     parallel: bool,
     min_chunks_per_task: usize,
 ) {
+    let (cs, layout) = (plan.cs, plan.layout);
     let mut cursor = HEADER_LEN;
     let mut rest = &mut out[HEADER_LEN..];
     let codes = take_section(&mut rest, &mut cursor, layout.codes);
@@ -196,12 +274,12 @@ fn write_coded(
     let mut exponents = take_section(&mut rest, &mut cursor, layout.escape_exponents);
     debug_assert!(rest.is_empty(), "the layout ends at the escape exponents");
 
-    for (o, &v) in escape_offsets.chunks_exact_mut(ESCAPE_OFFSET_BYTES).zip(offsets) {
+    for (o, &v) in escape_offsets.chunks_exact_mut(ESCAPE_OFFSET_BYTES).zip(plan.offsets) {
         o.copy_from_slice(&v.to_le_bytes());
     }
     // Each chunk's slice of the two escape arrays.
-    let mut escapes: Vec<(&mut [u8], &mut [u8])> = Vec::with_capacity(counts.len());
-    for &c in counts {
+    let mut escapes: Vec<(&mut [u8], &mut [u8])> = Vec::with_capacity(plan.counts.len());
+    for &c in plan.counts {
         let (p, p_rest) = std::mem::take(&mut positions).split_at_mut(c as usize * ESCAPE_POSITION_BYTES);
         let (e, e_rest) = std::mem::take(&mut exponents).split_at_mut(c as usize * ESCAPE_EXPONENT_BYTES);
         positions = p_rest;
@@ -209,23 +287,25 @@ fn write_coded(
         escapes.push((p, e));
     }
 
+    let codes_early = plan.codes_early;
     let encode_chunk = |(((w, codes), sm), (pos, exps)): EncodeTask<'_>| {
+        for (s, &x) in sm.iter_mut().zip(w) {
+            *s = sign_mantissa_of(x);
+        }
+        if !codes_early {
+            write_codes(table, w, codes);
+        }
+        if exps.is_empty() {
+            return;
+        }
         let mut k = 0;
         for (i, &x) in w.iter().enumerate() {
             let e = exponent_of(x);
-            sm[i] = sign_mantissa_of(x);
-            let mut code = table[e as usize];
-            if code == NO_CODE {
+            if table[e as usize] & ESCAPE_FLAG != 0 {
                 pos[k * ESCAPE_POSITION_BYTES..(k + 1) * ESCAPE_POSITION_BYTES]
                     .copy_from_slice(&(i as u16).to_le_bytes());
                 exps[k] = e;
                 k += 1;
-                code = ESCAPE_CODE;
-            }
-            if i % 2 == 0 {
-                codes[i / 2] = code;
-            } else {
-                codes[i / 2] |= code << CODE_BITS;
             }
         }
         debug_assert_eq!(k, exps.len(), "pass 2 finds the escapes pass 1 counted");
@@ -246,5 +326,70 @@ fn write_coded(
             .zip(sign_mantissa.chunks_mut(cs))
             .zip(escapes)
             .for_each(encode_chunk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random words (xorshift), about one in `1 << rare_bits` with a
+    /// random exponent and the rest with an exponent in 0x70..0x80.
+    fn words(len: usize, mut seed: u64, rare_bits: u32) -> Vec<u16> {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let w = (seed >> 16) as u16;
+                if (seed >> 40) % (1 << rare_bits) == 0 {
+                    w
+                } else {
+                    (w & 0x807f) | ((0x70 | (w >> 7) & 0xf) << 7)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn codes_and_counts_match_the_reference() {
+        let codebook = Codebook::new((0x70..0x80).collect::<Vec<u8>>().try_into().unwrap()).unwrap();
+        let table = flag_table(&codebook);
+        let reference = codebook.code_table();
+        for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 33, 1000, 1025] {
+            for rare_bits in [0, 1, 3] {
+                let w = words(len, len as u64 * 7 + rare_bits as u64 + 1, rare_bits);
+                let code = |i: usize| match reference[exponent_of(w[i]) as usize] {
+                    NO_CODE => ESCAPE_CODE,
+                    c => c,
+                };
+                let want: Vec<u8> = (0..len.div_ceil(2))
+                    .map(|j| code(2 * j) | w.get(2 * j + 1).map_or(0, |_| code(2 * j + 1) << 4))
+                    .collect();
+                let escapes =
+                    w.iter().filter(|&&x| reference[exponent_of(x) as usize] == NO_CODE).count() as u32;
+                let mut got = vec![0xa5; len.div_ceil(2)];
+                assert_eq!(write_codes(&table, &w, &mut got), escapes, "len {len}");
+                assert_eq!(got, want, "len {len}");
+                assert_eq!(count_escapes(&table, &w), escapes, "len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn codes_written_early_or_late_give_the_same_payload() {
+        let codebook = Codebook::new((0x70..0x80).collect::<Vec<u8>>().try_into().unwrap()).unwrap();
+        for (len, rare_bits) in [(0, 4), (1, 4), (33, 0), (1001, 4), (1001, 2), (PARALLEL_MIN_VALUES + 77, 6)]
+        {
+            let w = words(len, len as u64 + 3, rare_bits);
+            for chunk_size in [32, 1024] {
+                let mut early = vec![0xa5; max_encoded_len(len, chunk_size)];
+                let n = encode_into(&w, &codebook, chunk_size, &mut early).unwrap();
+                let mut late = vec![0x5a; n];
+                assert_eq!(encode_into(&w, &codebook, chunk_size, &mut late).unwrap(), n);
+                assert_eq!(early[..n], late[..], "len {len}, chunk {chunk_size}");
+                assert_eq!(crate::decode(&late).unwrap(), w);
+            }
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! The SplitZip GPU encoder and decoder (PTX from `kernels/splitzip/splitzip.cu`),
 //! byte-identical to the CPU reference in both directions.
 //!
-//! **Encode** is two kernels and a memset on one stream, with no host synchronisation, so
-//! it can be captured in a CUDA graph ([`encode_device`]): `splitzip_encode_tiles` writes
-//! codes, sign+mantissa bytes, escape offsets and positions, finding each tile's place in
-//! the escape list with a decoupled look-back (`gpu-entropy-coding.md` section 5);
-//! `splitzip_encode_finish` moves the escape exponents to their section (its offset
-//! depends on the total escape count), writes the header and padding, or rewrites the
-//! payload raw when coded would be larger. The encoded length stays on the device until
+//! **Encode** is a memset and four kernels on one stream, with no host synchronisation,
+//! so it can be captured in a CUDA graph ([`encode_device`]): `splitzip_encode_tiles`
+//! (one CTA per 8192-value tile) writes codes, sign+mantissa bytes, tile-relative chunk
+//! escape offsets and the tile's escapes to scratch; `splitzip_encode_scan` turns the
+//! per-tile escape counts into prefixes; `splitzip_encode_place` makes the offsets
+//! absolute and moves the escapes to their sections (whose place depends on the total);
+//! `splitzip_encode_finish` writes the header and padding, or rewrites the payload raw
+//! when coded would be larger. The encoded length stays on the device until
 //! [`EncodeWorkspace::encoded_len`] reads it.
 //!
 //! **Decode** ([`decode_device`]) validates the header on the host, then one kernel
@@ -34,11 +35,12 @@ pub const MODULE: PtxModule = PtxModule { name: "splitzip", ptx: include_str!(".
 pub const GPU_MAX_CHUNK_SIZE: u32 = 8192;
 const TILE_VALUES: usize = GPU_MAX_CHUNK_SIZE as usize;
 const THREADS: u32 = 256;
-/// Workspace words before the per-tile look-back descriptors (ticket, total, length).
-const WORKSPACE_HEADER_WORDS: usize = 3;
-/// Resident CTAs per multiprocessor the encoder grid is sized for (25.7 KB of shared
-/// memory each).
-const ENCODE_CTAS_PER_SM: u32 = 8;
+/// Workspace words before the per-tile escape counts (total, encoded length).
+const WORKSPACE_HEADER_WORDS: usize = 2;
+/// Threads of the one-CTA scan kernel (`SZ_SCAN_THREADS`).
+const SCAN_THREADS: u32 = 1024;
+/// Threads per CTA of the placement kernel (`SZ_PLACE_THREADS`); a warp per tile.
+const PLACE_THREADS: u32 = 256;
 
 /// Errors of the GPU path.
 #[derive(Debug, thiserror::Error)]
@@ -86,24 +88,29 @@ pub enum GpuError {
 
 /// Device scratch for [`encode_device`], reusable across calls of up to `capacity` values.
 pub struct EncodeWorkspace {
-    /// `[ticket, total escapes, encoded length, descriptor per tile...]`.
+    /// `[total escapes, encoded length, escapes of (then before) each tile...]`.
     words: CudaSlice<u64>,
-    /// Escape exponents before they move to their section (worst case: every value).
+    /// Each tile's escape positions before they move to their section (worst case: every
+    /// value of the tile).
+    scratch_positions: CudaSlice<u16>,
+    /// Each tile's escape exponents, likewise.
     scratch_exponents: CudaSlice<u8>,
     capacity: usize,
 }
 
 impl EncodeWorkspace {
-    /// Allocates scratch for payloads of up to `capacity` values (about `capacity` bytes
-    /// plus 8 bytes per 8192 values).
+    /// Allocates scratch for payloads of up to `capacity` values: about `3 * capacity`
+    /// bytes (the worst case, every value escaped) plus 8 bytes per 8192 values.
     ///
     /// # Errors
     /// [`GpuError::Cuda`] when allocation fails.
     pub fn new(gpu: &GpuContext, capacity: usize) -> Result<Self, GpuError> {
         let tiles = capacity.div_ceil(TILE_VALUES);
+        let slots = (tiles * TILE_VALUES).max(1);
         Ok(EncodeWorkspace {
             words: gpu.stream().alloc_zeros(WORKSPACE_HEADER_WORDS + tiles)?,
-            scratch_exponents: gpu.stream().alloc_zeros(capacity.max(1))?,
+            scratch_positions: gpu.stream().alloc_zeros(slots)?,
+            scratch_exponents: gpu.stream().alloc_zeros(slots)?,
             capacity,
         })
     }
@@ -115,7 +122,7 @@ impl EncodeWorkspace {
     /// [`GpuError::Cuda`].
     pub fn encoded_len(&self, gpu: &GpuContext) -> Result<usize, GpuError> {
         let mut len = [0u64];
-        gpu.stream().memcpy_dtoh(&self.words.slice(2..3), &mut len)?;
+        gpu.stream().memcpy_dtoh(&self.words.slice(1..2), &mut len)?;
         Ok(len[0] as usize)
     }
 }
@@ -164,53 +171,83 @@ pub fn encode_device(
         return Err(GpuError::Buffer { what: "out", why: format!("{} bytes, needs {needed}", out.len()) });
     }
     if workspace.capacity < n {
-        return Err(GpuError::Buffer { what: "workspace", why: format!("holds {} values, needs {n}", workspace.capacity) });
+        return Err(GpuError::Buffer {
+            what: "workspace",
+            why: format!("holds {} values, needs {n}", workspace.capacity),
+        });
     }
     let stream = gpu.stream();
     check_aligned("words", words.device_ptr(stream).0)?;
     check_aligned("out", out.device_ptr(stream).0)?;
     let tiles = n.div_ceil(TILE_VALUES);
     stream.memset_zeros(&mut workspace.words.slice_mut(..WORKSPACE_HEADER_WORDS + tiles))?;
-    let table: [u8; 256] = codebook.code_table();
-    // The code table is 256 bytes: pass it through a small device copy (no sync: the
-    // copy is ordered on the stream before the kernel).
-    let table_dev = stream.clone_htod(&table)?;
-    let (n64, cs, cap) = (n as u64, chunk_size, out.len() as u64);
-    let grid = (gpu.multiprocessors * ENCODE_CTAS_PER_SM).min(tiles.max(1) as u32);
-    let tiles_fn = gpu.function(&MODULE, "splitzip_encode_tiles")?;
-    let mut launch = stream.launch_builder(&tiles_fn);
-    launch
-        .arg(words)
-        .arg(&n64)
-        .arg(&cs)
-        .arg(&table_dev)
-        .arg(&mut *out)
-        .arg(&cap)
-        .arg(&mut workspace.scratch_exponents)
-        .arg(&mut workspace.words);
-    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: the signature matches splitzip_encode_tiles; `words` holds n values, `out`
-    // holds at least 128 + 2n bytes and every write is below `cap` or inside sections
-    // that a coded payload of <= 128 + 2n bytes contains; the scratch holds n bytes; the
-    // workspace holds 3 + tiles words and was zeroed above.
-    unsafe { launch.launch(cfg) }?;
+    // The 256-byte exponent -> code table travels as a kernel parameter: no copy, so
+    // the whole encode stays capturable in a CUDA graph.
+    let table = CodeTableArg(codebook.code_table());
+    let (n64, cs, tiles64) = (n as u64, chunk_size, tiles as u64);
+    if tiles > 0 {
+        let f = gpu.function(&MODULE, "splitzip_encode_tiles")?;
+        let mut launch = stream.launch_builder(&f);
+        launch
+            .arg(words)
+            .arg(&n64)
+            .arg(&cs)
+            .arg(&table)
+            .arg(&mut *out)
+            .arg(&mut workspace.scratch_positions)
+            .arg(&mut workspace.scratch_exponents)
+            .arg(&mut workspace.words);
+        let cfg =
+            LaunchConfig { grid_dim: (tiles as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the signature matches splitzip_encode_tiles; `words` holds n values;
+        // the kernel writes only below the escape positions section, which it checks
+        // lies within 128 + 2n <= out.len() bytes; each tile writes at most 8192 scratch
+        // slots of its own and one workspace word (3 + tiles words, zeroed above).
+        unsafe { launch.launch(cfg) }?;
+        let f = gpu.function(&MODULE, "splitzip_encode_scan")?;
+        let mut launch = stream.launch_builder(&f);
+        launch.arg(&tiles64).arg(&mut workspace.words);
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: reads and rewrites the `tiles` counts and writes the total, all inside
+        // the workspace.
+        unsafe { launch.launch(cfg) }?;
+        let f = gpu.function(&MODULE, "splitzip_encode_place")?;
+        let mut launch = stream.launch_builder(&f);
+        launch
+            .arg(&n64)
+            .arg(&cs)
+            .arg(&mut *out)
+            .arg(&workspace.scratch_positions)
+            .arg(&workspace.scratch_exponents)
+            .arg(&workspace.words);
+        let cfg = LaunchConfig {
+            grid_dim: (tiles as u32, 1, 1),
+            block_dim: (PLACE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: runs only when the coded payload fits in 128 + 2n bytes and writes
+        // inside its sections; scratch reads stay inside each tile's slots (counts come
+        // from the scan of what the tiles kernel wrote); any grid covers every tile.
+        unsafe { launch.launch(cfg) }?;
+    }
     let codebook_arg = codebook_uint4(codebook);
     let finish = gpu.function(&MODULE, "splitzip_encode_finish")?;
     let mut launch = stream.launch_builder(&finish);
-    launch
-        .arg(words)
-        .arg(&n64)
-        .arg(&cs)
-        .arg(&codebook_arg)
-        .arg(&mut *out)
-        .arg(&workspace.scratch_exponents)
-        .arg(&mut workspace.words);
-    // SAFETY: as above; the finish kernel writes the header, padding and at most E
-    // exponent bytes of a coded payload of <= 128 + 2n bytes, or the raw form of exactly
-    // 128 + 2n bytes.
+    launch.arg(words).arg(&n64).arg(&cs).arg(&codebook_arg).arg(&mut *out).arg(&mut workspace.words);
+    // SAFETY: writes the header and padding of a coded payload of <= 128 + 2n bytes, or
+    // the raw form of exactly 128 + 2n bytes; `out` holds at least that.
     unsafe { launch.launch(gpu.grid_stride_config(n / 8 + 1, THREADS)) }?;
     Ok(())
 }
+
+/// The encoder's exponent -> code table (0xff = escape) as the kernel takes it: a
+/// 256-byte struct passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CodeTableArg([u8; 256]);
+
+// SAFETY: CodeTableArg is 256 plain bytes, the layout of the kernel's SzCodeTable.
+unsafe impl cudarc::driver::DeviceRepr for CodeTableArg {}
 
 /// The codebook as the kernels take it: 16 bytes, entry i in byte i.
 #[repr(C, align(16))]
@@ -228,9 +265,15 @@ fn codebook_uint4(codebook: &Codebook) -> CodebookArg {
 ///
 /// # Errors
 /// As [`encode_device`].
-pub fn encode_host(gpu: &Arc<GpuContext>, words: &[u16], codebook: &Codebook, chunk_size: u32) -> Result<Vec<u8>, GpuError> {
+pub fn encode_host(
+    gpu: &Arc<GpuContext>,
+    words: &[u16],
+    codebook: &Codebook,
+    chunk_size: u32,
+) -> Result<Vec<u8>, GpuError> {
     let stream = gpu.stream();
-    let d_words: CudaSlice<u16> = if words.is_empty() { stream.alloc_zeros(1)? } else { stream.clone_htod(words)? };
+    let d_words: CudaSlice<u16> =
+        if words.is_empty() { stream.alloc_zeros(1)? } else { stream.clone_htod(words)? };
     let mut out: CudaSlice<u8> = stream.alloc_zeros(max_encoded_len(words.len(), chunk_size))?;
     let mut ws = EncodeWorkspace::new(gpu, words.len())?;
     encode_device(gpu, &d_words.slice(..words.len()), codebook, chunk_size, &mut out.as_view_mut(), &mut ws)?;
@@ -275,24 +318,33 @@ pub fn decode_device(
             let src = payload.slice(words.offset as usize..words.end() as usize);
             // SAFETY: 2n bytes viewed as n u16 words; the source offset (128) keeps the
             // 2-byte alignment of the allocation.
-            let src = unsafe { src.transmute::<u16>(n) }.ok_or_else(|| GpuError::Buffer { what: "payload", why: "raw section".into() })?;
+            let src = unsafe { src.transmute::<u16>(n) }
+                .ok_or_else(|| GpuError::Buffer { what: "payload", why: "raw section".into() })?;
             stream.memcpy_dtod(&src, &mut out.slice_mut(..n))?;
         }
         Layout::Coded(layout) => {
             check_gpu_limits(n, header.chunk_size)?;
             check_aligned("payload", payload.device_ptr(stream).0)?;
             check_aligned("out", out.device_ptr(stream).0)?;
-            let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
-            let (n64, cs, e, exp_at) = (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
+            let (n64, cs, e, exp_at) =
+                (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
             let cb = codebook_uint4(&header.codebook);
-            let mut launch = stream.launch_builder(&f);
-            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out).arg(&mut *status);
-            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
-            let cfg = LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+            let check = gpu.function(&MODULE, "splitzip_check_body")?;
+            let mut launch = stream.launch_builder(&check);
+            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *status);
             // SAFETY: the header was validated (section offsets and lengths match n, the
             // chunk size and E, and the payload is exactly encoded_len bytes), so every
-            // section index the kernel computes from them is in bounds; escape indices
-            // are bounded by E and checked before use; `out` holds n words.
+            // index the kernel derives is in bounds; escape indices are checked against E
+            // before use; `status` holds one u32.
+            unsafe { launch.launch(gpu.grid_stride_config(layout.chunk_count as usize, THREADS)) }?;
+            let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
+            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
+            let cfg =
+                LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: as above; escape reads are bounded by the chunk's offsets, used only
+            // when they are ordered and <= E; `out` holds n words.
             unsafe { launch.launch(cfg) }?;
         }
     }

@@ -15,7 +15,8 @@ fn fixture_words() -> Vec<(String, Vec<u16>)> {
     let mut out = Vec::new();
     for name in ["smollm2-135m-code", "smollm2-135m-prose"] {
         let path = dir.join(format!("{name}.safetensors"));
-        let cache = bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let cache =
+            bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         out.push((name.to_string(), cache.concat_words()));
     }
     out
@@ -65,7 +66,11 @@ fn gpu_encode_is_byte_identical_to_cpu() {
             let cpu = encode(&words, &codebook, chunk).unwrap();
             let gpu_bytes = encode_host(&gpu, &words, &codebook, chunk).unwrap();
             assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, chunk {chunk}: length");
-            assert!(gpu_bytes == cpu, "{name}, chunk {chunk}: bytes differ at {:?}", gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b));
+            assert!(
+                gpu_bytes == cpu,
+                "{name}, chunk {chunk}: bytes differ at {:?}",
+                gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b)
+            );
             // GPU encode -> CPU decode.
             assert_eq!(decode(&gpu_bytes).unwrap(), words, "{name}, chunk {chunk}");
         }
@@ -106,7 +111,10 @@ fn gpu_decode_reports_the_cpu_error() {
                 Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
                 Err(cpu) => {
                     let gpu_err = decode_host(&gpu, &bad).unwrap_err();
-                    assert!(matches!(&gpu_err, GpuError::Decode(e) if *e == cpu), "{section}+{k}: {gpu_err} vs {cpu}");
+                    assert!(
+                        matches!(&gpu_err, GpuError::Decode(e) if *e == cpu),
+                        "{section}+{k}: {gpu_err} vs {cpu}"
+                    );
                     checked += 1;
                 }
             }

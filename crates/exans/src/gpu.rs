@@ -1,0 +1,257 @@
+//! The ExANS GPU decoder (PTX from `kernels/exans/exans.cu`), byte-identical to the CPU
+//! reference [`crate::decode_cache`].
+//!
+//! One kernel launch decodes every record of a container: one 256-thread CTA per record,
+//! warp w decoding partition w with one rANS lane per thread, the packed decode table
+//! (spec §5.4) in shared memory, words taken step-major in ascending lane order with
+//! ballot/popc (spec §6.2), and each symbol joined with its sign+mantissa byte and
+//! written straight into the cache's `[T, H, D]` tensors (concatenated in block order,
+//! as [`bf16_field::KvCache::concat_words`] lays them out).
+//!
+//! **Validation.** [`DeviceIndex::new`] runs the CPU parser over the container index
+//! and every record (all the checks of spec §8 and §10 that need no decoding) before
+//! anything is launched; an invalid container gets the CPU decoder's exact error. The
+//! kernel re-checks every offset it uses, bounds every read by the record, and flags the
+//! three decode-time errors (word stream exhausted, final state, unconsumed words) in a
+//! device status word; [`decode_cache_host`] then runs the CPU decoder on the same bytes
+//! to return its exact [`Error`].
+//!
+//! GPU limits (the CPU path has none): the device container must be 16-byte aligned.
+
+use bf16_field::KvCache;
+use bf16_field::gpu::{GpuContext, PtxModule};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::Error;
+use crate::container::{ContainerInfo, container_info, decode_cache};
+use crate::record::{BlockShape, inspect_record, record_shape};
+
+/// The ExANS PTX module: `exans_decode_records`.
+pub const MODULE: PtxModule = PtxModule { name: "exans", ptx: include_str!("../ptx/exans.ptx") };
+
+/// The decode kernel's name in [`MODULE`].
+pub const DECODE_KERNEL: &str = "exans_decode_records";
+/// Threads per CTA (`EX_THREADS` in the kernel): 8 partitions x 32 lanes.
+const THREADS: u32 = 256;
+/// The largest grid the kernel is launched with; it strides over more records.
+const MAX_GRID: usize = i32::MAX as usize;
+
+/// Errors of the GPU path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// The container is invalid; the variant is the CPU decoder's, for the same bytes.
+    #[error(transparent)]
+    Decode(#[from] Error),
+    /// A buffer is too small, the wrong length or misaligned.
+    #[error("{what}: {why}")]
+    Buffer {
+        /// Which buffer.
+        what: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// The GPU decoder flagged a container the CPU decoder accepts (or the host
+    /// validation rejected one the CPU decoder accepts): a bug, never expected.
+    #[error("GPU decoder status {status:#x} on a container the CPU decoder accepts")]
+    Disagreement {
+        /// The kernel's status bits (0 when the host validation disagreed).
+        status: u32,
+    },
+    /// A CUDA driver call failed.
+    #[error("CUDA: {0}")]
+    Cuda(#[from] cudarc::driver::DriverError),
+    /// Loading the module failed, or the decoded cache could not be assembled.
+    #[error(transparent)]
+    Backend(#[from] bf16_field::Error),
+}
+
+/// The CPU decoder's error for `container`, which the GPU path found invalid; a
+/// [`GpuError::Disagreement`] with `status` if the CPU decoder accepts it.
+fn cpu_error(container: &[u8], status: u32) -> GpuError {
+    match decode_cache(container) {
+        Err(e) => GpuError::Decode(e),
+        Ok(_) => GpuError::Disagreement { status },
+    }
+}
+
+/// Every check [`decode_cache`] makes before it decodes: the container header and index,
+/// the allocation bound, each record's shape against the container's, and every record
+/// check of spec §10 except the three decode-time ones.
+fn validate(container: &[u8]) -> Result<ContainerInfo, Error> {
+    let info = container_info(container)?;
+    let s = info.shape;
+    if s.total_values() > container.len() {
+        return Err(Error::Truncated { needed: s.total_values(), got: container.len() });
+    }
+    for i in 0..info.blocks() {
+        let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
+        let record = info.record(container, i);
+        let got = record_shape(record).map_err(in_block)?;
+        let expected = info.block_shape(i);
+        if got != expected {
+            let dims = |b: BlockShape| [b.layers, b.kv_heads, b.head_dim, b.tokens];
+            return Err(in_block(Error::RecordShapeMismatch {
+                block: i,
+                got: dims(got),
+                expected: dims(expected),
+            }));
+        }
+        inspect_record(record).map_err(in_block)?;
+    }
+    Ok(info)
+}
+
+/// A validated container index, with its record offsets on the device: what
+/// [`decode_device`] needs besides the container bytes. Build it once per container
+/// (it parses every record header on the host) and reuse it across launches.
+pub struct DeviceIndex {
+    info: ContainerInfo,
+    /// `blocks + 1` record offsets from the container start (`u64`, spec §8).
+    offsets: CudaSlice<u64>,
+    container_len: usize,
+}
+
+impl DeviceIndex {
+    /// Validates `container` with the CPU parser (no decoding) and uploads its record
+    /// offsets.
+    ///
+    /// # Errors
+    /// [`GpuError::Decode`] with the CPU decoder's exact error for an invalid container;
+    /// [`GpuError::Cuda`].
+    pub fn new(gpu: &GpuContext, container: &[u8]) -> Result<Self, GpuError> {
+        let info = match validate(container) {
+            Ok(info) => info,
+            // decode_cache decodes blocks in parallel; re-running it keeps its error (and
+            // its choice among several bad blocks) exactly.
+            Err(_) => return Err(cpu_error(container, 0)),
+        };
+        let offsets: Vec<u64> = info.offsets.iter().map(|&o| o as u64).collect();
+        let offsets = gpu.stream().clone_htod(&offsets)?;
+        Ok(DeviceIndex { info, offsets, container_len: container.len() })
+    }
+
+    /// The container's header and index.
+    pub fn info(&self) -> &ContainerInfo {
+        &self.info
+    }
+
+    /// The container's length in bytes.
+    pub fn container_len(&self) -> usize {
+        self.container_len
+    }
+
+    /// Values in the decoded cache, `2 L T H D`: the length `out` needs.
+    pub fn values(&self) -> usize {
+        self.info.shape.total_values()
+    }
+}
+
+/// Decodes the device container `container` (the bytes [`DeviceIndex::new`] validated,
+/// 16-byte aligned) into `out`, the cache's `2L` tensors `[T, H, D]` concatenated in
+/// block order (layer 0 K, layer 0 V, ...), in one kernel launch on the context's stream,
+/// without synchronising. `status[0]` is zeroed, then left nonzero if a record failed a
+/// decode-time check (spec §10 rows 24-27); `out` is then unspecified.
+///
+/// # Errors
+/// [`GpuError::Buffer`] for a container of the wrong length or alignment, or an `out`
+/// or `status` that is too small; [`GpuError::Cuda`].
+pub fn decode_device(
+    gpu: &GpuContext,
+    container: &CudaView<'_, u8>,
+    index: &DeviceIndex,
+    out: &mut CudaViewMut<'_, u16>,
+    status: &mut CudaSlice<u32>,
+) -> Result<(), GpuError> {
+    if container.len() != index.container_len {
+        return Err(GpuError::Buffer {
+            what: "container",
+            why: format!("{} bytes, the index was built for {}", container.len(), index.container_len),
+        });
+    }
+    let values = index.values();
+    if out.len() < values {
+        return Err(GpuError::Buffer { what: "out", why: format!("{} words, needs {values}", out.len()) });
+    }
+    if status.is_empty() {
+        return Err(GpuError::Buffer { what: "status", why: "needs one u32".into() });
+    }
+    let stream = gpu.stream();
+    let ptr = container.device_ptr(stream).0;
+    if ptr % 16 != 0 {
+        return Err(GpuError::Buffer {
+            what: "container",
+            why: format!("device address {ptr:#x} is not 16-byte aligned"),
+        });
+    }
+    stream.memset_zeros(status)?;
+    let s = index.info.shape;
+    let blocks = index.info.blocks();
+    let f = gpu.function(&MODULE, DECODE_KERNEL)?;
+    // container_info checked every dimension against its u16 header field and the block
+    // count against its u32 field.
+    let (container_len, blocks32) = (index.container_len as u64, blocks as u32);
+    let (layers, kv_heads, head_dim) = (s.layers as u32, s.kv_heads as u32, s.head_dim as u32);
+    let (block_tokens, tokens) = (index.info.block_tokens as u32, s.tokens as u64);
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(container)
+        .arg(&container_len)
+        .arg(&index.offsets)
+        .arg(&blocks32)
+        .arg(&layers)
+        .arg(&kv_heads)
+        .arg(&head_dim)
+        .arg(&block_tokens)
+        .arg(&tokens)
+        .arg(&mut *out)
+        .arg(&mut *status);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks.clamp(1, MAX_GRID) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments match exans_decode_records(container: *const u8, container_len:
+    // u64, offsets: *const u64, blocks: u32, layers, kv_heads, head_dim, block_tokens: u32,
+    // tokens: u64, out: *mut u16, status: *mut u32). `container` holds container_len bytes
+    // and is 16-byte aligned (checked above); `offsets` holds blocks + 1 entries, each
+    // <= container_len (validated on the host, re-checked by the kernel). The kernel reads
+    // only inside each record's slot, after checking every section offset against it, and
+    // writes only out[g T H D + i B H D + r] for g < 2L, i B + B' <= T, r < B' H D, i.e.
+    // below 2 L T H D <= out.len() (checked above), and status[0].
+    unsafe { launch.launch(cfg) }?;
+    Ok(())
+}
+
+/// Host container -> host cache through the GPU: validates on the host, uploads, decodes
+/// every record in one launch, reads back. On any error the CPU decoder's exact error is
+/// returned.
+///
+/// # Errors
+/// [`GpuError::Decode`] for an invalid container (the CPU decoder's error);
+/// [`GpuError::Disagreement`] if the GPU flags a container the CPU accepts;
+/// [`GpuError::Cuda`]; [`GpuError::Backend`].
+pub fn decode_cache_host(gpu: &GpuContext, container: &[u8]) -> Result<KvCache, GpuError> {
+    let index = DeviceIndex::new(gpu, container)?;
+    let stream = gpu.stream();
+    // A fresh allocation: aligned far beyond 16 bytes.
+    let d_container = stream.clone_htod(container)?;
+    let values = index.values();
+    let mut out: CudaSlice<u16> = stream.alloc_zeros(values.max(1))?;
+    let mut status: CudaSlice<u32> = stream.alloc_zeros(1)?;
+    decode_device(gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut status)?;
+    let status = stream.clone_dtoh(&status)?[0];
+    if status != 0 {
+        return Err(cpu_error(container, status));
+    }
+    let mut words = stream.clone_dtoh(&out)?;
+    words.truncate(values);
+    let s = index.info.shape;
+    let per_tensor = s.values_per_tensor();
+    let mut keys = Vec::with_capacity(s.layers);
+    let mut vals = Vec::with_capacity(s.layers);
+    for (t, tensor) in words.chunks_exact(per_tensor).enumerate() {
+        if t % 2 == 0 { keys.push(tensor.to_vec()) } else { vals.push(tensor.to_vec()) }
+    }
+    Ok(KvCache::new(s, keys, vals)?)
+}

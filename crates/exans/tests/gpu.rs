@@ -1,0 +1,268 @@
+//! The GPU decoder against the CPU reference: CPU encode -> GPU decode must give back
+//! the original cache on the real fixtures and on edge cases, and a corrupted container
+//! must give the CPU decoder's exact error. Skips without a GPU unless
+//! `KVCODEC_REQUIRE_GPU=1`.
+
+mod common;
+
+use std::path::PathBuf;
+
+use bf16_field::KvCache;
+use bf16_field::gpu::{GpuContext, gpu_for_test};
+use common::{Rng, cache_from, kv_like};
+use cudarc::driver::CudaSlice;
+use exans::gpu::{DeviceIndex, GpuError, decode_cache_host, decode_device};
+use exans::{
+    EncodeOptions, RawPolicy, container_info, decode_cache, encode_cache, encode_cache_with, inspect_record,
+};
+
+/// `KVCODEC_FIXTURES` (the device run sets it) or the workspace's `fixtures/`.
+fn fixture_caches() -> Vec<(String, KvCache)> {
+    let dir = std::env::var_os("KVCODEC_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"));
+    ["smollm2-135m-code", "smollm2-135m-prose"]
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(format!("{name}.safetensors"));
+            let cache =
+                bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (name.to_string(), cache)
+        })
+        .collect()
+}
+
+fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
+    EncodeOptions { precision, raw }
+}
+
+/// Which records of a container are raw.
+fn raw_flags(container: &[u8]) -> Vec<bool> {
+    let info = container_info(container).unwrap();
+    (0..info.blocks()).map(|i| inspect_record(info.record(container, i)).unwrap().raw).collect()
+}
+
+/// CPU encode -> GPU decode; the result must equal the original and the CPU decode.
+fn check_round_trip(
+    gpu: &GpuContext,
+    name: &str,
+    cache: &KvCache,
+    block_tokens: usize,
+    opts: &EncodeOptions,
+) {
+    let container = encode_cache_with(cache, block_tokens, opts).unwrap();
+    assert_eq!(&decode_cache(&container).unwrap(), cache, "{name}: CPU round trip");
+    let got = decode_cache_host(gpu, &container).unwrap_or_else(|e| panic!("{name}: GPU decode: {e}"));
+    if &got != cache {
+        let want = cache.concat_words();
+        let have = got.concat_words();
+        let first = want.iter().zip(&have).position(|(a, b)| a != b);
+        panic!("{name} (B = {block_tokens}, {opts:?}): GPU output differs, first at value {first:?}");
+    }
+}
+
+#[test]
+fn gpu_decode_matches_cpu_on_the_fixtures() {
+    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_on_the_fixtures") else { return };
+    for (name, cache) in fixture_caches() {
+        // B = 16: 32 full blocks; B = 13: 39 full blocks and a trailing block of 5 tokens.
+        for block_tokens in [16, 13] {
+            let container = encode_cache(&cache, block_tokens).unwrap();
+            assert!(raw_flags(&container).iter().all(|raw| !raw), "{name}: fixture blocks are coded");
+            let got = decode_cache_host(&gpu, &container).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(got == cache, "{name}, B = {block_tokens}: GPU decode differs from the original");
+        }
+        // A lower precision (a smaller table, a different mask) on the same data.
+        check_round_trip(&gpu, &name, &cache, 16, &options(RawPolicy::Never, 10));
+    }
+}
+
+#[test]
+fn gpu_decode_matches_cpu_on_edge_cases() {
+    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_on_edge_cases") else { return };
+    let auto = options(RawPolicy::Auto, 12);
+    let never = options(RawPolicy::Never, 12);
+    let always = options(RawPolicy::Always, 12);
+
+    // L = H = D = B = 1: N = 2, raw under Auto; coded under Never, where six of the eight
+    // partitions are empty and every lane but lane 0 of partitions 3 and 7 is idle.
+    for tokens in [1, 5] {
+        let tiny = kv_like(1, 1, 1, tokens, 3);
+        assert!(raw_flags(&encode_cache(&tiny, 1).unwrap()).iter().all(|&raw| raw));
+        for opts in [auto, never, always] {
+            check_round_trip(&gpu, "L=H=D=B=1", &tiny, 1, &opts);
+        }
+    }
+    // Partition lengths around the lane count: N = 2 L B' H D in 8..=600.
+    for (l, h, d, t, b) in
+        [(1, 1, 2, 2, 2), (1, 1, 33, 8, 8), (2, 1, 16, 3, 3), (1, 3, 5, 19, 19), (3, 2, 7, 7, 7)]
+    {
+        let cache = kv_like(l, h, d, t, 11 + d as u32);
+        check_round_trip(&gpu, &format!("small L={l} H={h} D={d} T={t}"), &cache, b, &never);
+    }
+
+    // Partial trailing block (37 = 2 x 16 + 5), coded and auto, at two precisions.
+    let partial = kv_like(2, 2, 64, 37, 5);
+    for opts in [auto, never, options(RawPolicy::Never, 9)] {
+        check_round_trip(&gpu, "partial trailing block", &partial, 16, &opts);
+    }
+
+    // One raw-fallback block between coded ones: tokens 16..32 are random words.
+    let mut rng = Rng(99);
+    let base = kv_like(2, 2, 64, 48, 7);
+    let mixed = cache_from(2, 2, 64, 48, |l, k, i| {
+        let token = i / 128;
+        let w = base.tensor(l, bf16_field::KvKind::BOTH[k])[i];
+        if (16..32).contains(&token) { rng.next() as u16 } else { w }
+    });
+    let container = encode_cache(&mixed, 16).unwrap();
+    assert_eq!(raw_flags(&container), vec![false, true, false], "block 1 falls back to raw");
+    check_round_trip(&gpu, "raw-fallback block", &mixed, 16, &auto);
+
+    // One-symbol blocks: every value 1.0 (and -1.0, same exponent): K = 1, freq 4096, no
+    // words, every final state 2^16.
+    let one = cache_from(1, 2, 64, 40, |_, _, i| if i % 3 == 0 { 0xbf80 } else { 0x3f80 });
+    let container = encode_cache(&one, 16).unwrap();
+    let info = container_info(&container).unwrap();
+    let first = inspect_record(info.record(&container, 0)).unwrap();
+    assert!(!first.raw);
+    assert_eq!(first.model, vec![(127, 4096)]);
+    assert_eq!(first.word_counts, [0; 8]);
+    check_round_trip(&gpu, "one symbol", &one, 16, &auto);
+    check_round_trip(&gpu, "one symbol, precision 1", &one, 16, &options(RawPolicy::Never, 1));
+
+    // All 256 exponents: a skewed block with every exponent at least once (K = 256),
+    // and a uniform one. Precision 8 gives every symbol exactly one slot.
+    let mut rng = Rng(1234);
+    let all = cache_from(2, 2, 64, 32, |_, _, i| {
+        let e = if i % 7 == 0 { (i / 7) % 256 } else { 120 + (rng.next() % 9) as usize };
+        ((e as u16) << 7) | (rng.next() as u16 & 0x807f)
+    });
+    let container = encode_cache_with(&all, 32, &never).unwrap();
+    let info = container_info(&container).unwrap();
+    assert_eq!(inspect_record(info.record(&container, 0)).unwrap().model.len(), 256);
+    for opts in [auto, never, options(RawPolicy::Never, 8)] {
+        check_round_trip(&gpu, "all 256 exponents", &all, 32, &opts);
+    }
+    let uniform =
+        cache_from(1, 1, 256, 4, |_, k, i| (((i + 17 * k) % 256) as u16) << 7 | (i as u16 & 0x807f));
+    for opts in [never, options(RawPolicy::Never, 8)] {
+        check_round_trip(&gpu, "uniform 256 exponents", &uniform, 4, &opts);
+    }
+
+    // Many records in one launch, with varied centers per group.
+    let many = kv_like(4, 3, 32, 333, 77);
+    for block_tokens in [1, 7, 16, 64, 333] {
+        check_round_trip(&gpu, "many records", &many, block_tokens, &auto);
+        check_round_trip(&gpu, "many records", &many, block_tokens, &never);
+    }
+}
+
+#[test]
+fn gpu_decode_device_reuses_its_index() {
+    let Some(gpu) = gpu_for_test("gpu_decode_device_reuses_its_index") else { return };
+    let cache = kv_like(3, 2, 64, 50, 21);
+    let container = encode_cache(&cache, 16).unwrap();
+    let index = DeviceIndex::new(&gpu, &container).unwrap();
+    assert_eq!(index.values(), cache.shape().total_values());
+    let stream = gpu.stream();
+    let d_container = stream.clone_htod(&container).unwrap();
+    let mut out: CudaSlice<u16> = stream.alloc_zeros(index.values()).unwrap();
+    let mut status: CudaSlice<u32> = stream.alloc_zeros(1).unwrap();
+    for _ in 0..3 {
+        decode_device(&gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut status).unwrap();
+        assert_eq!(stream.clone_dtoh(&status).unwrap(), vec![0]);
+        assert_eq!(stream.clone_dtoh(&out).unwrap(), cache.concat_words());
+    }
+    // A container of another length, or an output that is too small, is refused.
+    let short = d_container.slice(..container.len() - 16);
+    let err = decode_device(&gpu, &short, &index, &mut out.as_view_mut(), &mut status).unwrap_err();
+    assert!(matches!(err, GpuError::Buffer { what: "container", .. }), "{err}");
+    let mut small = out.slice_mut(..index.values() - 1);
+    let err = decode_device(&gpu, &d_container.as_view(), &index, &mut small, &mut status).unwrap_err();
+    assert!(matches!(err, GpuError::Buffer { what: "out", .. }), "{err}");
+}
+
+/// Decodes `bad` on both paths: both accept with the same cache, or both reject with
+/// the same error. Returns true if the GPU kernel (not the host validation) found it.
+fn check_same_outcome(gpu: &GpuContext, what: &str, bad: &[u8]) -> bool {
+    let host_valid = DeviceIndex::new(gpu, bad).is_ok();
+    match (decode_cache(bad), decode_cache_host(gpu, bad)) {
+        (Ok(cpu), Ok(got)) => {
+            assert!(cpu == got, "{what}: both accept, outputs differ");
+            false
+        }
+        (Err(cpu), Err(GpuError::Decode(got))) => {
+            assert_eq!(got, cpu, "{what}");
+            host_valid
+        }
+        (cpu, got) => panic!("{what}: CPU {:?} vs GPU {:?}", cpu.err(), got.err()),
+    }
+}
+
+#[test]
+fn gpu_decode_reports_the_cpu_error() {
+    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error") else { return };
+    let (_, cache) = fixture_caches().remove(0);
+    let container = encode_cache(&cache, 16).unwrap();
+    let info = container_info(&container).unwrap();
+    let mut kernel_found = 0;
+    for block in [0, info.blocks() - 1] {
+        let start = info.offsets[block];
+        let record = inspect_record(info.record(&container, block)).unwrap();
+        assert!(!record.raw);
+        let [_, centers, model, _, words, sign_mantissa] = record.section_bytes;
+        let model_at = 48 + centers;
+        let directory = model_at + model;
+        let words_at = directory + 1056;
+        let sm_at = words_at + words;
+        let states = directory + 32;
+        let word_bytes = 2 * record.word_counts.iter().sum::<u32>() as usize;
+        let spots = [
+            ("magic", 0),
+            ("layers", 8),
+            ("record_len", 20),
+            ("precision", 24),
+            ("center", 48),
+            ("model count", model_at),
+            ("model symbol", model_at + 2),
+            ("model freq", model_at + 3),
+            ("model freq high", model_at + 4 + 3 * 5),
+            ("word count 0", directory),
+            ("word count 7", directory + 28),
+            ("state p0 lane 0", states),
+            ("state p1 lane 5 high", states + 4 * (32 + 5) + 3),
+            ("state p7 lane 31", states + 4 * 255 + 1),
+            ("state p3 lane 9 low", states + 4 * (96 + 9)),
+            ("word 0", words_at),
+            ("word 0 high", words_at + 1),
+            ("word middle", words_at + word_bytes / 2),
+            ("near the end of the words", sm_at - 16 - 2),
+            ("stream padding", sm_at - 1),
+            ("sign+mantissa first", sm_at),
+            ("sign+mantissa last", sm_at + sign_mantissa - 1),
+        ];
+        for (what, at) in spots {
+            for flip in [0x01u8, 0x5a, 0x80] {
+                let mut bad = container.clone();
+                bad[start + at] ^= flip;
+                kernel_found +=
+                    check_same_outcome(&gpu, &format!("block {block} {what} ^ {flip:#x}"), &bad) as usize;
+            }
+        }
+        // Two words of a stream swapped; a final state set to 2^16.
+        let mut bad = container.clone();
+        bad.swap(start + words_at, start + words_at + 2);
+        bad.swap(start + words_at + 1, start + words_at + 3);
+        kernel_found += check_same_outcome(&gpu, &format!("block {block} words swapped"), &bad) as usize;
+        let mut bad = container.clone();
+        bad[start + states + 40..start + states + 44].copy_from_slice(&65_536u32.to_le_bytes());
+        kernel_found += check_same_outcome(&gpu, &format!("block {block} state reset"), &bad) as usize;
+    }
+    assert!(kernel_found >= 10, "only {kernel_found} corruptions reached the kernel");
+    let truncated = &container[..container.len() - 1];
+    assert!(matches!(
+        decode_cache_host(&gpu, truncated),
+        Err(GpuError::Decode(exans::Error::Truncated { .. }))
+    ));
+}

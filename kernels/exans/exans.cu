@@ -1,0 +1,288 @@
+// ExANS GPU decoder: every record of a container in one launch, byte-identical to the
+// CPU reference (crates/exans/src/record.rs, rans.rs; docs/formats/exans.md).
+//
+// One CTA of 256 threads per record (grid-stride over records):
+//   1. thread 0 parses and bounds-checks the 48-byte header and derives every section
+//      offset (spec 3, 4) into shared memory;
+//   2. raw records (spec 7) are copied word by word into their groups;
+//   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread, its
+//      cdf taken with a block scan and checked, then the 2^n-entry packed decode table
+//      (spec 5.4) is built in shared memory (binary search over the cdf per slot);
+//   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
+//      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
+//      state fell below 2^16 take the next words of the partition's stream in ascending
+//      lane order (ballot + popc(ballot & lanemask_lt)). Each decoded symbol C is turned
+//      back into its exponent E = (C + c_g - 127) mod 256 and joined with its raw
+//      sign+mantissa byte into the BF16 word, written straight to the output.
+//
+// Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
+// K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
+// out[g * T*H*D + i * B*H*D + r].
+//
+// Robustness: the host validates the container and every record with the CPU parser
+// first, but the kernel trusts nothing it reads: every header field and section offset
+// is re-checked against the record's slot in the container before it is used, word
+// reads past a partition's stream return 0 (like the CPU's sentinel), and every loop is
+// bounded by symbol counts or 2^n. Any problem sets a bit of *status (0 = valid); the
+// host then runs the CPU decoder for the exact typed error.
+#include "../common/bf16_field.cuh"
+
+#define EX_THREADS 256
+#define EX_PARTITIONS 8
+#define EX_LANES 32
+#define EX_HEADER_LEN 48ull
+#define EX_DIRECTORY_LEN 1056ull
+#define EX_MAX_SYMBOLS 256
+#define EX_MAX_PRECISION 12
+#define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
+#define EX_STATE_LOWER 65536u
+#define EX_CENTER_SYMBOL 127u
+
+// *status bits.
+#define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
+#define EX_STATUS_MODEL 2u         // sparse model invalid
+#define EX_STATUS_STATE_RANGE 4u   // an initial state below 2^16
+#define EX_STATUS_EXHAUSTED 8u     // a lane read past its partition's words
+#define EX_STATUS_FINAL_STATE 16u  // a lane did not end at 2^16
+#define EX_STATUS_UNCONSUMED 32u   // words left over
+
+__device__ __forceinline__ uint32_t ex_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+
+__device__ __forceinline__ uint32_t ex_u32(const uint8_t* p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+__device__ __forceinline__ unsigned long long ex_align16(unsigned long long x) { return (x + 15ull) & ~15ull; }
+
+// A record's parsed header and derived layout (offsets relative to the record start).
+struct ExRecord {
+    unsigned long long start;          // byte offset of the record in the container
+    unsigned long long values;         // N
+    unsigned long long per_group;      // B' H D
+    unsigned long long directory;
+    unsigned long long sign_mantissa;
+    unsigned long long streams[EX_PARTITIONS];
+    unsigned counts[EX_PARTITIONS];
+    unsigned precision;
+    unsigned symbols;       // K
+    unsigned model_offset;
+    unsigned groups;        // 2L
+    unsigned raw;
+    unsigned ok;
+};
+
+// Parses record `rec` (thread 0 only). Every byte read is inside [start, start+record_len),
+// and record_len is inside the record's slot of the container.
+__device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long long container_len,
+                         const unsigned long long* __restrict__ offsets, unsigned long long rec,
+                         unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                         unsigned long long tokens, ExRecord& r) {
+    const unsigned long long slot_start = offsets[rec], slot_end = offsets[rec + 1];
+    if (slot_start > slot_end || slot_end > container_len || slot_start % 16 != 0) return false;
+    if (slot_end - slot_start < EX_HEADER_LEN) return false;
+    const uint8_t* p = container + slot_start;
+    const unsigned long long record_len = ex_u32(p + 20);
+    if (record_len < EX_HEADER_LEN || record_len > slot_end - slot_start) return false;
+    if (p[0] != 'K' || p[1] != 'V' || p[2] != 'X' || p[3] != 'A' || ex_u16(p + 4) != 1) return false;
+    const uint32_t flags = ex_u16(p + 6);
+    if ((flags & ~1u) != 0) return false;
+    // The shape must be the one the container implies (it fixes where the output goes).
+    const unsigned long long first_token = rec * (unsigned long long)block_tokens;
+    if (first_token >= tokens) return false;
+    const unsigned long long left = tokens - first_token;
+    const unsigned long long bt = left < block_tokens ? left : block_tokens;
+    if (ex_u16(p + 8) != layers || ex_u16(p + 10) != kv_heads || ex_u16(p + 12) != head_dim || ex_u16(p + 14) != bt)
+        return false;
+    const unsigned long long per_group = bt * kv_heads * head_dim;
+    const unsigned long long n = 2ull * layers * per_group;
+    if (ex_u32(p + 16) != n) return false;
+    r.start = slot_start;
+    r.values = n;
+    r.per_group = per_group;
+    r.groups = 2u * layers;
+    r.raw = flags & 1u;
+    if (r.raw) return record_len == EX_HEADER_LEN + 2ull * n;
+
+    const unsigned precision = p[24];
+    if (precision < 1 || precision > EX_MAX_PRECISION || p[25] != EX_PARTITIONS || p[26] != EX_LANES) return false;
+    const unsigned long long model = EX_HEADER_LEN + 2ull * layers;
+    if (ex_u32(p + 28) != model || model + 2 > record_len) return false;
+    const unsigned k = ex_u16(p + model);
+    if (k < 1 || k > EX_MAX_SYMBOLS) return false;
+    const unsigned long long directory = ex_align16(model + 2 + 3ull * k);
+    const unsigned long long words = directory + EX_DIRECTORY_LEN;
+    if (ex_u32(p + 32) != directory || ex_u32(p + 36) != words || words > record_len) return false;
+    unsigned long long at = words;
+    for (int q = 0; q < EX_PARTITIONS; ++q) {
+        r.counts[q] = ex_u32(p + directory + 4 * q);
+        r.streams[q] = at;
+        at = ex_align16(at + 2ull * r.counts[q]);  // counts < 2^32: no overflow in 64 bits
+    }
+    if (ex_u32(p + 40) != at || at + n != record_len) return false;
+    r.precision = precision;
+    r.symbols = k;
+    r.model_offset = (unsigned)model;
+    r.directory = directory;
+    r.sign_mantissa = at;
+    return true;
+}
+
+extern "C" __global__ void __launch_bounds__(EX_THREADS)
+exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
+                     const unsigned long long* __restrict__ offsets, unsigned blocks, unsigned layers,
+                     unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
+                     uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+    __shared__ uint32_t table[EX_TABLE_SLOTS];
+    __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
+    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // symbol << 24 | (freq - 1) << 12
+    __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
+    __shared__ uint32_t warp_sums[EX_THREADS / 32];
+    __shared__ ExRecord rs;
+
+    const unsigned tid = threadIdx.x;
+    const unsigned lane = tid % 32;
+    const unsigned warp = tid / 32;
+    const unsigned long long hd = (unsigned long long)kv_heads * head_dim;
+    const unsigned long long tensor_values = tokens * hd;  // T H D: one group's stride in `out`
+
+    for (unsigned long long rec = blockIdx.x; rec < blocks; rec += gridDim.x) {
+        __syncthreads();  // the previous record is done with the shared memory
+        if (tid == 0) {
+            rs.ok = ex_parse(container, container_len, offsets, rec, layers, kv_heads, head_dim, block_tokens,
+                             tokens, rs) ? 1u : 0u;
+            if (!rs.ok) atomicOr(status, EX_STATUS_LAYOUT);
+        }
+        __syncthreads();
+        if (!rs.ok) continue;  // uniform: every thread reads the same shared flag
+        const uint8_t* rp = container + rs.start;
+        const unsigned long long n = rs.values;
+        const unsigned long long per_group = rs.per_group;
+        const unsigned long long out_block = rec * block_tokens * hd;
+
+        if (rs.raw) {
+            // Raw: the N words LE in block order at offset 48 (2-byte aligned: records
+            // and the container are 16-byte aligned).
+            const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EX_HEADER_LEN);
+            for (unsigned g = 0; g < rs.groups; ++g) {
+                for (unsigned long long i = tid; i < per_group; i += EX_THREADS)
+                    out[g * tensor_values + out_block + i] = src[g * per_group + i];
+            }
+            continue;
+        }
+
+        // ---- Model: one entry per thread, cdf by a block-wide exclusive scan. ----
+        const unsigned k = rs.symbols;
+        const unsigned precision = rs.precision;
+        uint32_t freq = 0, symbol = 0;
+        if (tid < k) {
+            const uint8_t* e = rp + rs.model_offset + 2 + 3 * tid;
+            symbol = e[0];
+            freq = ex_u16(e + 1);
+            entry_symbol[tid] = symbol;
+        }
+        uint32_t incl = freq;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+            const uint32_t v = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= (unsigned)d) incl += v;
+        }
+        if (lane == 31) warp_sums[warp] = incl;
+        __syncthreads();
+        uint32_t before = 0, total = 0;
+        for (unsigned w = 0; w < EX_THREADS / 32; ++w) {
+            if (w < warp) before += warp_sums[w];
+            total += warp_sums[w];
+        }
+        const uint32_t cdf = before + incl - freq;
+        bool bad = false;
+        if (tid < k) {
+            entry_cdf[tid] = cdf;
+            entry_base[tid] = (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
+            bad = freq == 0 || (tid > 0 && entry_symbol[tid - 1] >= symbol);
+        }
+        // freq < 2^16 and k <= 256: the sum fits u32.
+        bad = bad || total != (1u << precision);
+        if (__syncthreads_or(bad)) {
+            if (tid == 0) atomicOr(status, EX_STATUS_MODEL);
+            continue;
+        }
+        // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
+        // A valid model has cdf[0] = 0 and strictly increasing cdfs.
+        const unsigned slots = 1u << precision;
+        for (unsigned x = tid; x < slots; x += EX_THREADS) {
+            unsigned lo = 0, hi = k - 1;
+            while (lo < hi) {
+                const unsigned mid = (lo + hi + 1) / 2;
+                if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
+            }
+            table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+        }
+        __syncthreads();
+
+        // ---- Partition `warp`: 32 lanes, step-major. ----
+        const unsigned p = warp;
+        const unsigned long long p_start = p * n / EX_PARTITIONS;
+        const unsigned long long p_end = (p + 1) * n / EX_PARTITIONS;
+        const unsigned long long p_len = p_end - p_start;
+        const unsigned long long m = (p_len + EX_LANES - 1) / EX_LANES;
+        // Lanes 0..full own m symbols; lane `full` owns rem when rem > 0; the rest none.
+        const unsigned long long full = m ? p_len / m : 0;
+        const unsigned long long rem = m ? p_len % m : 0;
+        const unsigned long long run = lane < full ? m : (lane == full ? rem : 0);
+        uint32_t x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
+        if (__any_sync(0xffffffffu, x < EX_STATE_LOWER)) {
+            if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
+            continue;  // warp-uniform; no block barrier until the next record
+        }
+        const uint16_t* words = reinterpret_cast<const uint16_t*>(rp + rs.streams[p]);
+        const unsigned long long count = rs.counts[p];
+        const uint8_t* sign_mantissa = rp + rs.sign_mantissa;
+        const uint32_t mask = slots - 1;
+        const uint32_t lanes_below = (1u << lane) - 1u;
+
+        // This lane's first value, its group, offset in the group and output base.
+        const unsigned long long v0 = p_start + lane * m;
+        unsigned long long g = 0, r = 0, obase = 0;
+        uint32_t center = 0;
+        if (run > 0) {
+            g = v0 / per_group;
+            r = v0 % per_group;
+            obase = g * tensor_values + out_block;
+            center = rp[EX_HEADER_LEN + g];
+        }
+        unsigned long long pos = 0;  // words consumed by the partition (warp-uniform)
+        for (unsigned long long t = 0; t < m; ++t) {
+            const bool active = t < run;
+            uint32_t sym = 0;
+            if (active) {
+                const uint32_t e = table[x & mask];
+                const uint32_t f = ((e >> 12) & 0xfffu) + 1;
+                x = f * (x >> precision) + (e & 0xfffu);
+                sym = e >> 24;
+            }
+            const bool need = active && x < EX_STATE_LOWER;
+            const uint32_t ballot = __ballot_sync(0xffffffffu, need);
+            if (need) {
+                const unsigned long long idx = pos + __popc(ballot & lanes_below);
+                const uint32_t w = idx < count ? (uint32_t)words[idx] : 0u;
+                x = (x << 16) | w;
+            }
+            pos += __popc(ballot);
+            if (active) {
+                const uint32_t exponent = (sym + center - EX_CENTER_SYMBOL) & 0xffu;
+                out[obase + r] = (uint16_t)kv_join(exponent, sign_mantissa[v0 + t]);
+                if (++r == per_group) {
+                    r = 0;
+                    ++g;
+                    obase += tensor_values;
+                    if (t + 1 < run) center = rp[EX_HEADER_LEN + g];
+                }
+            }
+        }
+        unsigned flags = 0;
+        if (pos > count) flags |= EX_STATUS_EXHAUSTED;
+        if (__any_sync(0xffffffffu, x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
+        if (pos != count) flags |= EX_STATUS_UNCONSUMED;
+        if (lane == 0 && flags) atomicOr(status, flags);
+    }
+}
