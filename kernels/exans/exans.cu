@@ -37,6 +37,7 @@
 #define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
+#define EX_ROUND 16  // decode steps per output round (a multiple of 16)
 
 // *status bits.
 #define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
@@ -127,7 +128,7 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
-extern "C" __global__ void __launch_bounds__(EX_THREADS)
+extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned blocks, unsigned layers,
                      unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
@@ -220,62 +221,111 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         __syncthreads();
 
         // ---- Partition `warp`: 32 lanes, step-major. ----
+        // N < 2^32 (a u32 header field), so every count below fits 32 bits; only output
+        // addresses need 64.
         const unsigned p = warp;
-        const unsigned long long p_start = p * n / EX_PARTITIONS;
-        const unsigned long long p_end = (p + 1) * n / EX_PARTITIONS;
-        const unsigned long long p_len = p_end - p_start;
-        const unsigned long long m = (p_len + EX_LANES - 1) / EX_LANES;
+        const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
+        const unsigned p_end = (unsigned)((p + 1) * n / EX_PARTITIONS);
+        const unsigned p_len = p_end - p_start;
+        const unsigned m = (p_len + EX_LANES - 1) / EX_LANES;
         // Lanes 0..full own m symbols; lane `full` owns rem when rem > 0; the rest none.
-        const unsigned long long full = m ? p_len / m : 0;
-        const unsigned long long rem = m ? p_len % m : 0;
-        const unsigned long long run = lane < full ? m : (lane == full ? rem : 0);
+        const unsigned full = m ? p_len / m : 0;
+        const unsigned rem = m ? p_len % m : 0;
+        const unsigned run = lane < full ? m : (lane == full ? rem : 0);
         uint32_t x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
         if (__any_sync(0xffffffffu, x < EX_STATE_LOWER)) {
             if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
             continue;  // warp-uniform; no block barrier until the next record
         }
         const uint16_t* words = reinterpret_cast<const uint16_t*>(rp + rs.streams[p]);
-        const unsigned long long count = rs.counts[p];
-        const uint8_t* sign_mantissa = rp + rs.sign_mantissa;
+        const unsigned count = rs.counts[p];
         const uint32_t mask = slots - 1;
         const uint32_t lanes_below = (1u << lane) - 1u;
+        const unsigned group_len = (unsigned)per_group;
 
-        // This lane's first value, its group, offset in the group and output base.
-        const unsigned long long v0 = p_start + lane * m;
-        unsigned long long g = 0, r = 0, obase = 0;
+        // This lane's first value v0, its group g, offset r in the group, output address
+        // and sign+mantissa bytes.
+        const unsigned v0 = p_start + lane * m;
+        unsigned g = 0, r = 0;
         uint32_t center = 0;
+        uint16_t* dst = out;
         if (run > 0) {
-            g = v0 / per_group;
-            r = v0 % per_group;
-            obase = g * tensor_values + out_block;
+            g = v0 / group_len;
+            r = v0 % group_len;
+            dst = out + (g * tensor_values + out_block + r);
             center = rp[EX_HEADER_LEN + g];
         }
-        unsigned long long pos = 0;  // words consumed by the partition (warp-uniform)
-        for (unsigned long long t = 0; t < m; ++t) {
-            const bool active = t < run;
-            uint32_t sym = 0;
-            if (active) {
-                const uint32_t e = table[x & mask];
-                const uint32_t f = ((e >> 12) & 0xfffu) + 1;
-                x = f * (x >> precision) + (e & 0xfffu);
-                sym = e >> 24;
+        const uint8_t* src = rp + rs.sign_mantissa + v0;
+        const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
+        unsigned pos = 0;  // words consumed by the partition (warp-uniform; <= p_len)
+        // Word window: lane j holds word pos + j (0 past the stream, like the CPU's
+        // sentinel). A step takes at most one word per lane, so every word it needs is in
+        // the window; it is reloaded for the next step as soon as pos is known, which takes
+        // the global load off the step's critical path.
+        uint32_t window = pos + lane < count ? (uint32_t)words[pos + lane] : 0u;
+        // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
+        // compile-time indexed), then joined with their sign+mantissa bytes and written as
+        // whole 16-byte chunks when the round is full, inside one group and aligned;
+        // otherwise value by value exactly as before.
+        for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
+            uint32_t syms[EX_ROUND / 4];
+#pragma unroll
+            for (int i = 0; i < EX_ROUND / 4; ++i) syms[i] = 0;
+#pragma unroll
+            for (int i = 0; i < EX_ROUND; ++i) {
+                const bool active = t0 + i < run;  // false for every lane once t0 + i >= m
+                if (active) {
+                    const uint32_t e = table[x & mask];
+                    const uint32_t f = ((e >> 12) & 0xfffu) + 1;
+                    x = f * (x >> precision) + (e & 0xfffu);
+                    syms[i / 4] |= (e >> 24) << (8 * (i % 4));
+                }
+                const bool need = active && x < EX_STATE_LOWER;
+                const uint32_t ballot = __ballot_sync(0xffffffffu, need);
+                const uint32_t w = __shfl_sync(0xffffffffu, window, __popc(ballot & lanes_below));
+                if (need) x = (x << 16) | w;
+                if (ballot) {
+                    pos += __popc(ballot);
+                    window = pos + lane < count ? (uint32_t)words[pos + lane] : 0u;
+                }
             }
-            const bool need = active && x < EX_STATE_LOWER;
-            const uint32_t ballot = __ballot_sync(0xffffffffu, need);
-            if (need) {
-                const unsigned long long idx = pos + __popc(ballot & lanes_below);
-                const uint32_t w = idx < count ? (uint32_t)words[idx] : 0u;
-                x = (x << 16) | w;
-            }
-            pos += __popc(ballot);
-            if (active) {
-                const uint32_t exponent = (sym + center - EX_CENTER_SYMBOL) & 0xffu;
-                out[obase + r] = (uint16_t)kv_join(exponent, sign_mantissa[v0 + t]);
-                if (++r == per_group) {
+            if (t0 >= run) continue;
+            if (t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
+                ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0) {
+                const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
+#pragma unroll
+                for (int c = 0; c < EX_ROUND / 16; ++c) {
+                    const uint4 sm = reinterpret_cast<const uint4*>(src + t0)[c];
+                    const uint2 a = kv_join_quad(__vadd4(syms[4 * c + 0], c4), sm.x);
+                    const uint2 b = kv_join_quad(__vadd4(syms[4 * c + 1], c4), sm.y);
+                    const uint2 d = kv_join_quad(__vadd4(syms[4 * c + 2], c4), sm.z);
+                    const uint2 h = kv_join_quad(__vadd4(syms[4 * c + 3], c4), sm.w);
+                    reinterpret_cast<uint4*>(dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
+                    reinterpret_cast<uint4*>(dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
+                }
+                dst += EX_ROUND;
+                r += EX_ROUND;
+                if (r == group_len) {
                     r = 0;
                     ++g;
-                    obase += tensor_values;
-                    if (t + 1 < run) center = rp[EX_HEADER_LEN + g];
+                    dst += group_jump;
+                    if (t0 + EX_ROUND < run) center = rp[EX_HEADER_LEN + g];
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < EX_ROUND; ++i) {
+                    const unsigned t = t0 + i;
+                    if (t < run) {
+                        const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
+                        const uint32_t exponent = (sym + center - EX_CENTER_SYMBOL) & 0xffu;
+                        *dst++ = (uint16_t)kv_join(exponent, src[t]);
+                        if (++r == group_len) {
+                            r = 0;
+                            ++g;
+                            dst += group_jump;
+                            if (t + 1 < run) center = rp[EX_HEADER_LEN + g];
+                        }
+                    }
                 }
             }
         }

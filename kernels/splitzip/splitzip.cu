@@ -69,7 +69,9 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
-// Exponent -> code (0xff = escape), passed by value as a kernel parameter.
+// Exponent -> code (0-15), or SZ_ESCAPE_ENTRY for an exponent outside the codebook:
+// code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
+#define SZ_ESCAPE_ENTRY 0x80u
 struct SzCodeTable {
     uint8_t code[256];
 };
@@ -139,13 +141,22 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
         const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
         const uint32_t pairs[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+        // Table entries: the code (0-15), or SZ_ESCAPE_ENTRY (code 0, bit 7 set).
         uint32_t codes = 0, mask = 0;
+        if (v0 + SZ_GROUP <= n) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const uint32_t c = code_table[(pairs[k / 2] >> (16 * (k % 2) + 7)) & 0xffu];
-            const bool valid = v0 + k < n;
-            if (c == 0xffu && valid) mask |= 1u << k;
-            codes |= (c == 0xffu || !valid ? 0u : c) << (4 * k);
+            for (int k = 0; k < 8; ++k) {
+                const uint32_t c = code_table[(pairs[k / 2] >> (16 * (k % 2) + 7)) & 0xffu];
+                mask |= (c >> 7) << k;
+                codes |= (c & 15u) << (4 * k);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const uint32_t c = v0 + k < n ? code_table[(pairs[k / 2] >> (16 * (k % 2) + 7)) & 0xffu] : 0u;
+                mask |= (c >> 7) << k;
+                codes |= (c & 15u) << (4 * k);
+            }
         }
         const uint32_t sf01 = kv_sign_mantissas_of_pair(pairs[0]) | (kv_sign_mantissas_of_pair(pairs[1]) << 16);
         const uint32_t sf23 = kv_sign_mantissas_of_pair(pairs[2]) | (kv_sign_mantissas_of_pair(pairs[3]) << 16);

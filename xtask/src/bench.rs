@@ -26,6 +26,9 @@ pub(crate) struct BenchArgs {
     /// Timed runs per measurement (median reported).
     #[arg(long, default_value_t = 20)]
     pub(crate) runs: usize,
+    /// Only these codecs (field-split, splitzip, exans); default: all.
+    #[arg(long = "codec")]
+    pub(crate) codecs: Vec<String>,
     /// Untimed warm-up runs before timing.
     #[arg(long, default_value_t = 3)]
     pub(crate) warmup: usize,
@@ -106,15 +109,29 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (i, (path, cache)) in paths.iter().zip(&caches).enumerate() {
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        rows.push(bench_field_cpu(&name, cache, &args)?);
-        if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
-            rows.push(bench_field_gpu(&name, cache, gpu, &args)?.gpu(copy));
+        let wanted = |codec: &str| args.codecs.is_empty() || args.codecs.iter().any(|c| c == codec);
+        if wanted("field-split") {
+            rows.push(bench_field_cpu(&name, cache, &args)?);
+            if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
+                rows.push(bench_field_gpu(&name, cache, gpu, &args)?.gpu(copy));
+            }
         }
-        let calibration = calibration_for(i, &paths, &caches)?;
-        let sz = crate::bench_splitzip::SplitzipInput::new(cache, &calibration)?;
-        rows.push(sz.bench_cpu(&name, &args)?);
+        if wanted("splitzip") {
+            let calibration = calibration_for(i, &paths, &caches)?;
+            let sz = crate::bench_splitzip::SplitzipInput::new(cache, &calibration)?;
+            rows.push(sz.bench_cpu(&name, &args)?);
+            if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
+                rows.push(sz.bench_gpu(&name, gpu, &args)?.gpu(copy));
+            }
+        }
+        if !wanted("exans") {
+            continue;
+        }
+        rows.push(crate::bench_exans::bench_cpu(&name, cache, &args)?);
         if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
-            rows.push(sz.bench_gpu(&name, gpu, &args)?.gpu(copy));
+            let mut row = crate::bench_exans::bench_gpu(&name, cache, gpu, &args)?.gpu(copy);
+            row.encode_roofline = None; // encoded on the CPU: no GPU roofline applies
+            rows.push(row);
         }
     }
     print_table(&rows);
@@ -242,13 +259,13 @@ fn bench_field_gpu(input: &str, cache: &KvCache, gpu: &GpuContext, args: &BenchA
 
 fn print_table(rows: &[Row]) {
     println!(
-        "{:<28} {:<12} {:<7} {:>8} {:>10} {:>10} {:>9} {:>9}",
+        "{:<28} {:<16} {:<7} {:>8} {:>10} {:>10} {:>9} {:>9}",
         "input", "codec", "backend", "ratio", "enc GB/s", "dec GB/s", "enc roof", "dec roof"
     );
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
     for r in rows {
         println!(
-            "{:<28} {:<12} {:<7} {:>8.4} {:>10.2} {:>10.2} {:>9} {:>9}",
+            "{:<28} {:<16} {:<7} {:>8.4} {:>10.2} {:>10.2} {:>9} {:>9}",
             r.input,
             r.codec,
             r.backend,

@@ -4,6 +4,7 @@
 //! Run as `cargo xtask <command>`; `cargo xtask --help` lists the commands.
 
 mod bench;
+mod bench_exans;
 mod bench_splitzip;
 mod bundle;
 mod fixtures;

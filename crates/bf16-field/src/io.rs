@@ -133,8 +133,10 @@ mod tests {
     }
 
     fn file_with(tensors: &[(&str, Dtype, Vec<usize>)]) -> Vec<u8> {
-        let data: Vec<Vec<u8>> =
-            tensors.iter().map(|(_, d, s)| vec![0u8; s.iter().product::<usize>() * d.bitsize() / 8]).collect();
+        let data: Vec<Vec<u8>> = tensors
+            .iter()
+            .map(|(_, d, s)| vec![0u8; s.iter().product::<usize>() * d.bitsize() / 8])
+            .collect();
         let views: Vec<_> = tensors
             .iter()
             .zip(&data)

@@ -24,11 +24,15 @@ use std::sync::Arc;
 use bf16_field::gpu::{GpuContext, PtxModule};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 
-use crate::format::Layout;
+use crate::format::{Layout, NO_CODE};
 use crate::{Codebook, DecodeError, PayloadHeader, max_encoded_len};
 
 /// The SplitZip PTX module.
 pub const MODULE: PtxModule = PtxModule { name: "splitzip", ptx: include_str!("../ptx/splitzip.ptx") };
+
+/// The kernel's code-table entry for an escape (`SZ_ESCAPE_ENTRY`): code 0 with bit 7
+/// set, so the kernel codes without branches.
+const ESCAPE_ENTRY: u8 = 0x80;
 
 /// Values per GPU tile (`SZ_TILE_VALUES` in the kernel source); also the largest chunk
 /// size the GPU path supports, since a tile holds whole chunks.
@@ -183,7 +187,7 @@ pub fn encode_device(
     stream.memset_zeros(&mut workspace.words.slice_mut(..WORKSPACE_HEADER_WORDS + tiles))?;
     // The 256-byte exponent -> code table travels as a kernel parameter: no copy, so
     // the whole encode stays capturable in a CUDA graph.
-    let table = CodeTableArg(codebook.code_table());
+    let table = CodeTableArg(codebook.code_table().map(|c| if c == NO_CODE { ESCAPE_ENTRY } else { c }));
     let (n64, cs, tiles64) = (n as u64, chunk_size, tiles as u64);
     if tiles > 0 {
         let f = gpu.function(&MODULE, "splitzip_encode_tiles")?;
@@ -240,8 +244,8 @@ pub fn encode_device(
     Ok(())
 }
 
-/// The encoder's exponent -> code table (0xff = escape) as the kernel takes it: a
-/// 256-byte struct passed by value.
+/// The encoder's exponent -> code table as the kernel takes it: a 256-byte struct
+/// passed by value; an exponent outside the codebook maps to [`ESCAPE_ENTRY`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct CodeTableArg([u8; 256]);

@@ -1,0 +1,105 @@
+//! ExANS rows of `cargo xtask bench`: the cache in physical KV blocks of 16 tokens, one
+//! self-contained record per block in a container; the ratio counts the whole container
+//! (index, headers, centers, models, rANS states, padding). The GPU row times the GPU
+//! decoder; encoding has no GPU kernel yet, so its GPU encode column is the CPU's.
+
+use anyhow::ensure;
+use bf16_field::gpu::GpuContext;
+use bf16_field::{KvCache, KvShape};
+use cudarc::driver::CudaSlice;
+use exans::gpu::{DeviceIndex, decode_device};
+
+use crate::bench::{BenchArgs, Row, median_secs};
+
+/// Tokens per physical KV block (the ExANS seed's unit, vLLM's default page size).
+const BLOCK_TOKENS: usize = 16;
+
+pub(crate) fn bench_cpu(input: &str, cache: &KvCache, args: &BenchArgs) -> anyhow::Result<Row> {
+    let mut container = Vec::new();
+    let enc = median_secs(args.warmup, args.runs, || {
+        container = exans::encode_cache(cache, BLOCK_TOKENS).expect("a valid cache encodes");
+    });
+    let mut decoded = None;
+    let dec = median_secs(args.warmup, args.runs, || {
+        decoded = Some(exans::decode_cache(&container).expect("own container decodes"));
+    });
+    ensure!(decoded.as_ref() == Some(cache), "{input}: exans CPU round trip differs");
+    let n = cache.shape().total_values();
+    Ok(row(
+        input.into(),
+        "cpu",
+        n,
+        container.len(),
+        2.0 * n as f64 / enc / 1e9,
+        2.0 * n as f64 / dec / 1e9,
+        args,
+    ))
+}
+
+/// The cache repeated along the token axis until it holds at least `min_bytes` bytes.
+fn tiled_cache(cache: &KvCache, min_bytes: usize) -> anyhow::Result<(KvCache, usize)> {
+    let s = cache.shape();
+    let copies = (min_bytes / 2).div_ceil(s.total_values()).max(1);
+    let shape = KvShape::new(s.layers, s.kv_heads, s.head_dim, s.tokens * copies)?;
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    for (_, kind, t) in cache.tensors() {
+        let long = t.repeat(copies);
+        if kind == bf16_field::KvKind::K { keys.push(long) } else { values.push(long) }
+    }
+    Ok((KvCache::new(shape, keys, values)?, copies))
+}
+
+pub(crate) fn bench_gpu(
+    input: &str,
+    cache: &KvCache,
+    gpu: &GpuContext,
+    args: &BenchArgs,
+) -> anyhow::Result<Row> {
+    let (big, copies) = tiled_cache(cache, args.gpu_bytes)?;
+    let n = big.shape().total_values();
+    let start = std::time::Instant::now();
+    let container = exans::encode_cache(&big, BLOCK_TOKENS)?;
+    let enc = start.elapsed().as_secs_f64();
+    let stream = gpu.stream();
+    let index = DeviceIndex::new(gpu, &container)?;
+    // Two copies of the container, alternated, so L2 does not serve the input.
+    let inputs: Vec<CudaSlice<u8>> =
+        (0..2).map(|_| stream.clone_htod(&container)).collect::<Result<_, _>>()?;
+    let mut out: CudaSlice<u16> = stream.alloc_zeros(n)?;
+    let mut status: CudaSlice<u32> = stream.alloc_zeros(1)?;
+    let dec = gpu.time_runs(args.warmup, args.runs, |i| {
+        decode_device(gpu, &inputs[i % 2].as_view(), &index, &mut out.as_view_mut(), &mut status)
+            .map_err(|e| bf16_field::Error::GpuUnavailable(e.to_string()))
+    })?;
+    ensure!(stream.clone_dtoh(&status)?[0] == 0, "{input}: exans GPU decoder flagged its own container");
+    ensure!(stream.clone_dtoh(&out)? == big.concat_words(), "{input}: exans GPU round trip differs");
+    let mut r = row(
+        format!("{input} x{copies}"),
+        "cuda",
+        n,
+        container.len(),
+        2.0 * n as f64 / enc / 1e9,
+        dec.gb_per_s(2 * n),
+        args,
+    );
+    r.codec = "exans (enc: cpu)".into();
+    Ok(r)
+}
+
+fn row(input: String, backend: &str, n: usize, encoded: usize, enc: f64, dec: f64, args: &BenchArgs) -> Row {
+    Row {
+        input,
+        codec: "exans".into(),
+        backend: backend.into(),
+        values: n,
+        raw_bytes: 2 * n,
+        encoded_bytes: encoded,
+        ratio: 2.0 * n as f64 / encoded as f64,
+        encode_gb_s: enc,
+        decode_gb_s: dec,
+        copy_gb_s: None,
+        encode_roofline: None,
+        decode_roofline: None,
+        runs: args.runs,
+    }
+}
