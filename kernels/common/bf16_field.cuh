@@ -23,15 +23,23 @@ __device__ __forceinline__ uint32_t kv_sign_mantissas_of_pair(uint32_t pair) {
     return ((pair >> 8) & 0x80u) | (pair & 0x7fu) | ((pair >> 16) & 0x8000u) | ((pair >> 8) & 0x7f00u);
 }
 
+// Four words (two packed pairs, value 0 in the low half of p01) -> their four
+// exponents and four sign+mantissa bytes (byte i = value i). Byte permutes gather the
+// low and high bytes of the four words; one LOP3-able expression per output.
+__device__ __forceinline__ void kv_split_quad(uint32_t p01, uint32_t p23, uint32_t* e4, uint32_t* sf4) {
+    const uint32_t lo = __byte_perm(p01, p23, 0x6420);  // low bytes of words 0..3
+    const uint32_t hi = __byte_perm(p01, p23, 0x7531);  // high bytes of words 0..3
+    *sf4 = (lo & 0x7f7f7f7fu) | (hi & 0x80808080u);
+    *e4 = ((hi & 0x7f7f7f7fu) << 1) | ((lo >> 7) & 0x01010101u);
+}
+
 // Four exponents and four sign+mantissa bytes (byte i = value i) -> four words as two
-// u32 (value 0 in the low half of .x). Works on two 16-bit lanes at a time.
+// u32 (value 0 in the low half of .x): the high and low bytes of all four words are
+// built at once, then interleaved by two byte permutes.
 __device__ __forceinline__ uint2 kv_join_quad(uint32_t e4, uint32_t sf4) {
-    const uint32_t e01 = __byte_perm(e4, 0, 0x4140), e23 = __byte_perm(e4, 0, 0x4342);
-    const uint32_t s01 = __byte_perm(sf4, 0, 0x4140), s23 = __byte_perm(sf4, 0, 0x4342);
-    uint2 out;
-    out.x = ((s01 & 0x00800080u) << 8) | (e01 << 7) | (s01 & 0x007f007fu);
-    out.y = ((s23 & 0x00800080u) << 8) | (e23 << 7) | (s23 & 0x007f007fu);
-    return out;
+    const uint32_t hi = (sf4 & 0x80808080u) | ((e4 >> 1) & 0x7f7f7f7fu);
+    const uint32_t lo = ((e4 << 7) & 0x80808080u) | (sf4 & 0x7f7f7f7fu);
+    return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
 }
 
 // Four 4-bit codes (nibble i of `codes4` = code of value i) -> their four exponents from

@@ -13,7 +13,13 @@
 //      state fell below 2^16 take the next words of the partition's stream in ascending
 //      lane order (ballot + popc(ballot & lanemask_lt)). Each decoded symbol C is turned
 //      back into its exponent E = (C + c_g - 127) mod 256 and joined with its raw
-//      sign+mantissa byte into the BF16 word, written straight to the output.
+//      sign+mantissa byte into the BF16 word. Steps run in rounds of EX_ROUND: a lane
+//      keeps the round's symbols in registers and then writes its EX_ROUND consecutive
+//      words with 16-byte stores (sign+mantissa bytes by 16-byte loads) when the round
+//      is full, inside one group and aligned, else word by word. The partition's word
+//      stream is staged through a per-warp shared-memory ring by cp.async, one round
+//      ahead; each lane holds the word pos + lane (a window reloaded after every step),
+//      and the lanes that renormalise take theirs from it by shuffle.
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -38,6 +44,9 @@
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
 #define EX_ROUND 16  // decode steps per output round (a multiple of 16)
+#define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
+// Words a round can read: pos .. pos + EX_ROUND * 32 - 1, plus the window's 32 ahead.
+#define EX_ROUND_WORDS (EX_ROUND * EX_LANES + EX_LANES)
 
 // *status bits.
 #define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
@@ -52,6 +61,14 @@ __device__ __forceinline__ uint32_t ex_u16(const uint8_t* p) { return (uint32_t)
 __device__ __forceinline__ uint32_t ex_u32(const uint8_t* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
+
+// 16-byte global -> shared copy that completes asynchronously (sm_80+).
+__device__ __forceinline__ void ex_cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void ex_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void ex_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ unsigned long long ex_align16(unsigned long long x) { return (x + 15ull) & ~15ull; }
 
@@ -139,6 +156,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
     __shared__ uint32_t warp_sums[EX_THREADS / 32];
     __shared__ ExRecord rs;
+    __shared__ __align__(16) uint16_t rings[EX_PARTITIONS][EX_RING];
 
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid % 32;
@@ -262,12 +280,36 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // sentinel). A step takes at most one word per lane, so every word it needs is in
         // the window; it is reloaded for the next step as soon as pos is known, which takes
         // the global load off the step's critical path.
-        uint32_t window = pos + lane < count ? (uint32_t)words[pos + lane] : 0u;
+        uint32_t window = 0;
+        // The stream is staged through this warp's ring in 16-byte chunks (the stream is
+        // 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
+        // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
+        // word it can read is in the ring (loaded synchronously if the lookahead fell
+        // short); then the chunks up to pos + EX_RING, whose slots hold only words below
+        // pos, are requested asynchronously for the next rounds.
+        uint16_t* const ring = rings[p];
+        const uint4* const chunks = reinterpret_cast<const uint4*>(words);
+        const unsigned total_chunks = (count + 7u) / 8u;
+        unsigned done = 0;  // chunks requested (warp-uniform)
         // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
         // whole 16-byte chunks when the round is full, inside one group and aligned;
         // otherwise value by value exactly as before.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
+            __syncwarp();  // every lane's reads of the previous round are done with the ring
+            const unsigned target = min((pos + EX_ROUND_WORDS + 7u) / 8u, total_chunks);
+            for (unsigned c = done + lane; c < target; c += EX_LANES)
+                ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
+            if (done < target) done = target;
+            ex_cp_async_commit();
+            ex_cp_async_wait_all();
+            __syncwarp();
+            window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
+            const unsigned ahead = min((pos + EX_RING) / 8u, total_chunks);
+            for (unsigned c = done + lane; c < ahead; c += EX_LANES)
+                ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
+            if (done < ahead) done = ahead;
+            ex_cp_async_commit();
             uint32_t syms[EX_ROUND / 4];
 #pragma unroll
             for (int i = 0; i < EX_ROUND / 4; ++i) syms[i] = 0;
@@ -286,7 +328,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 if (need) x = (x << 16) | w;
                 if (ballot) {
                     pos += __popc(ballot);
-                    window = pos + lane < count ? (uint32_t)words[pos + lane] : 0u;
+                    window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
                 }
             }
             if (t0 >= run) continue;
@@ -329,6 +371,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 }
             }
         }
+        ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;
         if (pos > count) flags |= EX_STATUS_EXHAUSTED;
         if (__any_sync(0xffffffffu, x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;

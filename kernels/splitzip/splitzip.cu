@@ -39,10 +39,10 @@ __device__ __forceinline__ SzLayout sz_layout(unsigned long long n, unsigned chu
     return l;
 }
 
-// Exclusive scan across the CTA of one u64 per thread that packs four 16-bit counts
-// (the escapes of a thread's four groups); the four lanes never carry into each other
-// because a pass holds at most SZ_THREADS * 8 = 2048 escapes. Returns the exclusive
-// prefix and writes the CTA total to *total. All threads must call it.
+// Exclusive scan of one u64 per thread across a CTA of SZ_THREADS threads; returns the
+// prefix and writes the CTA total to *total. All threads must call it. The tiles kernel
+// scans four 16-bit counts packed in one u64 (a thread's four groups), which never
+// carry into each other because a pass holds at most SZ_THREADS * 8 = 2048 escapes.
 __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned long long v,
                                                                     unsigned long long* warp_sums,
                                                                     unsigned long long* total) {
@@ -69,6 +69,28 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
+// The encoder is three kernels on one stream after a memset, with no host
+// synchronisation (CUDA-graph safe):
+//   1. splitzip_encode_tiles  (one CTA per tile) codes, sign+mantissa, tile-relative
+//      chunk escape offsets, the tile's escape count (also added to its superblock's
+//      sum), its escapes to tile-local scratch;
+//   2. splitzip_encode_place  (one CTA per superblock of SZ_SUPER tiles) with the total
+//      E and the escapes before the superblock summed from the superblock sums, decide
+//      coded vs raw; if coded, scan the superblock's tile counts, make the chunk offsets
+//      absolute and copy the escapes to their sections;
+//   3. splitzip_encode_finish header and padding, or the whole payload rewritten raw.
+// Placement touches only per-tile counts and the escapes (~0.1% of the bytes), so the
+// streaming kernel never waits on another tile (an earlier single-kernel version with a
+// decoupled look-back ran at 920 GB/s on an H200: docs/PERF.md).
+//
+// Workspace (u64 words): [0] encoded length, [1] total escapes, then one sum per
+// superblock, then one count per tile. Scratch: per tile SZ_TILE_VALUES u16 positions
+// and SZ_TILE_VALUES u8 exponents.
+#define SZ_WS_LEN 0
+#define SZ_WS_TOTAL 1
+#define SZ_WS_SUPERS 2
+#define SZ_SUPER 256  // tiles per superblock = threads of the place kernel
+
 // Exponent -> code (0-15), or SZ_ESCAPE_ENTRY for an exponent outside the codebook:
 // code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
 #define SZ_ESCAPE_ENTRY 0x80u
@@ -76,23 +98,13 @@ struct SzCodeTable {
     uint8_t code[256];
 };
 
-// The encoder is four kernels on one stream, no host synchronisation (CUDA-graph safe):
-//   1. splitzip_encode_tiles  (one CTA per tile) codes, sign+mantissa, tile-relative
-//      chunk escape offsets, the tile's escape count, its escapes to tile-local scratch;
-//   2. splitzip_encode_scan   (one CTA) exclusive scan of the tile counts -> total E;
-//   3. splitzip_encode_place  (one CTA per tile) with E known: decide coded vs raw; if
-//      coded, make the chunk offsets absolute and copy the escapes to their sections;
-//   4. splitzip_encode_finish header and padding, or the whole payload rewritten raw.
-// Scan and placement touch only per-tile counts and the escapes (~0.1% of the bytes), so
-// the streaming kernel never waits on another tile (an earlier single-kernel version
-// with a decoupled look-back ran at 920 GB/s on an H200: docs/PERF.md).
-//
-// Workspace (u64 words): [0] total escapes, [1] encoded length, [2 + t] escapes of tile
-// t, replaced by the escapes before tile t by the scan. Scratch: per tile
-// SZ_TILE_VALUES u16 positions and SZ_TILE_VALUES u8 exponents.
-#define SZ_WS_TOTAL 0
-#define SZ_WS_LEN 1
-#define SZ_WS_TILES 2
+__device__ __forceinline__ unsigned long long sz_tiles(unsigned long long n) {
+    return (n + SZ_TILE_VALUES - 1) / SZ_TILE_VALUES;
+}
+
+__device__ __forceinline__ unsigned long long* sz_tile_counts(unsigned long long* workspace, unsigned long long n) {
+    return workspace + SZ_WS_SUPERS + (sz_tiles(n) + SZ_SUPER - 1) / SZ_SUPER;
+}
 
 // Whether a coded payload with `escapes` escapes fits in the raw bound (spec section 4):
 // the encoder stores raw otherwise.
@@ -104,11 +116,39 @@ __device__ __forceinline__ bool sz_coded_fits(unsigned long long n, unsigned chu
     return *coded_len <= SZ_HEADER_LEN + 2 * n && escapes <= 0xffffffffull;
 }
 
+// Sum over the CTA of one value per thread (all threads call it); `scratch` holds one
+// u64 per warp.
+__device__ __forceinline__ unsigned long long sz_cta_sum(unsigned long long v, unsigned long long* scratch) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    unsigned long long total = 0;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += scratch[w];
+    return total;
+}
+
+// Four codes (table entries, byte i = value i) -> 16 bits of packed 4-bit codes and a
+// 4-bit escape mask (bit i = value i escaped).
+__device__ __forceinline__ void sz_pack_codes(uint32_t entries4, uint32_t* codes16, uint32_t* mask4) {
+    uint32_t y = entries4 & 0x0f0f0f0fu;  // an escape entry has code 0
+    y = (y | (y >> 4)) & 0x00ff00ffu;
+    *codes16 = (y | (y >> 8)) & 0xffffu;
+    *mask4 = (((entries4 >> 7) & 0x01010101u) * 0x01020408u) >> 24;
+}
+
+__device__ __forceinline__ uint32_t sz_lookup4(const uint8_t* table, uint32_t e4) {
+    const uint32_t c0 = table[e4 & 0xffu], c1 = table[(e4 >> 8) & 0xffu];
+    const uint32_t c2 = table[(e4 >> 16) & 0xffu], c3 = table[e4 >> 24];
+    return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
+}
+
 extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_ENCODE_CTAS_PER_SM)
 splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
                       const SzCodeTable code_table_param, uint8_t* __restrict__ out,
-                      uint16_t* __restrict__ scratch_positions,
-                      uint8_t* __restrict__ scratch_exponents, unsigned long long* __restrict__ workspace) {
+                      uint16_t* __restrict__ scratch_positions, uint8_t* __restrict__ scratch_exponents,
+                      unsigned long long* __restrict__ workspace) {
     __shared__ uint8_t code_table[256];
     __shared__ unsigned long long warp_sums[SZ_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
@@ -140,34 +180,26 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
         const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
-        const uint32_t pairs[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-        // Table entries: the code (0-15), or SZ_ESCAPE_ENTRY (code 0, bit 7 set).
-        uint32_t codes = 0, mask = 0;
-        if (v0 + SZ_GROUP <= n) {
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const uint32_t c = code_table[(pairs[k / 2] >> (16 * (k % 2) + 7)) & 0xffu];
-                mask |= (c >> 7) << k;
-                codes |= (c & 15u) << (4 * k);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const uint32_t c = v0 + k < n ? code_table[(pairs[k / 2] >> (16 * (k % 2) + 7)) & 0xffu] : 0u;
-                mask |= (c >> 7) << k;
-                codes |= (c & 15u) << (4 * k);
-            }
-        }
-        const uint32_t sf01 = kv_sign_mantissas_of_pair(pairs[0]) | (kv_sign_mantissas_of_pair(pairs[1]) << 16);
-        const uint32_t sf23 = kv_sign_mantissas_of_pair(pairs[2]) | (kv_sign_mantissas_of_pair(pairs[3]) << 16);
+        uint32_t e_lo, e_hi, sf_lo, sf_hi;
+        kv_split_quad(w[u].x, w[u].y, &e_lo, &sf_lo);
+        kv_split_quad(w[u].z, w[u].w, &e_hi, &sf_hi);
+        uint32_t codes_lo, codes_hi, mask_lo, mask_hi;
+        sz_pack_codes(sz_lookup4(code_table, e_lo), &codes_lo, &mask_lo);
+        sz_pack_codes(sz_lookup4(code_table, e_hi), &codes_hi, &mask_hi);
+        uint32_t codes = codes_lo | (codes_hi << 16), mask = mask_lo | (mask_hi << 4);
         if (v0 + SZ_GROUP <= n) {
             __stcs(reinterpret_cast<uint32_t*>(out + lay.codes + v0 / 2), codes);
-            __stcs(reinterpret_cast<uint2*>(out + lay.sign_mantissa + v0), make_uint2(sf01, sf23));
+            __stcs(reinterpret_cast<uint2*>(out + lay.sign_mantissa + v0), make_uint2(sf_lo, sf_hi));
         } else if (v0 < n) {
+            // The last, partial group: values past n are neither coded nor escaped.
             const unsigned valid = (unsigned)(n - v0);
+            mask &= (1u << valid) - 1u;
+            codes &= valid >= 8 ? 0xffffffffu : (1u << (4 * valid)) - 1u;
             for (unsigned k = 0; k < (valid + 1) / 2; ++k) out[lay.codes + v0 / 2 + k] = (codes >> (8 * k)) & 0xffu;
             for (unsigned k = 0; k < valid; ++k)
-                out[lay.sign_mantissa + v0 + k] = ((k < 4 ? sf01 : sf23) >> (8 * (k % 4))) & 0xffu;
+                out[lay.sign_mantissa + v0 + k] = ((k < 4 ? sf_lo : sf_hi) >> (8 * (k % 4))) & 0xffu;
+        } else {
+            mask = 0;
         }
         esc_mask[u] = mask;
         packed_counts |= (unsigned long long)__popc(mask) << (16 * u);
@@ -194,79 +226,51 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
         }
         pass_base += (unsigned)((pass_totals >> (16 * u)) & 0xffffu);
     }
-    if (threadIdx.x == 0) workspace[SZ_WS_TILES + tile] = pass_base;
-}
-
-// One CTA of SZ_SCAN_THREADS: exclusive scan of the tile counts in place; the total to
-// workspace[SZ_WS_TOTAL]. Passes of SZ_SCAN_THREADS * SZ_SCAN_ITEMS counts: every thread
-// first loads its SZ_SCAN_ITEMS counts (coalesced, all in flight), then the CTA scans.
-#define SZ_SCAN_THREADS 1024
-#define SZ_SCAN_ITEMS 16
-extern "C" __global__ void __launch_bounds__(SZ_SCAN_THREADS)
-splitzip_encode_scan(unsigned long long tiles, unsigned long long* __restrict__ workspace) {
-    __shared__ unsigned long long warp_sums[SZ_SCAN_THREADS / 32];
-    unsigned long long* counts = workspace + SZ_WS_TILES;
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    unsigned long long carry = 0;
-    for (unsigned long long pass = 0; pass < tiles; pass += SZ_SCAN_THREADS * SZ_SCAN_ITEMS) {
-        // Thread t owns the contiguous items [t * ITEMS, (t + 1) * ITEMS) of this pass.
-        unsigned long long c[SZ_SCAN_ITEMS];
-        unsigned long long sum = 0;
-        const unsigned long long first = pass + (unsigned long long)threadIdx.x * SZ_SCAN_ITEMS;
-#pragma unroll
-        for (int i = 0; i < SZ_SCAN_ITEMS; ++i) c[i] = first + i < tiles ? counts[first + i] : 0;
-#pragma unroll
-        for (int i = 0; i < SZ_SCAN_ITEMS; ++i) sum += c[i];
-        unsigned long long x = sum;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const unsigned long long y = __shfl_up_sync(0xffffffffu, x, d);
-            if (lane >= d) x += y;
-        }
-        if (lane == 31) warp_sums[warp] = x;
-        __syncthreads();
-        if (warp == 0) {
-            unsigned long long t = warp_sums[lane];
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const unsigned long long y = __shfl_up_sync(0xffffffffu, t, d);
-                if (lane >= d) t += y;
-            }
-            warp_sums[lane] = t;
-        }
-        __syncthreads();
-        unsigned long long running = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + x - sum;
-#pragma unroll
-        for (int i = 0; i < SZ_SCAN_ITEMS; ++i) {
-            if (first + i < tiles) counts[first + i] = running;
-            running += c[i];
-        }
-        carry += warp_sums[SZ_SCAN_THREADS / 32 - 1];
-        __syncthreads();  // warp_sums is rewritten by the next pass
+    if (threadIdx.x == 0) {
+        sz_tile_counts(workspace, n)[tile] = pass_base;
+        if (pass_base) atomicAdd(workspace + SZ_WS_SUPERS + tile / SZ_SUPER, (unsigned long long)pass_base);
     }
-    if (threadIdx.x == 0) workspace[SZ_WS_TOTAL] = carry;
 }
 
-// A warp per tile (grid-stride over tiles): if the payload is coded, turn the tile's
-// chunk offsets absolute and copy its escapes from scratch to the positions and
-// exponents sections.
-#define SZ_PLACE_THREADS 256
-extern "C" __global__ void __launch_bounds__(SZ_PLACE_THREADS)
+// One CTA of SZ_SUPER threads per superblock of SZ_SUPER tiles.
+extern "C" __global__ void __launch_bounds__(SZ_SUPER)
 splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __restrict__ out,
                       const uint16_t* __restrict__ scratch_positions, const uint8_t* __restrict__ scratch_exponents,
-                      const unsigned long long* __restrict__ workspace) {
+                      unsigned long long* __restrict__ workspace) {
+    __shared__ unsigned long long scratch[SZ_SUPER / 32];
+    __shared__ unsigned long long tile_prefix[SZ_SUPER], tile_count[SZ_SUPER];
+    const unsigned long long tiles = sz_tiles(n);
+    const unsigned long long supers = (tiles + SZ_SUPER - 1) / SZ_SUPER;
+    const unsigned long long* super_sums = workspace + SZ_WS_SUPERS;
+    // Total escapes and escapes before this superblock, from the superblock sums.
+    unsigned long long all = 0, before = 0;
+    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_SUPER) {
+        const unsigned long long v = super_sums[s];
+        all += v;
+        if (s < blockIdx.x) before += v;
+    }
+    const unsigned long long escapes = sz_cta_sum(all, scratch);
+    const unsigned long long escapes_before = sz_cta_sum(before, scratch);
     unsigned long long exponents_at, coded_len;
-    const unsigned long long escapes = workspace[SZ_WS_TOTAL];
-    if (!sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len)) return;
+    if (!sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len)) return;  // CTA-uniform
+
+    // Exclusive scan of this superblock's tile counts (one per thread).
+    const unsigned long long tile0 = (unsigned long long)blockIdx.x * SZ_SUPER;
+    const unsigned long long* counts = sz_tile_counts(workspace, n);
+    const unsigned long long my_count = tile0 + threadIdx.x < tiles ? counts[tile0 + threadIdx.x] : 0;
+    unsigned long long totals;
+    __syncthreads();  // every thread has read `scratch` in sz_cta_sum before the scan reuses it
+    const unsigned long long my_before = sz_cta_exclusive_scan(my_count, scratch, &totals);
+    tile_prefix[threadIdx.x] = escapes_before + my_before;
+    tile_count[threadIdx.x] = my_count;
+    __syncthreads();
+
     const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned long long tiles = (n + SZ_TILE_VALUES - 1) / SZ_TILE_VALUES;
-    const unsigned lane = threadIdx.x & 31;
-    const unsigned long long warps = (unsigned long long)gridDim.x * (SZ_PLACE_THREADS / 32);
-    for (unsigned long long tile = (unsigned long long)blockIdx.x * (SZ_PLACE_THREADS / 32) + threadIdx.x / 32;
-         tile < tiles; tile += warps) {
-        const unsigned long long base = tile * SZ_TILE_VALUES;
-        const unsigned long long prefix = workspace[SZ_WS_TILES + tile];
-        const unsigned long long count = (tile + 1 < tiles ? workspace[SZ_WS_TILES + tile + 1] : escapes) - prefix;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (unsigned j = warp; j < SZ_SUPER; j += SZ_SUPER / 32) {
+        const unsigned long long tile = tile0 + j;
+        if (tile >= tiles) break;
+        const unsigned long long base = tile * SZ_TILE_VALUES, prefix = tile_prefix[j], count = tile_count[j];
         const unsigned long long end = base + SZ_TILE_VALUES < n ? base + SZ_TILE_VALUES : n;
         const unsigned long long first_chunk = base / chunk_size;
         const unsigned chunks_here = (unsigned)((end - base + chunk_size - 1) / chunk_size);
@@ -290,11 +294,16 @@ __device__ void sz_put(uint8_t* p, unsigned long long v, int bytes) {
 
 // Header and padding of a coded payload, or the whole raw payload. Grid-stride; block 0
 // thread 0 writes the header.
-extern "C" __global__ void splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
-                                                  unsigned chunk_size, uint4 codebook, uint8_t* __restrict__ out,
-                                                  unsigned long long* __restrict__ workspace) {
+#define SZ_FINISH_THREADS 256
+extern "C" __global__ void __launch_bounds__(SZ_FINISH_THREADS)
+splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
+                       uint4 codebook, uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace) {
+    __shared__ unsigned long long scratch[SZ_FINISH_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned long long escapes = workspace[SZ_WS_TOTAL];
+    const unsigned long long supers = (sz_tiles(n) + SZ_SUPER - 1) / SZ_SUPER;
+    unsigned long long mine = 0;
+    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_FINISH_THREADS) mine += workspace[SZ_WS_SUPERS + s];
+    const unsigned long long escapes = sz_cta_sum(mine, scratch);
     unsigned long long exponents_at, coded_len;
     const bool raw = !sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len);
     const unsigned long long raw_len = SZ_HEADER_LEN + 2 * n;
@@ -319,6 +328,7 @@ extern "C" __global__ void splitzip_encode_finish(const uint16_t* __restrict__ w
     const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
 #pragma unroll
     for (int i = 0; i < 16; ++i) h[32 + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
+    workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
     if (raw) {
         sz_put(h + 88, raw_len, 8);
         workspace[SZ_WS_LEN] = raw_len;

@@ -1,15 +1,15 @@
 //! The SplitZip GPU encoder and decoder (PTX from `kernels/splitzip/splitzip.cu`),
 //! byte-identical to the CPU reference in both directions.
 //!
-//! **Encode** is a memset and four kernels on one stream, with no host synchronisation,
-//! so it can be captured in a CUDA graph ([`encode_device`]): `splitzip_encode_tiles`
-//! (one CTA per 8192-value tile) writes codes, sign+mantissa bytes, tile-relative chunk
-//! escape offsets and the tile's escapes to scratch; `splitzip_encode_scan` turns the
-//! per-tile escape counts into prefixes; `splitzip_encode_place` makes the offsets
-//! absolute and moves the escapes to their sections (whose place depends on the total);
-//! `splitzip_encode_finish` writes the header and padding, or rewrites the payload raw
-//! when coded would be larger. The encoded length stays on the device until
-//! [`EncodeWorkspace::encoded_len`] reads it.
+//! **Encode** is a memset and three kernels on one stream, with no host
+//! synchronisation, so it can be captured in a CUDA graph ([`encode_device`]):
+//! `splitzip_encode_tiles` (one CTA per 8192-value tile) writes codes, sign+mantissa
+//! bytes, tile-relative chunk escape offsets, the tile's escape count (also summed per
+//! superblock of 256 tiles) and its escapes to scratch; `splitzip_encode_place` (one CTA
+//! per superblock) scans the counts, makes the offsets absolute and moves the escapes to
+//! their sections (whose place depends on the total); `splitzip_encode_finish` writes the
+//! header and padding, or rewrites the payload raw when coded would be larger. The
+//! encoded length stays on the device until [`EncodeWorkspace::encoded_len`] reads it.
 //!
 //! **Decode** ([`decode_device`]) validates the header on the host, then one kernel
 //! rebuilds every word once, with escapes patched in registers, and checks the body
@@ -39,12 +39,15 @@ const ESCAPE_ENTRY: u8 = 0x80;
 pub const GPU_MAX_CHUNK_SIZE: u32 = 8192;
 const TILE_VALUES: usize = GPU_MAX_CHUNK_SIZE as usize;
 const THREADS: u32 = 256;
-/// Workspace words before the per-tile escape counts (total, encoded length).
+/// Workspace words before the superblock sums (encoded length, total escapes).
 const WORKSPACE_HEADER_WORDS: usize = 2;
-/// Threads of the one-CTA scan kernel (`SZ_SCAN_THREADS`).
-const SCAN_THREADS: u32 = 1024;
-/// Threads per CTA of the placement kernel (`SZ_PLACE_THREADS`); a warp per tile.
-const PLACE_THREADS: u32 = 256;
+/// Tiles per superblock (`SZ_SUPER`), also the placement kernel's threads per CTA.
+const SUPER_TILES: usize = 256;
+
+/// Workspace words for `tiles` tiles: header, one sum per superblock, one count per tile.
+fn workspace_words(tiles: usize) -> usize {
+    WORKSPACE_HEADER_WORDS + tiles.div_ceil(SUPER_TILES) + tiles
+}
 
 /// Errors of the GPU path.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +95,7 @@ pub enum GpuError {
 
 /// Device scratch for [`encode_device`], reusable across calls of up to `capacity` values.
 pub struct EncodeWorkspace {
-    /// `[total escapes, encoded length, escapes of (then before) each tile...]`.
+    /// `[encoded length, total escapes, sum per superblock..., escapes per tile...]`.
     words: CudaSlice<u64>,
     /// Each tile's escape positions before they move to their section (worst case: every
     /// value of the tile).
@@ -112,7 +115,7 @@ impl EncodeWorkspace {
         let tiles = capacity.div_ceil(TILE_VALUES);
         let slots = (tiles * TILE_VALUES).max(1);
         Ok(EncodeWorkspace {
-            words: gpu.stream().alloc_zeros(WORKSPACE_HEADER_WORDS + tiles)?,
+            words: gpu.stream().alloc_zeros(workspace_words(tiles))?,
             scratch_positions: gpu.stream().alloc_zeros(slots)?,
             scratch_exponents: gpu.stream().alloc_zeros(slots)?,
             capacity,
@@ -126,7 +129,7 @@ impl EncodeWorkspace {
     /// [`GpuError::Cuda`].
     pub fn encoded_len(&self, gpu: &GpuContext) -> Result<usize, GpuError> {
         let mut len = [0u64];
-        gpu.stream().memcpy_dtoh(&self.words.slice(1..2), &mut len)?;
+        gpu.stream().memcpy_dtoh(&self.words.slice(0..1), &mut len)?;
         Ok(len[0] as usize)
     }
 }
@@ -184,11 +187,11 @@ pub fn encode_device(
     check_aligned("words", words.device_ptr(stream).0)?;
     check_aligned("out", out.device_ptr(stream).0)?;
     let tiles = n.div_ceil(TILE_VALUES);
-    stream.memset_zeros(&mut workspace.words.slice_mut(..WORKSPACE_HEADER_WORDS + tiles))?;
+    stream.memset_zeros(&mut workspace.words.slice_mut(..workspace_words(tiles)))?;
     // The 256-byte exponent -> code table travels as a kernel parameter: no copy, so
     // the whole encode stays capturable in a CUDA graph.
     let table = CodeTableArg(codebook.code_table().map(|c| if c == NO_CODE { ESCAPE_ENTRY } else { c }));
-    let (n64, cs, tiles64) = (n as u64, chunk_size, tiles as u64);
+    let (n64, cs) = (n as u64, chunk_size);
     if tiles > 0 {
         let f = gpu.function(&MODULE, "splitzip_encode_tiles")?;
         let mut launch = stream.launch_builder(&f);
@@ -206,14 +209,8 @@ pub fn encode_device(
         // SAFETY: the signature matches splitzip_encode_tiles; `words` holds n values;
         // the kernel writes only below the escape positions section, which it checks
         // lies within 128 + 2n <= out.len() bytes; each tile writes at most 8192 scratch
-        // slots of its own and one workspace word (3 + tiles words, zeroed above).
-        unsafe { launch.launch(cfg) }?;
-        let f = gpu.function(&MODULE, "splitzip_encode_scan")?;
-        let mut launch = stream.launch_builder(&f);
-        launch.arg(&tiles64).arg(&mut workspace.words);
-        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: reads and rewrites the `tiles` counts and writes the total, all inside
-        // the workspace.
+        // slots of its own, its count and an atomic add to its superblock sum (all in the
+        // workspace of workspace_words(tiles) words, zeroed above).
         unsafe { launch.launch(cfg) }?;
         let f = gpu.function(&MODULE, "splitzip_encode_place")?;
         let mut launch = stream.launch_builder(&f);
@@ -223,15 +220,16 @@ pub fn encode_device(
             .arg(&mut *out)
             .arg(&workspace.scratch_positions)
             .arg(&workspace.scratch_exponents)
-            .arg(&workspace.words);
+            .arg(&mut workspace.words);
+        let supers = tiles.div_ceil(SUPER_TILES) as u32;
         let cfg = LaunchConfig {
-            grid_dim: (tiles as u32, 1, 1),
-            block_dim: (PLACE_THREADS, 1, 1),
+            grid_dim: (supers, 1, 1),
+            block_dim: (SUPER_TILES as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: runs only when the coded payload fits in 128 + 2n bytes and writes
-        // inside its sections; scratch reads stay inside each tile's slots (counts come
-        // from the scan of what the tiles kernel wrote); any grid covers every tile.
+        // inside its sections; scratch reads stay inside each tile's slots (counts are
+        // what the tiles kernel wrote); one CTA per superblock covers every tile.
         unsafe { launch.launch(cfg) }?;
     }
     let codebook_arg = codebook_uint4(codebook);
