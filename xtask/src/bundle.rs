@@ -45,7 +45,7 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
 # Runs kvcodec's GPU tests and GPU bench on a machine with a GPU and no Rust toolchain.\n\
 set -euo pipefail\n\
 cd \"$(dirname \"$0\")\"\n\
-export KVCODEC_REQUIRE_GPU=1\n\
+export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\n\
 for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
 ./xtask-bench.sh \"$@\"\n";
     std::fs::write(out.join("run.sh"), script)?;

@@ -43,6 +43,18 @@ enum Command {
         #[arg(long)]
         input: Option<PathBuf>,
     },
+    /// Calibrate a SplitZip codebook (top-16 exponents) on a KV file and save it as JSON.
+    Codebook {
+        /// The calibration KV safetensors file.
+        #[arg(long)]
+        input: PathBuf,
+        /// Which tensors: k, v or all.
+        #[arg(long, default_value = "all")]
+        kind: String,
+        /// Output JSON path.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// The main job: every codec on the input, bit-exact round trip checked, one table.
     Bench(bench::BenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
@@ -59,9 +71,35 @@ fn main() -> anyhow::Result<()> {
         Command::Kernels { check } => kernels::run(check),
         Command::Fixtures { tokens } => fixtures::run(tokens),
         Command::Stats { input } => stats::run(input),
+        Command::Codebook { input, kind, out } => codebook(&input, &kind, &out),
         Command::Bench(args) => bench::run(args),
         Command::GpuBundle { out } => bundle::run(&out),
     }
+}
+
+/// `cargo xtask codebook`: SplitZip's offline calibration (SplitZip seed, "Codec API":
+/// calibrate on separate data) over the chosen tensors of one KV file.
+fn codebook(input: &Path, kind: &str, out: &Path) -> anyhow::Result<()> {
+    let cache = bf16_field::io::read_kv_cache(input)?;
+    let keep = |k: bf16_field::KvKind| match kind {
+        "all" => true,
+        "k" => k == bf16_field::KvKind::K,
+        "v" => k == bf16_field::KvKind::V,
+        _ => false, // rejected below
+    };
+    anyhow::ensure!(["all", "k", "v"].contains(&kind), "--kind {kind}: expected k, v or all");
+    let samples: Vec<&[u16]> = cache.tensors().filter(|(_, k, _)| keep(*k)).map(|(_, _, t)| t).collect();
+    let codebook = splitzip::Codebook::calibrate(&samples)?;
+    codebook.save(out)?;
+    let coverage: f64 = samples.iter().map(|t| codebook.coverage(t) * t.len() as f64).sum::<f64>()
+        / samples.iter().map(|t| t.len() as f64).sum::<f64>();
+    println!(
+        "codebook {:?} (top-16 coverage {:.4}% of the calibration values) -> {}",
+        codebook.exponents(),
+        100.0 * coverage,
+        out.display()
+    );
+    Ok(())
 }
 
 /// The workspace root (the folder above xtask/).

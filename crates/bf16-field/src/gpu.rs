@@ -189,7 +189,12 @@ impl GpuContext {
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| unavailable("multiprocessor count", e))? as u32;
-        let stream = ctx.default_stream();
+        // SAFETY: kvcodec issues all its work on the one stream created below, so
+        // cudarc's per-slice cross-stream events are not needed; without them a launch
+        // records no events, and the stream can be captured into a CUDA graph.
+        unsafe { ctx.disable_event_tracking() };
+        // A created stream, not the legacy default stream, which cannot be captured.
+        let stream = ctx.new_stream().map_err(|e| unavailable("stream", e))?;
         let gpu = Arc::new(GpuContext {
             ctx,
             stream,
@@ -208,7 +213,9 @@ impl GpuContext {
         &self.ctx
     }
 
-    /// The stream every kvcodec launch goes to.
+    /// The stream every kvcodec launch goes to (a created stream, so work on it can be
+    /// captured into a CUDA graph; callers that add their own streams must order them
+    /// against it themselves: cudarc's automatic event tracking is off).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }

@@ -124,3 +124,34 @@ fn gpu_decode_reports_the_cpu_error() {
     let truncated = &payload[..payload.len() - 1];
     assert!(matches!(decode_host(&gpu, truncated), Err(GpuError::Decode(DecodeError::Truncated { .. }))));
 }
+
+#[test]
+fn gpu_encode_replays_from_a_cuda_graph() {
+    use cudarc::driver::CudaSlice;
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use splitzip::gpu::{EncodeWorkspace, encode_device};
+
+    let Some(gpu) = gpu_for_test("gpu_encode_replays_from_a_cuda_graph") else { return };
+    let fixtures = fixture_words();
+    let (words, codebook) = (&fixtures[0].1, Codebook::calibrate(&[&fixtures[1].1]).unwrap());
+    let cpu = encode(words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+    let stream = gpu.stream();
+    let d_words: CudaSlice<u16> = stream.clone_htod(words).unwrap();
+    let mut out: CudaSlice<u8> =
+        stream.alloc_zeros(splitzip::max_encoded_len(words.len(), DEFAULT_CHUNK_SIZE)).unwrap();
+    let mut ws = EncodeWorkspace::new(&gpu, words.len()).unwrap();
+    // One plain call first loads the module (not a stream operation).
+    encode_device(&gpu, &d_words.as_view(), &codebook, DEFAULT_CHUNK_SIZE, &mut out.as_view_mut(), &mut ws)
+        .unwrap();
+    stream.memset_zeros(&mut out).unwrap();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    encode_device(&gpu, &d_words.as_view(), &codebook, DEFAULT_CHUNK_SIZE, &mut out.as_view_mut(), &mut ws)
+        .unwrap();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+    for replay in 0..3 {
+        graph.launch().unwrap();
+        let len = ws.encoded_len(&gpu).unwrap();
+        let bytes = stream.clone_dtoh(&out.slice(..len)).unwrap();
+        assert!(bytes == cpu, "replay {replay}: graph-encoded payload differs from the CPU's");
+    }
+}
