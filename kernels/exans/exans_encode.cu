@@ -11,7 +11,8 @@
 //   0. exans_encode_gain_table: gain[f] = LOG2[f+1] - LOG2[f] (spec 5.3), f = 1..4095,
 //      computed with the reference's 64-bit integer squaring (bit-identical).
 //   1. exans_encode_blocks, one 256-thread CTA per block:
-//      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory,
+//      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
+//         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
 //         its argmax (smallest exponent on a tie) is the center (spec 2); the histogram
 //         is folded, shifted by the center, into the block's symbol histogram;
 //      b. warp 0 quantizes the histogram to 2^12 exactly like Model::quantize (spec 5.2):
@@ -23,6 +24,8 @@
 //         stack index is tail + popc(ballot & lanemask_gt); the word is stored at
 //         scratch[partition end - 1 - index], which leaves the reversed stream
 //         contiguous at the end of the partition's scratch slice (count_p <= n_p);
+//         x / freq is a multiply-high by a per-symbol magic (ee_divider), exact for
+//         every u32 x;
 //      d. thread 0 derives the record length (spec 4), or the raw length when the coded
 //         record would not be smaller (spec 7).
 //   2. exans_encode_index, one CTA: exclusive scan of align16(record_len) -> record
@@ -47,6 +50,7 @@
 #define EE_RECORD_MAGIC 0x4158564bu     // "KVXA" little-endian
 #define EE_CONTAINER_MAGIC 0x4358564bu  // "KVXC" little-endian
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
+#define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 
 typedef unsigned long long u64;
 
@@ -78,6 +82,34 @@ __device__ u64 ee_log2_q32(uint32_t x) {
 extern "C" __global__ void exans_encode_gain_table(u64* __restrict__ gain) {
     const uint32_t f = blockIdx.x * blockDim.x + threadIdx.x;
     if (f < EE_GAIN_LEN) gain[f] = f == 0 ? 0ull : ee_log2_q32(f + 1) - ee_log2_q32(f);
+}
+
+// x / freq for every x < 2^32 by a multiply-high (libdivide's branch-free u32 scheme):
+// freq = 2^k, k >= 1: magic 0, shift k - 1; otherwise k = floor(log2 freq), magic =
+// 1 + 2 floor(2^(32+k) / freq) (+1 if twice the remainder >= freq), mod 2^32, shift k.
+// freq = 1 is selected around it. The kernel packs shift into bits 28..31 of the entry.
+__device__ __forceinline__ void ee_divider(uint32_t freq, uint32_t& magic, uint32_t& shift) {
+    magic = 0;
+    shift = 0;
+    if (freq < 2) return;
+    const uint32_t k = 31u - (uint32_t)__clz(freq);
+    if ((freq & (freq - 1)) == 0) {
+        shift = k - 1;
+        return;
+    }
+    const u64 num = 1ull << (32 + k);
+    uint32_t m = (uint32_t)(num / freq);
+    const uint32_t rem = (uint32_t)(num - (u64)m * freq);
+    m += m;
+    if (rem + rem >= freq) m += 1;
+    magic = m + 1;
+    shift = k;
+}
+
+__device__ __forceinline__ uint32_t ee_divide(uint32_t x, uint32_t freq, uint32_t magic, uint32_t shift) {
+    const uint32_t t = __umulhi(magic, x);
+    const uint32_t q = (t + ((x - t) >> 1)) >> shift;
+    return freq == 1 ? x : q;
 }
 
 // Warp argmax in the quantizer's order: larger weight first, then the smaller symbol.
@@ -159,9 +191,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
     u64* __restrict__ lens_out, uint16_t* __restrict__ scratch) {
-    __shared__ uint32_t s_hist[EE_WARPS][256];
+    __shared__ uint32_t s_hist[EE_WARPS][256 * EE_COPIES];  // [bin * EE_COPIES + (lane & 3)]
     __shared__ uint32_t s_counts[256];
-    __shared__ uint32_t s_enc[256];  // freq | cdf << 16
+    __shared__ uint32_t s_enc[256];  // freq | cdf << 16 | divider shift << 28
+    __shared__ uint32_t s_magic[256];
     __shared__ uint32_t s_words[EE_PARTITIONS];
     __shared__ uint32_t s_k;
 
@@ -180,20 +213,34 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         uint8_t* centers = centers_out + (u64)blk * groups;
 
         // (a) centers and the symbol histogram.
-        for (uint32_t i = tid; i < EE_WARPS * 256; i += EE_THREADS) (&s_hist[0][0])[i] = 0;
+        for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES; i += EE_THREADS) (&s_hist[0][0])[i] = 0;
         s_counts[tid] = 0;
         __syncthreads();
         for (uint32_t g = warp; g < groups; g += EE_WARPS) {
             const uint16_t* src = words + g * thd + base;
-            for (u64 r = lane; r < per_group; r += EE_LANES) atomicAdd(&s_hist[warp][kv_exponent_of(src[r])], 1u);
+            const uint32_t copy = lane & (EE_COPIES - 1);
+            for (u64 r = lane; r < per_group; r += EE_LANES)
+                atomicAdd(&s_hist[warp][kv_exponent_of(src[r]) * EE_COPIES + copy], 1u);
             __syncwarp();
-            uint32_t best_e = lane * 8, best_c = s_hist[warp][lane * 8];
+            // Lane holds bins e = lane + 32 q (the copies summed, then zeroed); its best in
+            // ascending e, then the warp's (count desc, exponent asc) argmax.
+            uint32_t h[8];
+#pragma unroll
+            for (uint32_t q = 0; q < 8; ++q) {
+                const uint32_t e = lane + 32 * q;
+                h[q] = 0;
+#pragma unroll
+                for (uint32_t j = 0; j < EE_COPIES; ++j) {
+                    h[q] += s_hist[warp][e * EE_COPIES + j];
+                    s_hist[warp][e * EE_COPIES + j] = 0;
+                }
+            }
+            uint32_t best_e = lane, best_c = h[0];
 #pragma unroll
             for (uint32_t q = 1; q < 8; ++q) {
-                const uint32_t c = s_hist[warp][lane * 8 + q];
-                if (c > best_c) {
-                    best_c = c;
-                    best_e = lane * 8 + q;
+                if (h[q] > best_c) {
+                    best_c = h[q];
+                    best_e = lane + 32 * q;
                 }
             }
             for (int off = 16; off > 0; off >>= 1) {
@@ -206,13 +253,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             }
             const uint32_t center = best_e;
             if (lane == 0) centers[g] = (uint8_t)center;
-            __syncwarp();
 #pragma unroll
             for (uint32_t q = 0; q < 8; ++q) {
                 const uint32_t e = lane + 32 * q;
-                const uint32_t h = s_hist[warp][e];
-                if (h) atomicAdd(&s_counts[(e + EE_CENTER_SYMBOL - center) & 255u], h);
-                s_hist[warp][e] = 0;
+                if (h[q]) atomicAdd(&s_counts[(e + EE_CENTER_SYMBOL - center) & 255u], h[q]);
             }
             __syncwarp();
         }
@@ -280,6 +324,13 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             if (lane == 0) s_k = k;
         }
         __syncthreads();
+        {
+            uint32_t magic, shift;
+            ee_divider(s_enc[tid] & 0xffffu, magic, shift);
+            s_magic[tid] = magic;
+            s_enc[tid] |= shift << 28;
+        }
+        __syncthreads();
 
         // (c) warp p encodes partition p.
         {
@@ -294,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             uint32_t center = 0;
             if (len) {
                 const u64 kk = ps + lo + len - 1;  // the lane's last symbol
-                g = kk / per_group;
+                g = (uint32_t)kk / (uint32_t)per_group;  // both < 2^31
                 r = kk - g * per_group;
                 src = words + g * thd + base;
                 center = centers[g];
@@ -303,13 +354,15 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             const uint32_t gt = ee_lanemask_gt();
             for (int t = (int)m - 1; t >= 0; --t) {
                 const bool active = (uint32_t)t < len;
-                uint32_t freq = 1, cdf = 0;
+                uint32_t freq = 1, cdf = 0, magic = 0, shift = 0;
                 bool emit = false;
                 if (active) {
                     const uint32_t sym = (kv_exponent_of(src[r]) + EE_CENTER_SYMBOL - center) & 255u;
                     const uint32_t ent = s_enc[sym];
                     freq = ent & 0xffffu;
-                    cdf = ent >> 16;
+                    cdf = (ent >> 16) & 0xfffu;
+                    shift = ent >> 28;
+                    magic = s_magic[sym];
                     emit = (u64)x >= ((u64)freq << (32 - EE_PRECISION));
                     if (r == 0 && t > 0) {
                         --g;
@@ -326,7 +379,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                     x >>= 16;
                 }
                 tail += __popc(b);
-                if (active) x = ((x / freq) << EE_PRECISION) + x % freq + cdf;
+                if (active) {
+                    const uint32_t q = ee_divide(x, freq, magic, shift);
+                    x = (q << EE_PRECISION) + (x - q * freq) + cdf;
+                }
             }
             dir_out[(u64)blk * EE_DIRECTORY_WORDS + EE_PARTITIONS + warp * EE_LANES + lane] = x;
             if (lane == 0) {
@@ -407,8 +463,9 @@ struct EeCursor {
 };
 
 __device__ __forceinline__ EeCursor ee_cursor(const uint16_t* words, u64 thd, u64 base, u64 per_group, u64 k) {
+    // k < N < 2^31 (checked on the host): a 32-bit division.
     EeCursor c;
-    c.g = k / per_group;
+    c.g = (uint32_t)k / (uint32_t)per_group;
     c.r = k - c.g * per_group;
     c.src = words + c.g * thd + base;
     return c;

@@ -21,6 +21,11 @@
 // 1650 GB/s against 1606 with 5 CTAs (48 registers, no spills) on an H200.
 #define SZ_ENCODE_CTAS_PER_SM 6
 
+// Chunk sizes are powers of two (spec section 3): divide and take remainders by shifts
+// and masks. A 64-bit division by a run-time value costs dozens of instructions, which
+// in the per-group paths was measured as a large share of both kernels' instructions.
+__device__ __forceinline__ unsigned sz_chunk_shift(unsigned chunk_size) { return __ffs(chunk_size) - 1; }
+
 __device__ __forceinline__ unsigned long long sz_align16(unsigned long long x) {
     return (x + SZ_ALIGN - 1) / SZ_ALIGN * SZ_ALIGN;
 }
@@ -32,7 +37,7 @@ struct SzLayout {
 
 __device__ __forceinline__ SzLayout sz_layout(unsigned long long n, unsigned chunk_size) {
     SzLayout l;
-    l.chunks = (n + chunk_size - 1) / chunk_size;
+    l.chunks = (n + chunk_size - 1) >> sz_chunk_shift(chunk_size);
     l.codes = SZ_HEADER_LEN;
     l.sign_mantissa = sz_align16(l.codes + (n + 1) / 2);
     l.escape_offsets = sz_align16(l.sign_mantissa + n);
@@ -75,10 +80,11 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
 //   1. splitzip_encode_tiles  (one CTA per tile) codes, sign+mantissa, tile-relative
 //      chunk escape offsets, the tile's escape count (also added to its superblock's
 //      sum), its escapes to tile-local scratch;
-//   2. splitzip_encode_place  (one CTA per superblock of SZ_SUPER tiles) with the total
-//      E and the escapes before the superblock summed from the superblock sums, decide
-//      coded vs raw; if coded, scan the superblock's tile counts, make the chunk offsets
-//      absolute and copy the escapes to their sections;
+//   2. splitzip_encode_place  (one warp per tile) sums the superblock sums (total E, and
+//      the escapes before its superblock) and the tile counts before it in its
+//      superblock, decides coded vs raw and, if coded, makes the tile's chunk offsets
+//      absolute and copies its escapes to their sections (one CTA per superblock doing
+//      the same serially took 37 us per 0.5 GB on an H200);
 //   3. splitzip_encode_finish header and padding, or the whole payload rewritten raw.
 // Placement touches only per-tile counts and the escapes (~0.1% of the bytes), so the
 // streaming kernel never waits on another tile (an earlier single-kernel version with a
@@ -90,7 +96,7 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
 #define SZ_WS_LEN 0
 #define SZ_WS_TOTAL 1
 #define SZ_WS_SUPERS 2
-#define SZ_SUPER 256  // tiles per superblock = threads of the place kernel
+#define SZ_SUPER 256  // tiles per superblock
 
 // Exponent -> code (0-15), or SZ_ESCAPE_ENTRY for an exponent outside the codebook:
 // code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
@@ -216,8 +222,8 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
         unsigned i = pass_base + (unsigned)((before_packed >> (16 * u)) & 0xffffu);
         // The group that starts a chunk writes the chunk's offset relative to the tile;
         // the place kernel adds the escapes before the tile.
-        if (v0 < n && (v0 % chunk_size) == 0)
-            *reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (v0 / chunk_size)) = i;
+        if (v0 < n && (v0 & (chunk_size - 1)) == 0)
+            *reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (v0 >> sz_chunk_shift(chunk_size))) = i;
         for (uint32_t m = esc_mask[u]; m; m &= m - 1, ++i) {
             const int k = __ffs(m) - 1;
             // Register arrays are indexed by constants only (no local memory).
@@ -233,59 +239,59 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
     }
 }
 
-// One CTA of SZ_SUPER threads per superblock of SZ_SUPER tiles.
-extern "C" __global__ void __launch_bounds__(SZ_SUPER)
+__device__ __forceinline__ unsigned long long sz_warp_sum(unsigned long long v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// One warp per tile, all tiles at once: each warp sums the superblock sums (the total E
+// and the escapes before its superblock) and its superblock's tile counts before it, so
+// no warp waits for another; then, if coded, it makes its tile's chunk offsets absolute
+// and copies its escapes to their sections.
+#define SZ_PLACE_THREADS 256
+extern "C" __global__ void __launch_bounds__(SZ_PLACE_THREADS)
 splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __restrict__ out,
                       const uint16_t* __restrict__ scratch_positions, const uint8_t* __restrict__ scratch_exponents,
                       unsigned long long* __restrict__ workspace) {
-    __shared__ unsigned long long scratch[SZ_SUPER / 32];
-    __shared__ unsigned long long tile_prefix[SZ_SUPER], tile_count[SZ_SUPER];
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned long long tile = (unsigned long long)blockIdx.x * (SZ_PLACE_THREADS / 32) + threadIdx.x / 32;
     const unsigned long long tiles = sz_tiles(n);
+    if (tile >= tiles) return;  // warp-uniform; the kernel has no barrier
     const unsigned long long supers = (tiles + SZ_SUPER - 1) / SZ_SUPER;
+    const unsigned long long my_super = tile / SZ_SUPER;
     const unsigned long long* super_sums = workspace + SZ_WS_SUPERS;
-    // Total escapes and escapes before this superblock, from the superblock sums.
+    const unsigned long long* counts = sz_tile_counts(workspace, n);
     unsigned long long all = 0, before = 0;
-    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_SUPER) {
+#pragma unroll 4
+    for (unsigned long long s = lane; s < supers; s += 32) {
         const unsigned long long v = super_sums[s];
         all += v;
-        if (s < blockIdx.x) before += v;
+        before += s < my_super ? v : 0;
     }
-    const unsigned long long escapes = sz_cta_sum(all, scratch);
-    const unsigned long long escapes_before = sz_cta_sum(before, scratch);
+#pragma unroll 4
+    for (unsigned long long t = my_super * SZ_SUPER + lane; t < tile; t += 32) before += counts[t];
+    const unsigned long long escapes = sz_warp_sum(all);
+    const unsigned long long prefix = sz_warp_sum(before);
     unsigned long long exponents_at, coded_len;
-    if (!sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len)) return;  // CTA-uniform
-
-    // Exclusive scan of this superblock's tile counts (one per thread).
-    const unsigned long long tile0 = (unsigned long long)blockIdx.x * SZ_SUPER;
-    const unsigned long long* counts = sz_tile_counts(workspace, n);
-    const unsigned long long my_count = tile0 + threadIdx.x < tiles ? counts[tile0 + threadIdx.x] : 0;
-    unsigned long long totals;
-    __syncthreads();  // every thread has read `scratch` in sz_cta_sum before the scan reuses it
-    const unsigned long long my_before = sz_cta_exclusive_scan(my_count, scratch, &totals);
-    tile_prefix[threadIdx.x] = escapes_before + my_before;
-    tile_count[threadIdx.x] = my_count;
-    __syncthreads();
+    if (!sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len)) return;
 
     const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (unsigned j = warp; j < SZ_SUPER; j += SZ_SUPER / 32) {
-        const unsigned long long tile = tile0 + j;
-        if (tile >= tiles) break;
-        const unsigned long long base = tile * SZ_TILE_VALUES, prefix = tile_prefix[j], count = tile_count[j];
-        const unsigned long long end = base + SZ_TILE_VALUES < n ? base + SZ_TILE_VALUES : n;
-        const unsigned long long first_chunk = base / chunk_size;
-        const unsigned chunks_here = (unsigned)((end - base + chunk_size - 1) / chunk_size);
-        for (unsigned c = lane; c < chunks_here; c += 32) {
-            uint32_t* at = reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (first_chunk + c));
-            *at = (uint32_t)(*at + prefix);
-        }
-        for (unsigned long long i = lane; i < count; i += 32) {
-            const unsigned long long g = prefix + i;
-            const uint16_t pos = scratch_positions[base + i];
-            out[lay.escape_positions + 2 * g] = pos & 0xffu;
-            out[lay.escape_positions + 2 * g + 1] = pos >> 8;
-            out[exponents_at + g] = scratch_exponents[base + i];
-        }
+    const unsigned long long count = counts[tile];
+    const unsigned long long base = tile * SZ_TILE_VALUES;
+    const unsigned long long end = base + SZ_TILE_VALUES < n ? base + SZ_TILE_VALUES : n;
+    const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
+    const unsigned chunks_here = (unsigned)((end - base + chunk_size - 1) >> sz_chunk_shift(chunk_size));
+    for (unsigned c = lane; c < chunks_here; c += 32) {
+        uint32_t* at = reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (first_chunk + c));
+        *at = (uint32_t)(*at + prefix);
+    }
+    for (unsigned long long i = lane; i < count; i += 32) {
+        const unsigned long long g = prefix + i;
+        const uint16_t pos = scratch_positions[base + i];
+        out[lay.escape_positions + 2 * g] = pos & 0xffu;
+        out[lay.escape_positions + 2 * g + 1] = pos >> 8;
+        out[exponents_at + g] = scratch_exponents[base + i];
     }
 }
 
@@ -461,10 +467,10 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
         if (v0 >= n) continue;
         uint32_t e_lo = kv_lookup16_quad(codes[u] & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
         uint32_t e_hi = kv_lookup16_quad(codes[u] >> 16, codebook.x, codebook.y, codebook.z, codebook.w);
-        const unsigned long long chunk = v0 / chunk_size;
+        const unsigned long long chunk = v0 >> sz_chunk_shift(chunk_size);
         const unsigned long long lo = offsets[chunk], hi = offsets[chunk + 1];
         if (hi > lo && hi <= escapes) {
-            const unsigned start = (unsigned)(v0 % chunk_size);
+            const unsigned start = (unsigned)(v0 & (chunk_size - 1));
             unsigned long long a = lo, b = hi;
             while (a < b) {
                 const unsigned long long mid = (a + b) / 2;

@@ -92,6 +92,22 @@ def copies_for(total_bytes: int, min_bytes: int) -> int:
 # ---------------------------------------------------------------------------
 
 
+def ptr_of(obj):
+    """Device address of a torch tensor or of any __cuda_array_interface__ object."""
+    if hasattr(obj, "data_ptr"):
+        return obj.data_ptr()
+    try:
+        return int(obj.__cuda_array_interface__["data"][0])
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def as_u8(torch, obj):
+    """A flat uint8 view of a torch tensor or __cuda_array_interface__ object (no copy)."""
+    t = obj if isinstance(obj, torch.Tensor) else torch.as_tensor(obj, device="cuda")
+    return t.reshape(-1).view(torch.uint8)
+
+
 def summarize(runs_ms: list[float]) -> dict:
     s = sorted(runs_ms)
     n = len(s)
@@ -253,53 +269,88 @@ def run_variant(torch, nvcomp, stream, name, opts, inputs, args) -> dict:
     if dcfg is None:
         rec["decompression_config"] = "none (decode configures itself, with a stream sync)"
 
+    # Output buffers are preallocated torch tensors, so no timed call allocates its
+    # output. nvCOMP 6.0 takes `out` as any buffer object (fixed size, ValueError when
+    # too small) or an nvcomp.Array; the tensor itself is tried first, then
+    # nvcomp.as_array(tensor), and the one nvCOMP writes in place is kept.
     out_t = torch.empty(n, dtype=torch.uint8, device="cuda")
-    out_a = nvcomp.as_array(out_t, cuda_stream=sid)
+    ok = True
 
-    def decode(c):
-        kw = {"out": out_a}
+    def decode(c, out):
+        kw = {}
+        if out is not None:
+            kw["out"] = out
         if dcfg is not None:
             kw["decompression_config"] = dcfg
         return codec.decode(c, **kw)
 
+    def decoded_equals(ret, out, want) -> bool:
+        if out is not None and torch.equal(out_t, want):
+            return True
+        return bool(torch.equal(as_u8(torch, ret), want))
+
+    dec_out = None
+    dec_errors = {}
+    for form, obj in (("tensor", out_t), ("nvcomp.as_array", None)):
+        try:
+            if obj is None:
+                obj = nvcomp.as_array(out_t, cuda_stream=sid)
+            out_t.fill_(0xA5)
+            ret = decode(comps[0], obj)
+            stream.synchronize()
+            if torch.equal(out_t, inputs[0]):
+                dec_out, rec["decode_out"] = obj, f"preallocated ({form})"
+                break
+            dec_errors[form] = ("not written in place; returned buffer "
+                                + ("matches" if decoded_equals(ret, None, inputs[0]) else "DIFFERS"))
+        except Exception as e:  # noqa: BLE001
+            dec_errors[form] = repr(e)
+    if dec_errors:
+        rec["note_decode_out"] = dec_errors
+    if dec_out is None:
+        rec["decode_out"] = "nvcomp-allocated (allocation inside timed call)"
+
     # Bit-exact round trip of both compressed copies, before timing.
-    ok = True
     for i, c in enumerate(comps):
         out_t.fill_(0xA5)
-        decode(c)
+        ret = decode(c, dec_out)
         stream.synchronize()
-        same = bool(torch.equal(out_t, inputs[i]))
+        same = decoded_equals(ret, dec_out, inputs[i])
         ok &= same
         if not same:
             rec[f"note_roundtrip_{i}"] = "decode(compressed copy) != input"
+        del ret
 
-    # Encode timing into a preallocated output (no allocation inside the timed
-    # call); fall back to nvCOMP-allocated output if the API refuses it.
+    # Encode into preallocated outputs (one per input copy).
     enc_outs = None
+    enc_errors = {}
     if rec.get("max_compressed_bytes"):
-        try:
-            bufs = [torch.empty(rec["max_compressed_bytes"], dtype=torch.uint8, device="cuda") for _ in range(2)]
-            enc_outs = [nvcomp.as_array(b, cuda_stream=sid) for b in bufs]
-            r = encode(arrs[0], enc_outs[0])
-            stream.synchronize()
-            rec["encode_out"] = "preallocated"
+        bufs = [torch.empty(rec["max_compressed_bytes"], dtype=torch.uint8, device="cuda") for _ in range(2)]
+        for form in ("tensor", "nvcomp.as_array"):
             try:
-                rec["compressed_bytes_preallocated"] = int(r.buffer_size)
-            except Exception:  # noqa: BLE001
-                pass
-            # The preallocated-output stream must decode too (if nvCOMP returned a view of it).
-            try:
-                out_t.fill_(0x5A)
-                decode(r)
+                objs = bufs if form == "tensor" else [nvcomp.as_array(b, cuda_stream=sid) for b in bufs]
+                r = encode(arrs[0], objs[0])
                 stream.synchronize()
-                same = bool(torch.equal(out_t, inputs[0]))
-                rec["roundtrip_preallocated"] = same
+                in_place = ptr_of(r) == bufs[0].data_ptr() if ptr_of(r) is not None else None
+                size = int(getattr(r, "buffer_size", -1))
+                out_t.fill_(0x5A)
+                ret = decode(r, dec_out)
+                stream.synchronize()
+                same = decoded_equals(ret, dec_out, inputs[0])
+                del ret
+                if in_place is False:
+                    enc_errors[form] = f"not written in place (returned {size} B elsewhere; decodes {same})"
+                    continue
                 ok &= same
+                enc_outs = objs
+                rec["encode_out"] = f"preallocated ({form})"
+                rec["compressed_bytes_preallocated"] = size
+                rec["roundtrip_preallocated"] = same
+                break
             except Exception as e:  # noqa: BLE001
-                rec["roundtrip_preallocated"] = f"not checked: {e!r}"
-        except Exception as e:  # noqa: BLE001
-            enc_outs = None
-            rec["note_encode_out"] = f"encode(out=preallocated) failed, timing nvCOMP-allocated output: {e!r}"
+                enc_errors[form] = repr(e)
+    if enc_errors:
+        rec["note_encode_out"] = enc_errors
     if enc_outs is None:
         rec["encode_out"] = "nvcomp-allocated (allocation inside timed call)"
 
@@ -307,20 +358,26 @@ def run_variant(torch, nvcomp, stream, name, opts, inputs, args) -> dict:
         enc = time_runs(torch, stream, args.warmup, args.runs, lambda i: encode(arrs[i % 2], enc_outs[i % 2]))
     else:
         enc = time_runs(torch, stream, args.warmup, args.runs, lambda i: encode(arrs[i % 2]))
-    dec = time_runs(torch, stream, args.warmup, args.runs, lambda i: decode(comps[i % 2]))
+    last = []
+
+    def dec_op(i):
+        last[:] = [decode(comps[i % 2], dec_out)]
+
+    dec = time_runs(torch, stream, args.warmup, args.runs, dec_op)
     stream.synchronize()
-    # The last timed decode read copy (warmup + runs - 1) % 2; both copies are the same data.
-    same = bool(torch.equal(out_t, inputs[0]))
+    # Both copies hold the same data, so the last timed decode must equal either input.
+    same = decoded_equals(last[0], dec_out, inputs[0])
     ok &= same
     if not same:
         rec["note_roundtrip_after_timing"] = "output after timed decodes != input"
+    del last
 
     rec["roundtrip_ok"] = ok
     rec["encode"] = enc
     rec["decode"] = dec
     rec["encode_gb_s"] = gbps(n, enc)
     rec["decode_gb_s"] = gbps(n, dec)
-    del comps, enc_outs, out_a, arrs, codec
+    del comps, enc_outs, arrs, codec
     return rec
 
 
@@ -454,8 +511,8 @@ def main() -> int:
                 print(f"[nvcomp-bench] {name:<15} ratio {rec['ratio']:.4f}  enc {rec['encode_gb_s']:7.1f} GB/s "
                       f"({100 * rec['encode_frac_roofline']:.1f}%)  dec {rec['decode_gb_s']:7.1f} GB/s "
                       f"({100 * rec['decode_frac_roofline']:.1f}%)  roofline {bound:.0f}  "
-                      f"round trip {'ok' if rec['roundtrip_ok'] else 'DIFFERS'}  [{rec['encode_out']}; "
-                      f"dcfg {rec['decompression_config']}]", flush=True)
+                      f"round trip {'ok' if rec['roundtrip_ok'] else 'DIFFERS'}  [enc out {rec['encode_out']}; "
+                      f"dec out {rec['decode_out']}; dcfg {rec['decompression_config']}]", flush=True)
                 notes = {k: v for k, v in rec.items() if k.startswith("note")}
                 for k, v in notes.items():
                     print(f"[nvcomp-bench]   {k}: {v}", flush=True)
@@ -477,7 +534,7 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in result["variants"]:
         if "error" in r:
-            print(f"| {r['variant']} | failed: {r['error'][:60]} | | | | | | |")
+            print(f"| {r['variant']} | failed: {r['error'][:60].replace('|', '/')} | | | | | | |")
             continue
         print(f"| {r['variant']} | {r['ratio']:.4f} | {r['encode_gb_s']:.1f} | {r['decode_gb_s']:.1f} | "
               f"{r['roofline_gb_s']:.0f} | {100 * r['encode_frac_roofline']:.1f}% | "

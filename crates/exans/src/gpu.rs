@@ -43,6 +43,10 @@ pub enum GpuError {
     /// The container is invalid; the variant is the CPU decoder's, for the same bytes.
     #[error(transparent)]
     Decode(#[from] Error),
+    /// The encoder's arguments are invalid; the variant is the CPU encoder's
+    /// ([`crate::encode_cache`]) for the same cache and block size.
+    #[error(transparent)]
+    Encode(Error),
     /// A buffer is too small, the wrong length or misaligned.
     #[error("{what}: {why}")]
     Buffer {

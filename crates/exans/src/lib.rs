@@ -36,6 +36,7 @@ mod container;
 mod error;
 pub mod format;
 pub mod gpu;
+pub mod gpu_encode;
 mod model;
 mod rans;
 mod record;

@@ -53,6 +53,11 @@ pub(crate) fn encode_partition(
 /// it so that `x & mask` indexes it without a bounds check.
 pub(crate) const TABLE_SLOTS: usize = 1 << crate::format::MAX_PRECISION;
 
+/// Zero words appended after a partition's stream: a step of 32 lanes reads its words
+/// through a fixed 32-word window at the step's first word, so the window stays in
+/// bounds while `pos <= count`, which every step checks.
+const WORD_PAD: usize = LANES;
+
 /// Decodes one partition into `out` (its `n` symbols) from the lanes' initial states and
 /// the partition's word stream (`u16` LE bytes, exactly `2 x count` of them). `table`
 /// holds the `2^precision` packed entries of spec §5.4, zero-padded to 4096.
@@ -62,6 +67,7 @@ pub(crate) const TABLE_SLOTS: usize = 1 << crate::format::MAX_PRECISION;
 /// [`Error::WordStreamExhausted`] when a lane needs a word past the stream,
 /// [`Error::FinalStateMismatch`] when a lane does not end at `2^16`,
 /// [`Error::UnconsumedWords`] when words are left over. `partition` only labels errors.
+#[cfg(test)]
 pub(crate) fn decode_partition(
     partition: usize,
     states_in: &[u32; LANES],
@@ -69,6 +75,20 @@ pub(crate) fn decode_partition(
     table: &[u32; TABLE_SLOTS],
     precision: u32,
     out: &mut [u8],
+) -> Result<()> {
+    decode_partition_with(partition, states_in, word_bytes, table, precision, out, &mut Vec::new())
+}
+
+/// [`decode_partition`] with a caller-owned scratch buffer for the decoded words (reused
+/// across partitions and blocks to avoid an allocation per partition).
+pub(crate) fn decode_partition_with(
+    partition: usize,
+    states_in: &[u32; LANES],
+    word_bytes: &[u8],
+    table: &[u32; TABLE_SLOTS],
+    precision: u32,
+    out: &mut [u8],
+    words: &mut Vec<u16>,
 ) -> Result<()> {
     for (lane, &state) in states_in.iter().enumerate() {
         if state < STATE_LOWER {
@@ -79,36 +99,76 @@ pub(crate) fn decode_partition(
     let m = n.div_ceil(LANES);
     let mut st = *states_in;
     let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
-    // The words plus one zero sentinel: the loop reads `words[min(pos, count)]` on every
-    // symbol and keeps it only when the lane renormalises (branch-free); a read past the
-    // stream shows up as `pos > count` at the end.
     let count = word_bytes.len() / 2;
-    let mut words: Vec<u16> = Vec::with_capacity(count + 1);
+    words.clear();
     words.extend(word_bytes.chunks_exact(2).map(|w| u16::from_le_bytes([w[0], w[1]])));
-    words.push(0);
+    words.resize(count + WORD_PAD, 0);
+    let words = &words[..];
     let mut pos = 0usize;
     // Lanes `0..full` own m symbols each; lane `full` owns `rem` when rem > 0; m = 0
     // (an empty partition) decodes nothing.
     let (full, rem) = (n.checked_div(m).unwrap_or(0), n.checked_rem(m).unwrap_or(0));
-    for t in 0..m {
-        let active = if t < rem { full + 1 } else { full };
-        if active == LANES {
-            // The common case: every lane busy; a fixed trip count the compiler unrolls.
+    if full == LANES {
+        // The common case: every lane busy in every step (then rem = 0).
+        let (body, _) = out.split_at_mut(LANES * m);
+        for t in 0..m {
+            // Within a step `pos` rises by at most 32, so this window holds every word
+            // the step can take; a read past `count` lands in the zero padding and is
+            // caught below (a stream is exhausted as soon as `pos > count`).
+            let Some(window) = words.get(pos..pos + LANES) else {
+                return Err(Error::WordStreamExhausted { partition });
+            };
+            let window: &[u16; LANES] = window.try_into().expect("32 words");
+            let mut next = [0u32; LANES];
+            let mut syms = [0u8; LANES];
             for j in 0..LANES {
-                let (x, symbol) = decode_symbol(st[j], table, mask, precision, &words, &mut pos, count);
-                st[j] = x;
-                out[j * m + t] = symbol;
+                let x = st[j];
+                let e = table[(x & mask) as usize];
+                let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+                next[j] = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+                syms[j] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
             }
-        } else {
-            for j in 0..active {
-                let (x, symbol) = decode_symbol(st[j], table, mask, precision, &words, &mut pos, count);
-                st[j] = x;
-                out[j * m + t] = symbol;
+            // Branch-free renormalisation: lane j takes window[k], k = the number of
+            // lanes before it that also take a word (ballot/popc on the GPU).
+            let mut k = 0usize;
+            for j in 0..LANES {
+                let x = next[j];
+                let renormalise = x < STATE_LOWER;
+                let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
+                st[j] = if renormalise { refilled } else { x };
+                k += renormalise as usize;
+            }
+            pos += k;
+            if pos > count {
+                return Err(Error::WordStreamExhausted { partition });
+            }
+            for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
+                lane[t] = s;
             }
         }
-    }
-    if pos > count {
-        return Err(Error::WordStreamExhausted { partition });
+    } else {
+        for t in 0..m {
+            let active = if t < rem { full + 1 } else { full };
+            let Some(window) = words.get(pos..pos + LANES) else {
+                return Err(Error::WordStreamExhausted { partition });
+            };
+            let mut k = 0usize;
+            for j in 0..active.min(LANES) {
+                let x = st[j];
+                let e = table[(x & mask) as usize];
+                let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+                let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+                let renormalise = x < STATE_LOWER;
+                let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
+                st[j] = if renormalise { refilled } else { x };
+                k += renormalise as usize;
+                out[j * m + t] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+            }
+            pos += k;
+            if pos > count {
+                return Err(Error::WordStreamExhausted { partition });
+            }
+        }
     }
     for (lane, &state) in st.iter().enumerate() {
         if state != STATE_LOWER {
@@ -121,28 +181,25 @@ pub(crate) fn decode_partition(
     Ok(())
 }
 
-/// One lane's decode of one symbol (spec §6.3): table lookup, state update, and a
-/// branch-free refill from `words[min(pos, count)]` (a sentinel past the end).
-#[inline(always)]
-fn decode_symbol(
-    x: u32,
-    table: &[u32; TABLE_SLOTS],
-    mask: u32,
-    precision: u32,
-    words: &[u16],
-    pos: &mut usize,
-    count: usize,
-) -> (u32, u8) {
-    let e = table[(x & mask) as usize];
-    let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
-    let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
-    let renormalise = x < STATE_LOWER;
-    let refilled = (x << WORD_BITS) | words[(*pos).min(count)] as u32;
-    *pos += renormalise as usize;
-    (if renormalise { refilled } else { x }, (e >> ENTRY_SYMBOL_SHIFT) as u8)
+/// Writes the packed decode table of `model` (spec §5.4) into `table`, zero-padded to
+/// [`TABLE_SLOTS`] entries.
+pub(crate) fn fill_decode_table(model: &crate::model::Model, table: &mut [u32; TABLE_SLOTS]) {
+    let mut at = 0usize;
+    for &(s, f) in model.entries() {
+        let base = ((s as u32) << ENTRY_SYMBOL_SHIFT) | (((f as u32 - 1) & ENTRY_FIELD_MASK) << ENTRY_FREQ_SHIFT);
+        // A validated model's frequencies sum to 2^n <= 4096; `get_mut` keeps a
+        // hypothetical excess from panicking.
+        let end = (at + f as usize).min(TABLE_SLOTS);
+        for (bias, slot) in table[at.min(end)..end].iter_mut().enumerate() {
+            *slot = base | bias as u32;
+        }
+        at = end;
+    }
+    table[at..].fill(0);
 }
 
 /// The packed decode table of `model` zero-padded to [`TABLE_SLOTS`] entries.
+#[cfg(test)]
 pub(crate) fn padded_decode_table(model: &crate::model::Model) -> Box<[u32; TABLE_SLOTS]> {
     let mut table = Box::new([0u32; TABLE_SLOTS]);
     for (slot, e) in table.iter_mut().zip(model.decode_table()) {

@@ -2,14 +2,14 @@
 
 use std::fmt;
 
-use bf16_field::{exponent_of, join, sign_mantissa_of};
+use bf16_field::{exponent_of, sign_mantissa_of};
 
 use crate::format::{
     self, DIRECTORY_LEN, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, LANES, MODEL_COUNT_LEN, MODEL_ENTRY_LEN,
     PARTITIONS, PRECISION, RECORD_MAGIC, VERSION, WORD_LEN, align_up, header, partition_range,
 };
 use crate::model::Model;
-use crate::rans::{decode_partition, encode_partition, padded_decode_table};
+use crate::rans::{TABLE_SLOTS, decode_partition_with, encode_partition, fill_decode_table};
 use crate::{Error, Result};
 
 /// The shape of one physical KV block: L layers x {K, V} x `tokens` (B') x H x D.
@@ -559,6 +559,69 @@ pub fn decode_block_into(record: &[u8], groups: &mut [&mut [u16]]) -> Result<Blo
     decode_parsed(parse(record)?, groups)
 }
 
+/// Per-thread buffers of the coded decode path, reused across partitions and blocks.
+struct DecodeScratch {
+    table: Box<[u32; TABLE_SLOTS]>,
+    /// One partition's symbols (about N / 8 bytes: stays in L1/L2 for the join).
+    symbols: Vec<u8>,
+    /// One partition's words plus padding.
+    words: Vec<u16>,
+}
+
+thread_local! {
+    static DECODE_SCRATCH: std::cell::RefCell<DecodeScratch> = std::cell::RefCell::new(DecodeScratch {
+        table: Box::new([0; TABLE_SLOTS]),
+        symbols: Vec::new(),
+        words: Vec::new(),
+    });
+}
+
+/// Un-centers the symbols of block positions `start..start + symbols.len()` and joins
+/// them with their sign+mantissa bytes into `groups` (each `per_group` words).
+fn join_range(
+    groups: &mut [&mut [u16]],
+    per_group: usize,
+    centers: &[u8],
+    start: usize,
+    symbols: &[u8],
+    sign_mantissa: &[u8],
+) {
+    let mut at = start;
+    let mut done = 0;
+    while done < symbols.len() {
+        let (g, off) = (at / per_group, at % per_group);
+        let len = (per_group - off).min(symbols.len() - done);
+        let out = &mut groups[g][off..off + len];
+        join_run(out, centers[g], &symbols[done..done + len], &sign_mantissa[done..done + len]);
+        at += len;
+        done += len;
+    }
+}
+
+/// `out[i] = join(center_exponent(symbols[i], center), sign_mantissa[i])`, 16 at a time.
+#[inline]
+fn join_run(out: &mut [u16], center: u8, symbols: &[u8], sign_mantissa: &[u8]) {
+    const CHUNK: usize = 16;
+    let offset = center.wrapping_sub(format::CENTER_SYMBOL);
+    let one = |s: u8, sf: u8| -> u16 {
+        (((sf & 0x80) as u16) << 8) | ((s.wrapping_add(offset) as u16) << 7) | (sf & 0x7f) as u16
+    };
+    let mut o = out.chunks_exact_mut(CHUNK);
+    let mut s = symbols.chunks_exact(CHUNK);
+    let mut m = sign_mantissa.chunks_exact(CHUNK);
+    for ((o, s), m) in (&mut o).zip(&mut s).zip(&mut m) {
+        let o: &mut [u16; CHUNK] = o.try_into().expect("chunk");
+        let s: &[u8; CHUNK] = s.try_into().expect("chunk");
+        let m: &[u8; CHUNK] = m.try_into().expect("chunk");
+        for i in 0..CHUNK {
+            o[i] = one(s[i], m[i]);
+        }
+    }
+    for ((o, &s), &m) in o.into_remainder().iter_mut().zip(s.remainder()).zip(m.remainder()) {
+        *o = one(s, m);
+    }
+}
+
 fn decode_parsed(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockShape> {
     check_groups(groups.len(), groups.iter().map(|g| g.len()), &parsed.shape)?;
     let per_group = parsed.shape.values_per_group();
@@ -572,21 +635,20 @@ fn decode_parsed(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
             }
         }
         Body::Coded { centers, model, states, streams, sign_mantissa, .. } => {
-            let table = padded_decode_table(&model);
-            let precision = model.precision() as u32;
-            let mut symbols = vec![0u8; parsed.values];
-            for p in 0..PARTITIONS {
-                let (start, end) = partition_range(parsed.values, p);
-                decode_partition(p, &states[p], streams[p], &table, precision, &mut symbols[start..end])?;
-            }
-            for (g, group) in groups.iter_mut().enumerate() {
-                let center = centers[g];
-                let range = g * per_group..(g + 1) * per_group;
-                for ((w, &s), &sf) in group.iter_mut().zip(&symbols[range.clone()]).zip(&sign_mantissa[range])
-                {
-                    *w = join(center_exponent(s, center), sf);
+            DECODE_SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let DecodeScratch { table, symbols, words } = &mut *scratch;
+                fill_decode_table(&model, table);
+                let precision = model.precision() as u32;
+                for p in 0..PARTITIONS {
+                    let (start, end) = partition_range(parsed.values, p);
+                    symbols.clear();
+                    symbols.resize(end - start, 0);
+                    decode_partition_with(p, &states[p], streams[p], table, precision, symbols, words)?;
+                    join_range(groups, per_group, centers, start, symbols, &sign_mantissa[start..end]);
                 }
-            }
+                Ok::<(), Error>(())
+            })?;
         }
     }
     Ok(parsed.shape)

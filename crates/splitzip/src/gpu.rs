@@ -41,8 +41,10 @@ const TILE_VALUES: usize = GPU_MAX_CHUNK_SIZE as usize;
 const THREADS: u32 = 256;
 /// Workspace words before the superblock sums (encoded length, total escapes).
 const WORKSPACE_HEADER_WORDS: usize = 2;
-/// Tiles per superblock (`SZ_SUPER`), also the placement kernel's threads per CTA.
+/// Tiles per superblock (`SZ_SUPER`): one escape sum each in the workspace.
 const SUPER_TILES: usize = 256;
+/// Threads per CTA of the placement kernel (`SZ_PLACE_THREADS`): a warp per tile.
+const PLACE_THREADS: u32 = 256;
 
 /// Workspace words for `tiles` tiles: header, one sum per superblock, one count per tile.
 fn workspace_words(tiles: usize) -> usize {
@@ -221,15 +223,15 @@ pub fn encode_device(
             .arg(&workspace.scratch_positions)
             .arg(&workspace.scratch_exponents)
             .arg(&mut workspace.words);
-        let supers = tiles.div_ceil(SUPER_TILES) as u32;
+        let warps_per_cta = (PLACE_THREADS / 32) as usize;
         let cfg = LaunchConfig {
-            grid_dim: (supers, 1, 1),
-            block_dim: (SUPER_TILES as u32, 1, 1),
+            grid_dim: (tiles.div_ceil(warps_per_cta) as u32, 1, 1),
+            block_dim: (PLACE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: runs only when the coded payload fits in 128 + 2n bytes and writes
         // inside its sections; scratch reads stay inside each tile's slots (counts are
-        // what the tiles kernel wrote); one CTA per superblock covers every tile.
+        // what the tiles kernel wrote); one warp per tile, warps past the last return.
         unsafe { launch.launch(cfg) }?;
     }
     let codebook_arg = codebook_uint4(codebook);

@@ -1,0 +1,356 @@
+//! The ExANS GPU encoder (PTX from `kernels/exans/exans_encode.cu`), byte-identical to
+//! the CPU reference [`crate::encode_cache`] for every cache and block size it accepts:
+//! coded and raw-fallback records, partial trailing blocks, the container header and
+//! index, and every padding byte.
+//!
+//! [`encode_device`] is four launches on one stream and no host synchronisation, so it
+//! can be captured in a CUDA graph:
+//!
+//! 1. `exans_encode_gain_table` computes the quantizer's Q32 `log2` gains (spec §5.3)
+//!    with the reference's integer squaring, bit for bit;
+//! 2. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center,
+//!    folds the group histograms into the block's symbol histogram, quantizes it exactly
+//!    like `Model::quantize` (one warp), encodes partition p with warp p (one rANS lane
+//!    per thread, steps backward, words placed by ballot/popc in the reversed stack
+//!    order) into scratch, and derives the record length (or the raw length, spec §7);
+//! 3. `exans_encode_index` (one CTA) scans the record lengths into the offsets of spec
+//!    §8 and writes the container header and index;
+//! 4. `exans_encode_records` (one CTA per record) writes each record at its offset,
+//!    padding included.
+//!
+//! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
+//! reads it.
+//!
+//! GPU limits (the CPU path has none): the output buffer must be 16-byte aligned, and
+//! only the default options (precision 12, [`crate::RawPolicy::Auto`]) are supported.
+
+use bf16_field::gpu::{GpuContext, PtxModule};
+use bf16_field::{KvCache, KvShape};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::Error;
+use crate::format::{CONTAINER_HEADER_LEN, HEADER_LEN, MAX_SYMBOLS, PARTITIONS, align_up};
+use crate::gpu::GpuError;
+use crate::record::BlockShape;
+
+/// The ExANS encoder PTX module.
+pub const MODULE: PtxModule =
+    PtxModule { name: "exans_encode", ptx: include_str!("../ptx/exans_encode.ptx") };
+
+/// Threads per CTA of every encoder kernel (`EE_THREADS`).
+const THREADS: u32 = 256;
+/// Entries of the gain table (`EE_GAIN_LEN`): `gain[f]` for `f` in `1..=4095`.
+const GAIN_LEN: usize = 4096;
+/// `u32`s of a block's directory scratch (`EE_DIRECTORY_WORDS`): 8 word counts, then
+/// 8 x 32 final states, exactly the record's directory.
+const DIRECTORY_WORDS: usize = PARTITIONS + PARTITIONS * crate::format::LANES;
+/// The largest grid launched; the per-block kernels stride over more blocks.
+const MAX_GRID: usize = i32::MAX as usize;
+
+/// A cache geometry the encoder accepts, with the checks and errors of
+/// [`crate::encode_cache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    shape: KvShape,
+    block_tokens: usize,
+    blocks: usize,
+}
+
+impl Geometry {
+    fn new(shape: KvShape, block_tokens: usize) -> Result<Self, Error> {
+        if block_tokens == 0 {
+            return Err(Error::ZeroBlockTokens);
+        }
+        for (what, value) in [
+            ("layers", shape.layers),
+            ("kv_heads", shape.kv_heads),
+            ("head_dim", shape.head_dim),
+            ("block_tokens", block_tokens),
+        ] {
+            if value > u16::MAX as usize {
+                return Err(Error::DimensionTooLarge { what, value, max: u16::MAX as usize });
+            }
+        }
+        let blocks = shape.block_count(block_tokens);
+        if blocks > u32::MAX as usize {
+            return Err(Error::DimensionTooLarge { what: "blocks", value: blocks, max: u32::MAX as usize });
+        }
+        // The largest block decides whether every record's 48 + 2N fits u32 (encode_block
+        // fails with ShapeOverflow otherwise); this also bounds N below 2^31 for the kernels.
+        let largest = BlockShape {
+            layers: shape.layers,
+            kv_heads: shape.kv_heads,
+            head_dim: shape.head_dim,
+            tokens: block_tokens.min(shape.tokens),
+        };
+        largest.values()?;
+        Ok(Geometry { shape, block_tokens, blocks })
+    }
+
+    /// Values of block `i`.
+    fn block_values(&self, i: usize) -> usize {
+        let tokens = self.block_tokens.min(self.shape.tokens - i * self.block_tokens);
+        2 * self.shape.layers * tokens * self.shape.kv_heads * self.shape.head_dim
+    }
+
+    /// The container's largest possible length: every record raw.
+    fn max_len(&self) -> usize {
+        let first = align_up(CONTAINER_HEADER_LEN + 8 * (self.blocks + 1)).expect("small");
+        let raw = |i: usize| align_up(HEADER_LEN + 2 * self.block_values(i)).expect("below 4 GiB");
+        first + (self.blocks - 1) * raw(0) + raw(self.blocks - 1)
+    }
+}
+
+/// The largest container [`encode_device`] can write for a cache of `shape` in blocks of
+/// `block_tokens`: the length its `out` buffer needs (every record raw).
+///
+/// # Errors
+/// The CPU encoder's error for a shape or block size it rejects.
+pub fn max_container_len(shape: KvShape, block_tokens: usize) -> Result<usize, Error> {
+    Ok(Geometry::new(shape, block_tokens)?.max_len())
+}
+
+/// Device scratch for [`encode_device`]: about two bytes per value (the word streams
+/// before they move into place) plus about 1.6 KiB per block. Reusable for any cache of
+/// at most the values, blocks and layers it was sized for.
+pub struct EncodeWorkspace {
+    /// The quantizer's gains (spec §5.3), [`GAIN_LEN`] entries.
+    gain: CudaSlice<u64>,
+    /// Each block's `2L` centers.
+    centers: CudaSlice<u8>,
+    /// Each block's 256 quantized frequencies (0 = absent).
+    freqs: CudaSlice<u16>,
+    /// Each block's directory: word counts, then final states.
+    directory: CudaSlice<u32>,
+    /// Each block's record length.
+    lens: CudaSlice<u64>,
+    /// `blocks + 1` record offsets; the last is the container length.
+    offsets: CudaSlice<u64>,
+    /// Each partition's word stream, at the end of the partition's slice of the block's
+    /// `N` slots (block i at `i B H D 2L`).
+    scratch: CudaSlice<u16>,
+    capacity_values: usize,
+    capacity_blocks: usize,
+    capacity_centers: usize,
+    /// Blocks of the last [`encode_device`]: where its container length is.
+    last_blocks: Option<usize>,
+}
+
+impl EncodeWorkspace {
+    /// Allocates scratch for caches of `shape` in blocks of `block_tokens` (or smaller:
+    /// fewer values, blocks and `blocks x 2L` centers).
+    ///
+    /// # Errors
+    /// [`GpuError::Encode`] for a shape or block size the CPU encoder rejects;
+    /// [`GpuError::Cuda`] when allocation fails.
+    pub fn new(gpu: &GpuContext, shape: KvShape, block_tokens: usize) -> Result<Self, GpuError> {
+        let geometry = Geometry::new(shape, block_tokens).map_err(GpuError::Encode)?;
+        let stream = gpu.stream();
+        let blocks = geometry.blocks;
+        let values = shape.total_values();
+        let centers = blocks * 2 * shape.layers;
+        Ok(EncodeWorkspace {
+            gain: stream.alloc_zeros(GAIN_LEN)?,
+            centers: stream.alloc_zeros(centers)?,
+            freqs: stream.alloc_zeros(blocks * MAX_SYMBOLS)?,
+            directory: stream.alloc_zeros(blocks * DIRECTORY_WORDS)?,
+            lens: stream.alloc_zeros(blocks)?,
+            offsets: stream.alloc_zeros(blocks + 1)?,
+            scratch: stream.alloc_zeros(values)?,
+            capacity_values: values,
+            capacity_blocks: blocks,
+            capacity_centers: centers,
+            last_blocks: None,
+        })
+    }
+
+    /// The length in bytes of the container the last [`encode_device`] wrote
+    /// (synchronises with the stream).
+    ///
+    /// # Errors
+    /// [`GpuError::Buffer`] before any encode; [`GpuError::Cuda`].
+    pub fn encoded_len(&self, gpu: &GpuContext) -> Result<usize, GpuError> {
+        let Some(blocks) = self.last_blocks else {
+            return Err(GpuError::Buffer { what: "workspace", why: "nothing was encoded yet".into() });
+        };
+        let mut len = [0u64];
+        gpu.stream().memcpy_dtoh(&self.offsets.slice(blocks..blocks + 1), &mut len)?;
+        Ok(len[0] as usize)
+    }
+
+    fn check_fits(&self, g: &Geometry) -> Result<(), GpuError> {
+        let values = g.shape.total_values();
+        let centers = g.blocks * 2 * g.shape.layers;
+        if values > self.capacity_values || g.blocks > self.capacity_blocks || centers > self.capacity_centers
+        {
+            return Err(GpuError::Buffer {
+                what: "workspace",
+                why: format!(
+                    "sized for {} values, {} blocks, {} centers; needs {values}, {}, {centers}",
+                    self.capacity_values, self.capacity_blocks, self.capacity_centers, g.blocks
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Encodes the device cache `words` (its `2L` tensors `[T, H, D]` concatenated in block
+/// order, as [`KvCache::concat_words`] lays them out, `shape.total_values()` words) in
+/// blocks of `block_tokens` into `out` (16-byte aligned, at least
+/// [`max_container_len`] bytes), on the context's stream, without synchronising. The
+/// container is byte-identical to [`crate::encode_cache`]'s; its length is read
+/// afterwards with [`EncodeWorkspace::encoded_len`]. Bytes of `out` past the container
+/// are left as they were.
+///
+/// # Errors
+/// [`GpuError::Encode`] with the CPU encoder's error for a shape or block size it
+/// rejects; [`GpuError::Buffer`] for a short `words` or `out`, a misaligned `out` or a
+/// workspace that is too small; [`GpuError::Cuda`].
+pub fn encode_device(
+    gpu: &GpuContext,
+    words: &CudaView<'_, u16>,
+    shape: KvShape,
+    block_tokens: usize,
+    out: &mut CudaViewMut<'_, u8>,
+    workspace: &mut EncodeWorkspace,
+) -> Result<(), GpuError> {
+    let g = Geometry::new(shape, block_tokens).map_err(GpuError::Encode)?;
+    let values = shape.total_values();
+    if words.len() < values {
+        return Err(GpuError::Buffer {
+            what: "words",
+            why: format!("{} words, needs {values}", words.len()),
+        });
+    }
+    let needed = g.max_len();
+    if out.len() < needed {
+        return Err(GpuError::Buffer { what: "out", why: format!("{} bytes, needs {needed}", out.len()) });
+    }
+    workspace.check_fits(&g)?;
+    let stream = gpu.stream();
+    let ptr = out.device_ptr(stream).0;
+    if ptr % 16 != 0 {
+        return Err(GpuError::Buffer {
+            what: "out",
+            why: format!("device address {ptr:#x} is not 16-byte aligned"),
+        });
+    }
+    // Geometry::new checked L, H, D, B against u16 and the block count against u32.
+    let (layers, kv_heads, head_dim) = (shape.layers as u32, shape.kv_heads as u32, shape.head_dim as u32);
+    let (block_tokens32, tokens, blocks32) = (block_tokens as u32, shape.tokens as u64, g.blocks as u32);
+    let per_block = LaunchConfig {
+        grid_dim: (g.blocks.clamp(1, MAX_GRID) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+
+    let f = gpu.function(&MODULE, "exans_encode_gain_table")?;
+    let mut launch = stream.launch_builder(&f);
+    launch.arg(&mut workspace.gain);
+    let cfg = LaunchConfig {
+        grid_dim: ((GAIN_LEN as u32).div_ceil(THREADS), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: exans_encode_gain_table(gain: *mut u64) writes gain[f] for f < 4096, the
+    // slice's length.
+    unsafe { launch.launch(cfg) }?;
+
+    let f = gpu.function(&MODULE, "exans_encode_blocks")?;
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(words)
+        .arg(&layers)
+        .arg(&kv_heads)
+        .arg(&head_dim)
+        .arg(&block_tokens32)
+        .arg(&tokens)
+        .arg(&blocks32)
+        .arg(&workspace.gain)
+        .arg(&mut workspace.centers)
+        .arg(&mut workspace.freqs)
+        .arg(&mut workspace.directory)
+        .arg(&mut workspace.lens)
+        .arg(&mut workspace.scratch);
+    // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
+    // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks: u32, gain: *const u64,
+    // centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut u64, scratch: *mut u16).
+    // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
+    // words.len() (checked above), and gain[f] for 1 <= f <= 4095. Block i writes only
+    // its own slots: centers[i 2L ..][..2L], freqs[i 256 ..][..256], dir[i 264 ..][..264],
+    // lens[i] and scratch[i B H D 2L ..][..N_i], all inside the workspace (check_fits).
+    unsafe { launch.launch(per_block) }?;
+
+    let f = gpu.function(&MODULE, "exans_encode_index")?;
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(&layers)
+        .arg(&kv_heads)
+        .arg(&head_dim)
+        .arg(&block_tokens32)
+        .arg(&tokens)
+        .arg(&blocks32)
+        .arg(&workspace.lens)
+        .arg(&mut workspace.offsets)
+        .arg(&mut *out);
+    // SAFETY: exans_encode_index(layers, kv_heads, head_dim, block_tokens: u32, tokens:
+    // u64, blocks: u32, lens: *const u64, offsets: *mut u64, out: *mut u8) reads lens[i <
+    // blocks], writes offsets[..=blocks] (blocks + 1 <= the workspace's) and out[..first]
+    // (the header, index and gap), first <= max_len <= out.len(); out is 16-byte aligned,
+    // so its u32 and u64 stores are aligned.
+    unsafe { launch.launch(one) }?;
+
+    let f = gpu.function(&MODULE, "exans_encode_records")?;
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(words)
+        .arg(&layers)
+        .arg(&kv_heads)
+        .arg(&head_dim)
+        .arg(&block_tokens32)
+        .arg(&tokens)
+        .arg(&blocks32)
+        .arg(&workspace.centers)
+        .arg(&workspace.freqs)
+        .arg(&workspace.directory)
+        .arg(&workspace.lens)
+        .arg(&workspace.offsets)
+        .arg(&workspace.scratch)
+        .arg(&mut *out);
+    // SAFETY: the arguments match exans_encode_records(words, layers, kv_heads, head_dim,
+    // block_tokens, tokens, blocks, centers, freqs, dir, lens, offsets, scratch, out). It
+    // reads what exans_encode_blocks wrote for each block (same slots as above) and the
+    // words it read; record i is written in [offsets[i], offsets[i + 1]), and each record
+    // is at most raw-sized, so offsets[blocks] <= max_len <= out.len(); every record
+    // starts 16-byte aligned (spec §8), so its u32 and 16-byte stores are aligned.
+    unsafe { launch.launch(per_block) }?;
+    workspace.last_blocks = Some(g.blocks);
+    Ok(())
+}
+
+/// Host cache -> container bytes through the GPU (uploads, encodes, reads back): the
+/// same bytes as [`crate::encode_cache`]`(cache, block_tokens)`.
+///
+/// # Errors
+/// [`GpuError::Encode`] with the CPU encoder's error for a block size it rejects;
+/// [`GpuError::Cuda`].
+pub fn encode_cache_host(
+    gpu: &GpuContext,
+    cache: &KvCache,
+    block_tokens: usize,
+) -> Result<Vec<u8>, GpuError> {
+    let shape = cache.shape();
+    let max_len = max_container_len(shape, block_tokens).map_err(GpuError::Encode)?;
+    let stream = gpu.stream();
+    let words = stream.clone_htod(&cache.concat_words())?;
+    // A fresh allocation: aligned far beyond 16 bytes.
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_len)?;
+    let mut workspace = EncodeWorkspace::new(gpu, shape, block_tokens)?;
+    encode_device(gpu, &words.as_view(), shape, block_tokens, &mut out.as_view_mut(), &mut workspace)?;
+    let len = workspace.encoded_len(gpu)?;
+    let mut bytes = stream.clone_dtoh(&out)?;
+    bytes.truncate(len);
+    Ok(bytes)
+}

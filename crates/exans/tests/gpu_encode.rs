@@ -1,0 +1,175 @@
+//! The GPU encoder against the CPU reference: GPU encode must give exactly the bytes of
+//! `exans::encode_cache` on the real fixtures and on edge cases, and must decode back to
+//! the original on the CPU. Skips without a GPU unless `KVCODEC_REQUIRE_GPU=1`.
+
+mod common;
+
+use std::path::PathBuf;
+
+use bf16_field::gpu::{GpuContext, gpu_for_test};
+use bf16_field::{KvCache, KvShape};
+use common::{Rng, cache_from, kv_like};
+use cudarc::driver::CudaSlice;
+use exans::gpu::GpuError;
+use exans::gpu_encode::{EncodeWorkspace, encode_cache_host, encode_device, max_container_len};
+use exans::{Error, container_info, decode_cache, encode_cache, inspect_record};
+
+/// `KVCODEC_FIXTURES` (the device run sets it) or the workspace's `fixtures/`.
+fn fixture_caches() -> Vec<(String, KvCache)> {
+    let dir = std::env::var_os("KVCODEC_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"));
+    ["smollm2-135m-code", "smollm2-135m-prose"]
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(format!("{name}.safetensors"));
+            let cache =
+                bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (name.to_string(), cache)
+        })
+        .collect()
+}
+
+/// Which records of a container are raw.
+fn raw_flags(container: &[u8]) -> Vec<bool> {
+    let info = container_info(container).unwrap();
+    (0..info.blocks()).map(|i| inspect_record(info.record(container, i)).unwrap().raw).collect()
+}
+
+/// GPU encode == CPU encode, byte for byte, and the GPU container decodes back on the
+/// CPU. Returns the container.
+fn check(gpu: &GpuContext, name: &str, cache: &KvCache, block_tokens: usize) -> Vec<u8> {
+    let want = encode_cache(cache, block_tokens).unwrap();
+    let got = encode_cache_host(gpu, cache, block_tokens)
+        .unwrap_or_else(|e| panic!("{name} (B = {block_tokens}): GPU encode: {e}"));
+    if got != want {
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        panic!(
+            "{name} (B = {block_tokens}): GPU container differs: {} vs {} bytes, first difference at {first:?}",
+            got.len(),
+            want.len()
+        );
+    }
+    assert!(&decode_cache(&got).unwrap() == cache, "{name} (B = {block_tokens}): round trip");
+    got
+}
+
+#[test]
+fn gpu_encode_matches_cpu_on_the_fixtures() {
+    let Some(gpu) = gpu_for_test("gpu_encode_matches_cpu_on_the_fixtures") else { return };
+    for (name, cache) in fixture_caches() {
+        // B = 16: 32 full blocks; B = 13: 39 full blocks and a trailing block of 5 tokens.
+        for block_tokens in [16, 13] {
+            let container = check(&gpu, &name, &cache, block_tokens);
+            assert!(raw_flags(&container).iter().all(|raw| !raw), "{name}: fixture blocks are coded");
+        }
+    }
+}
+
+#[test]
+fn gpu_encode_matches_cpu_on_edge_cases() {
+    let Some(gpu) = gpu_for_test("gpu_encode_matches_cpu_on_edge_cases") else { return };
+    // L = H = D = B = 1: every record raw (N = 2).
+    for tokens in [1, 2, 5] {
+        let tiny = kv_like(1, 1, 1, tokens, 3);
+        let c = check(&gpu, "L=H=D=B=1", &tiny, 1);
+        assert!(raw_flags(&c).iter().all(|&raw| raw));
+        check(&gpu, "L=H=D=1, B=2", &tiny, 2);
+    }
+    // Partition lengths around the lane count, and partial trailing blocks.
+    for (l, h, d, t, b) in [
+        (1, 1, 2, 2, 2),
+        (1, 1, 33, 8, 8),
+        (2, 1, 16, 3, 3),
+        (1, 3, 5, 19, 19),
+        (3, 2, 7, 7, 7),
+        (2, 2, 64, 37, 16),
+        (1, 8, 128, 40, 16),
+        (5, 1, 64, 100, 7),
+        (9, 1, 32, 33, 16),
+    ] {
+        let cache = kv_like(l, h, d, t, 11 + d as u32);
+        check(&gpu, &format!("L={l} H={h} D={d} T={t} B={b}"), &cache, b);
+    }
+    // One symbol per block: the model is a single entry of 4096, no words at all.
+    let one = cache_from(2, 2, 64, 48, |_, _, _| 0x3f80);
+    let c = check(&gpu, "one symbol", &one, 16);
+    assert!(raw_flags(&c).iter().all(|raw| !raw));
+    // All 256 exponents, uniformly (raw) and skewed (coded, K = 256).
+    let uniform =
+        cache_from(2, 2, 64, 64, |l, k, i| (((i * 7 + l * 3 + k) % 256) << 7) as u16 | (i % 128) as u16);
+    let c = check(&gpu, "all exponents, uniform", &uniform, 16);
+    assert!(raw_flags(&c).iter().all(|&raw| raw));
+    let mut rng = Rng(5);
+    let skewed = cache_from(2, 2, 64, 64, |_, _, i| {
+        let r = rng.next();
+        let e = if r % 8 == 0 { (i % 256) as u32 } else { 120 + r % 4 };
+        ((e << 7) | (r >> 24) & 0x807f) as u16
+    });
+    let c = check(&gpu, "all exponents, skewed", &skewed, 16);
+    assert!(raw_flags(&c).iter().all(|raw| !raw));
+    // One incompressible (random) block between coded ones falls back to raw.
+    let mut rng = Rng(99);
+    let base = kv_like(2, 2, 64, 48, 7);
+    let mixed = cache_from(2, 2, 64, 48, |l, k, i| {
+        let token = i / 128;
+        let w = base.tensor(l, bf16_field::KvKind::BOTH[k])[i];
+        if (16..32).contains(&token) { rng.next() as u16 } else { w }
+    });
+    let c = check(&gpu, "raw-fallback block", &mixed, 16);
+    assert_eq!(raw_flags(&c), vec![false, true, false]);
+    // More than 256 blocks: the index scan runs over several chunks.
+    check(&gpu, "350 raw blocks", &kv_like(1, 1, 8, 700, 21), 2);
+    check(&gpu, "300 coded blocks", &kv_like(1, 2, 64, 600, 23), 2);
+    // Random shapes.
+    let mut rng = Rng(1234);
+    for case in 0..40 {
+        let l = 1 + rng.next() as usize % 4;
+        let h = 1 + rng.next() as usize % 4;
+        let d = 1 + rng.next() as usize % 70;
+        let t = 1 + rng.next() as usize % 50;
+        let b = 1 + rng.next() as usize % 20;
+        check(&gpu, &format!("random L={l} H={h} D={d} T={t} B={b}"), &kv_like(l, h, d, t, case + 100), b);
+    }
+}
+
+#[test]
+fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
+    let Some(gpu) = gpu_for_test("gpu_encode_device_reuses_its_workspace_and_ignores_stale_output") else {
+        return;
+    };
+    let stream = gpu.stream();
+    let big = kv_like(3, 2, 64, 70, 41);
+    let shape = big.shape();
+    let len = max_container_len(shape, 16).unwrap();
+    let mut ws = EncodeWorkspace::new(&gpu, shape, 16).unwrap();
+    // Garbage in the output buffer: every padding byte must still come out zero.
+    let mut out: CudaSlice<u8> = stream.clone_htod(&vec![0xa5u8; len]).unwrap();
+    for cache in [big.clone(), kv_like(3, 2, 64, 33, 42), big] {
+        let s = cache.shape();
+        let words = stream.clone_htod(&cache.concat_words()).unwrap();
+        encode_device(&gpu, &words.as_view(), s, 16, &mut out.as_view_mut(), &mut ws).unwrap();
+        let n = ws.encoded_len(&gpu).unwrap();
+        let bytes = stream.clone_dtoh(&out).unwrap();
+        assert_eq!(&bytes[..n], &encode_cache(&cache, 16).unwrap()[..], "T = {}", s.tokens);
+    }
+}
+
+#[test]
+fn gpu_encode_rejects_what_the_cpu_rejects() {
+    let Some(gpu) = gpu_for_test("gpu_encode_rejects_what_the_cpu_rejects") else { return };
+    let cache = kv_like(1, 1, 4, 4, 1);
+    assert!(matches!(encode_cache_host(&gpu, &cache, 0), Err(GpuError::Encode(Error::ZeroBlockTokens))));
+    let shape = KvShape::new(1, 1, 4, 4).unwrap();
+    assert!(matches!(
+        max_container_len(shape, 70_000),
+        Err(Error::DimensionTooLarge { what: "block_tokens", .. })
+    ));
+    // A workspace sized for a smaller cache is refused, not overrun.
+    let mut ws = EncodeWorkspace::new(&gpu, KvShape::new(1, 1, 4, 2).unwrap(), 2).unwrap();
+    let stream = gpu.stream();
+    let words = stream.clone_htod(&cache.concat_words()).unwrap();
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 2).unwrap()).unwrap();
+    let err = encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws);
+    assert!(matches!(err, Err(GpuError::Buffer { what: "workspace", .. })));
+}
