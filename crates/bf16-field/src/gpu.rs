@@ -147,6 +147,7 @@ pub struct GpuContext {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    side: std::sync::OnceLock<Arc<CudaStream>>,
     /// The device's name as the driver reports it.
     pub device_name: String,
     /// `(major, minor)` compute capability.
@@ -199,6 +200,7 @@ impl GpuContext {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            side: std::sync::OnceLock::new(),
             device_name,
             compute_capability,
             multiprocessors,
@@ -218,6 +220,20 @@ impl GpuContext {
     /// against it themselves: cudarc's automatic event tracking is off).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// A second stream for work that can overlap the main stream's (created on first
+    /// use). Callers order it explicitly: `side.join(main)` before, `main.join(side)`
+    /// after (both record an event and wait on it; both can be captured in a graph).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] if the stream cannot be created.
+    pub fn side_stream(&self) -> Result<&Arc<CudaStream>> {
+        if let Some(s) = self.side.get() {
+            return Ok(s);
+        }
+        let created = self.ctx.new_stream()?;
+        Ok(self.side.get_or_init(|| created))
     }
 
     /// A kernel of `module`, loading the module on first use in this context.

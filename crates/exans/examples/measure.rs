@@ -122,6 +122,7 @@ fn measure(name: &str, cache: &KvCache, block_tokens: usize) {
     // EXANS_PASSES=k fixes the pass count (for `perf stat` cycle counts).
     let fixed: Option<usize> = std::env::var("EXANS_PASSES").ok().and_then(|v| v.parse().ok());
     let mut reps = 0;
+    let cpu_start = thread_cpu_ns();
     let start = Instant::now();
     while fixed.map_or(start.elapsed().as_secs_f64() < 1.0 || reps < 2, |k| reps < k) {
         for b in 0..info.blocks() {
@@ -133,10 +134,12 @@ fn measure(name: &str, cache: &KvCache, block_tokens: usize) {
         reps += 1;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_ns().zip(cpu_start).map(|(end, start)| (end - start) as f64 / 1e9);
     println!(
-        "  decode 1 core: {:.1} MB/s of BF16 output ({reps} passes, {:.3} s)",
+        "  decode 1 core: {:.1} MB/s of BF16 output ({reps} passes, {:.3} s){}",
         reps as f64 * raw as f64 / secs / 1e6,
-        secs
+        secs,
+        cpu.map_or(String::new(), |c| format!("; {:.1} MB/s per thread CPU second ({c:.3} s on CPU)", reps as f64 * raw as f64 / c / 1e6))
     );
     let start = Instant::now();
     let decoded = exans::decode_cache(&container).unwrap();
@@ -147,6 +150,13 @@ fn measure(name: &str, cache: &KvCache, block_tokens: usize) {
         rayon::current_num_threads(),
         raw as f64 / t / 1e6
     );
+}
+
+/// This thread's time on CPU in ns (Linux `/proc/thread-self/schedstat`), which leaves
+/// out the time other processes hold the core on a loaded machine.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 fn main() {

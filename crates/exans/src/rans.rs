@@ -110,41 +110,10 @@ pub(crate) fn decode_partition_with(
     let (full, rem) = (n.checked_div(m).unwrap_or(0), n.checked_rem(m).unwrap_or(0));
     if full == LANES {
         // The common case: every lane busy in every step (then rem = 0).
-        let (body, _) = out.split_at_mut(LANES * m);
-        for t in 0..m {
-            // Within a step `pos` rises by at most 32, so this window holds every word
-            // the step can take; a read past `count` lands in the zero padding and is
-            // caught below (a stream is exhausted as soon as `pos > count`).
-            let Some(window) = words.get(pos..pos + LANES) else {
-                return Err(Error::WordStreamExhausted { partition });
-            };
-            let window: &[u16; LANES] = window.try_into().expect("32 words");
-            let mut next = [0u32; LANES];
-            let mut syms = [0u8; LANES];
-            for j in 0..LANES {
-                let x = st[j];
-                let e = table[(x & mask) as usize];
-                let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
-                next[j] = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
-                syms[j] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
-            }
-            // Branch-free renormalisation: lane j takes window[k], k = the number of
-            // lanes before it that also take a word (ballot/popc on the GPU).
-            let mut k = 0usize;
-            for j in 0..LANES {
-                let x = next[j];
-                let renormalise = x < STATE_LOWER;
-                let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
-                st[j] = if renormalise { refilled } else { x };
-                k += renormalise as usize;
-            }
-            pos += k;
-            if pos > count {
-                return Err(Error::WordStreamExhausted { partition });
-            }
-            for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
-                lane[t] = s;
-            }
+        let body = &mut out[..LANES * m];
+        match full_steps(&mut st, table, mask, precision, words, count, body, m, true) {
+            Some(p) => pos = p,
+            None => return Err(Error::WordStreamExhausted { partition }),
         }
     } else {
         for t in 0..m {
@@ -179,6 +148,149 @@ pub(crate) fn decode_partition_with(
         return Err(Error::UnconsumedWords { partition, consumed: pos, count });
     }
     Ok(())
+}
+
+/// Decodes the `m` steps of a partition whose 32 lanes all own `m` symbols into `body`
+/// (lane-major, `32 x m`). Returns the words consumed, or `None` as soon as a step needs
+/// a word past `count`. `words` holds the stream plus [`WORD_PAD`] zeros. `simd` allows
+/// the AVX-512 path where the CPU has it (the tests run both).
+#[allow(clippy::too_many_arguments)]
+fn full_steps(
+    st: &mut [u32; LANES],
+    table: &[u32; TABLE_SLOTS],
+    mask: u32,
+    precision: u32,
+    words: &[u16],
+    count: usize,
+    body: &mut [u8],
+    m: usize,
+    simd: bool,
+) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if simd
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+    {
+        // SAFETY: the CPU has every feature the function enables.
+        return unsafe { x86::full_steps_avx512(st, table, mask, precision, words, count, body, m) };
+    }
+    let _ = simd;
+    let mut pos = 0usize;
+    for t in 0..m {
+        // Within a step `pos` rises by at most 32, so this window holds every word the
+        // step can take; a read past `count` lands in the zero padding and is caught
+        // below (a stream is exhausted as soon as `pos > count`).
+        let window: &[u16; LANES] = words.get(pos..pos + LANES)?.try_into().ok()?;
+        let mut next = [0u32; LANES];
+        let mut syms = [0u8; LANES];
+        for j in 0..LANES {
+            let x = st[j];
+            let e = table[(x & mask) as usize];
+            let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+            next[j] = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+            syms[j] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+        }
+        // Branch-free renormalisation: lane j takes window[k], k = the number of lanes
+        // before it that also take a word (ballot/popc on the GPU).
+        let mut k = 0usize;
+        for j in 0..LANES {
+            let x = next[j];
+            let renormalise = x < STATE_LOWER;
+            let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
+            st[j] = if renormalise { refilled } else { x };
+            k += renormalise as usize;
+        }
+        pos += k;
+        if pos > count {
+            return None;
+        }
+        for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
+            lane[t] = s;
+        }
+    }
+    Some(pos)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{LANES, TABLE_SLOTS, WORD_BITS};
+    use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, STATE_LOWER};
+
+    /// [`super::full_steps`] with 16 lanes per 512-bit vector: a gather for the table,
+    /// a vector multiply, and `vpexpandd` to hand the step's words to the lanes that
+    /// renormalise, in ascending lane order.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn full_steps_avx512(
+        st: &mut [u32; LANES],
+        table: &[u32; TABLE_SLOTS],
+        mask: u32,
+        precision: u32,
+        words: &[u16],
+        count: usize,
+        body: &mut [u8],
+        m: usize,
+    ) -> Option<usize> {
+        let vmask = _mm512_set1_epi32(mask as i32);
+        let field = _mm512_set1_epi32(ENTRY_FIELD_MASK as i32);
+        let one = _mm512_set1_epi32(1);
+        let lower = _mm512_set1_epi32(STATE_LOWER as i32);
+        let shift = _mm_cvtsi32_si128(precision as i32);
+        // SAFETY: `st` is 32 u32s: two unaligned 16-lane loads.
+        let mut x = unsafe {
+            [_mm512_loadu_si512(st.as_ptr().cast()), _mm512_loadu_si512(st.as_ptr().add(16).cast())]
+        };
+        let mut pos = 0usize;
+        let mut syms = [0u8; LANES];
+        for t in 0..m {
+            // The 32-word window at `pos` (in bounds: `words` has 32 pad words and
+            // `pos <= count` here); each half reads 16 words from inside it.
+            let window = words.get(pos..pos + LANES)?;
+            let mut k = 0usize;
+            for (h, xh) in x.iter_mut().enumerate() {
+                let idx = _mm512_and_si512(*xh, vmask);
+                // SAFETY: every index is `x & mask <= 4095` and `table` has 4096 entries.
+                let e = unsafe { _mm512_i32gather_epi32::<4>(idx, table.as_ptr().cast()) };
+                let freq = _mm512_add_epi32(
+                    _mm512_and_si512(_mm512_srli_epi32::<{ ENTRY_FREQ_SHIFT }>(e), field),
+                    one,
+                );
+                let bias = _mm512_and_si512(e, field);
+                let next = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srl_epi32(*xh, shift)), bias);
+                let need = _mm512_cmplt_epu32_mask(next, lower);
+                // k <= 16 after the first half: `window[k..k + 16]` is in bounds.
+                let w = &window[k..k + 16];
+                // SAFETY: `w` is 16 u16s (32 bytes).
+                let w16 = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
+                let w32 = _mm512_maskz_expand_epi32(need, _mm512_cvtepu16_epi32(w16));
+                let refilled = _mm512_or_si512(_mm512_slli_epi32::<{ WORD_BITS }>(next), w32);
+                *xh = _mm512_mask_blend_epi32(need, next, refilled);
+                k += need.count_ones() as usize;
+                let s = _mm512_cvtepi32_epi8(_mm512_srli_epi32::<{ ENTRY_SYMBOL_SHIFT }>(e));
+                // SAFETY: `syms[16 h..16 h + 16]` is in bounds (h < 2).
+                unsafe { _mm_storeu_si128(syms.as_mut_ptr().add(16 * h).cast(), s) };
+            }
+            pos += k;
+            if pos > count {
+                return None;
+            }
+            for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
+                lane[t] = s;
+            }
+        }
+        // SAFETY: as the loads above.
+        unsafe {
+            _mm512_storeu_si512(st.as_mut_ptr().cast(), x[0]);
+            _mm512_storeu_si512(st.as_mut_ptr().add(16).cast(), x[1]);
+        }
+        Some(pos)
+    }
 }
 
 /// Writes the packed decode table of `model` (spec §5.4) into `table`, zero-padded to
@@ -249,6 +361,51 @@ mod tests {
                     continue;
                 }
                 round_trip(&symbols, precision);
+            }
+        }
+    }
+
+    #[test]
+    fn simd_and_scalar_full_steps_agree_on_valid_and_corrupt_streams() {
+        let mut seed = 7u32;
+        for n in [32usize, 64, 320, 4096, 23040] {
+            let symbols: Vec<u8> = (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(seed >> 28) as usize % 10]
+                })
+                .collect();
+            let model = model_of(&symbols, 12);
+            let mut words = Vec::new();
+            let states = encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+            let table = padded_decode_table(&model);
+            let m = n / LANES;
+            for corrupt in 0..6usize {
+                let mut w = words.clone();
+                let mut st = states;
+                match corrupt {
+                    0 => {}
+                    1 => w.truncate(w.len() / 2),
+                    2 => w.push(0x1234),
+                    3 => st[5] ^= 0x00ff_0000,
+                    4 => {
+                        let i = w.len() / 3;
+                        w[i] ^= 0xffff;
+                    }
+                    _ => w.clear(),
+                }
+                let count = w.len();
+                w.resize(count + WORD_PAD, 0);
+                let run = |simd: bool| {
+                    let mut st = st;
+                    let mut body = vec![0u8; n];
+                    let pos = full_steps(&mut st, &table, 4095, 12, &w, count, &mut body, m, simd);
+                    (pos, pos.map(|_| (st, body)))
+                };
+                assert_eq!(run(true), run(false), "n {n} corrupt {corrupt}");
+                if corrupt == 0 {
+                    assert_eq!(run(false).1.unwrap().1, symbols);
+                }
             }
         }
     }

@@ -642,7 +642,7 @@ fn decode_parsed(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
                 let precision = model.precision() as u32;
                 for p in 0..PARTITIONS {
                     let (start, end) = partition_range(parsed.values, p);
-                    symbols.clear();
+                    // Every symbol is overwritten by a successful decode: no clear.
                     symbols.resize(end - start, 0);
                     decode_partition_with(p, &states[p], streams[p], table, precision, symbols, words)?;
                     join_range(groups, per_group, centers, start, symbols, &sign_mantissa[start..end]);

@@ -334,7 +334,11 @@ pub fn decode_device(
                 (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
             let cb = codebook_uint4(&header.codebook);
             let check = gpu.function(&MODULE, "splitzip_check_body")?;
-            let mut launch = stream.launch_builder(&check);
+            // The body check reads only offsets and escapes: it runs on the side stream,
+            // overlapping the decode kernel (it cost ~4% of decode time in series).
+            let side = gpu.side_stream()?;
+            side.join(stream)?;
+            let mut launch = side.launch_builder(&check);
             launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *status);
             // SAFETY: the header was validated (section offsets and lengths match n, the
             // chunk size and E, and the payload is exactly encoded_len bytes), so every
@@ -350,6 +354,7 @@ pub fn decode_device(
             // SAFETY: as above; escape reads are bounded by the chunk's offsets, used only
             // when they are ordered and <= E; `out` holds n words.
             unsafe { launch.launch(cfg) }?;
+            stream.join(side)?;
         }
     }
     Ok(())
