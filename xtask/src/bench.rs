@@ -129,9 +129,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         rows.push(crate::bench_exans::bench_cpu(&name, cache, &args)?);
         if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
-            let mut row = crate::bench_exans::bench_gpu(&name, cache, gpu, &args)?.gpu(copy);
-            row.encode_roofline = None; // encoded on the CPU: no GPU roofline applies
-            rows.push(row);
+            rows.push(crate::bench_exans::bench_gpu(&name, cache, gpu, &args)?.gpu(copy));
         }
     }
     print_table(&rows);

@@ -1,13 +1,14 @@
 //! ExANS rows of `cargo xtask bench`: the cache in physical KV blocks of 16 tokens, one
 //! self-contained record per block in a container; the ratio counts the whole container
 //! (index, headers, centers, models, rANS states, padding). The GPU row times the GPU
-//! decoder; encoding has no GPU kernel yet, so its GPU encode column is the CPU's.
+//! encoder and decoder; its container must equal the CPU encoder's byte for byte.
 
 use anyhow::ensure;
 use bf16_field::gpu::GpuContext;
 use bf16_field::{KvCache, KvShape};
 use cudarc::driver::CudaSlice;
 use exans::gpu::{DeviceIndex, decode_device};
+use exans::gpu_encode::{EncodeWorkspace, encode_device, max_container_len};
 
 use crate::bench::{BenchArgs, Row, median_secs};
 
@@ -56,34 +57,37 @@ pub(crate) fn bench_gpu(
     args: &BenchArgs,
 ) -> anyhow::Result<Row> {
     let (big, copies) = tiled_cache(cache, args.gpu_bytes)?;
-    let n = big.shape().total_values();
-    let start = std::time::Instant::now();
-    let container = exans::encode_cache(&big, BLOCK_TOKENS)?;
-    let enc = start.elapsed().as_secs_f64();
+    let shape = big.shape();
+    let n = shape.total_values();
+    let words = big.concat_words();
+    let cpu_container = exans::encode_cache(&big, BLOCK_TOKENS)?;
     let stream = gpu.stream();
-    let index = DeviceIndex::new(gpu, &container)?;
-    // Two copies of the container, alternated, so L2 does not serve the input.
-    let inputs: Vec<CudaSlice<u8>> =
-        (0..2).map(|_| stream.clone_htod(&container)).collect::<Result<_, _>>()?;
+    // Two copies of every input, alternated, so L2 does not serve them.
+    let raw: Vec<CudaSlice<u16>> = (0..2).map(|_| stream.clone_htod(&words)).collect::<Result<_, _>>()?;
+    let mut encoded: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, BLOCK_TOKENS)?)?;
+    let mut ws = EncodeWorkspace::new(gpu, shape, BLOCK_TOKENS)?;
+    let gpu_err = |e: exans::gpu::GpuError| bf16_field::Error::GpuUnavailable(e.to_string());
+    let enc = gpu.time_runs(args.warmup, args.runs, |i| {
+        encode_device(gpu, &raw[i % 2].as_view(), shape, BLOCK_TOKENS, &mut encoded.as_view_mut(), &mut ws)
+            .map_err(gpu_err)
+    })?;
+    let len = ws.encoded_len(gpu)?;
+    ensure!(
+        stream.clone_dtoh(&encoded.slice(..len))? == cpu_container,
+        "{input}: exans GPU container differs from the CPU's"
+    );
+    let index = DeviceIndex::new(gpu, &cpu_container)?;
+    let containers: Vec<CudaSlice<u8>> =
+        (0..2).map(|_| stream.clone_htod(&cpu_container)).collect::<Result<_, _>>()?;
     let mut out: CudaSlice<u16> = stream.alloc_zeros(n)?;
     let mut status: CudaSlice<u32> = stream.alloc_zeros(1)?;
     let dec = gpu.time_runs(args.warmup, args.runs, |i| {
-        decode_device(gpu, &inputs[i % 2].as_view(), &index, &mut out.as_view_mut(), &mut status)
-            .map_err(|e| bf16_field::Error::GpuUnavailable(e.to_string()))
+        decode_device(gpu, &containers[i % 2].as_view(), &index, &mut out.as_view_mut(), &mut status)
+            .map_err(gpu_err)
     })?;
     ensure!(stream.clone_dtoh(&status)?[0] == 0, "{input}: exans GPU decoder flagged its own container");
-    ensure!(stream.clone_dtoh(&out)? == big.concat_words(), "{input}: exans GPU round trip differs");
-    let mut r = row(
-        format!("{input} x{copies}"),
-        "cuda",
-        n,
-        container.len(),
-        2.0 * n as f64 / enc / 1e9,
-        dec.gb_per_s(2 * n),
-        args,
-    );
-    r.codec = "exans (enc: cpu)".into();
-    Ok(r)
+    ensure!(stream.clone_dtoh(&out)? == words, "{input}: exans GPU round trip differs");
+    Ok(row(format!("{input} x{copies}"), "cuda", n, len, enc.gb_per_s(2 * n), dec.gb_per_s(2 * n), args))
 }
 
 fn row(input: String, backend: &str, n: usize, encoded: usize, enc: f64, dec: f64, args: &BenchArgs) -> Row {

@@ -139,7 +139,10 @@ fn measure(name: &str, cache: &KvCache, block_tokens: usize) {
         "  decode 1 core: {:.1} MB/s of BF16 output ({reps} passes, {:.3} s){}",
         reps as f64 * raw as f64 / secs / 1e6,
         secs,
-        cpu.map_or(String::new(), |c| format!("; {:.1} MB/s per thread CPU second ({c:.3} s on CPU)", reps as f64 * raw as f64 / c / 1e6))
+        cpu.map_or(String::new(), |c| format!(
+            "; {:.1} MB/s per thread CPU second ({c:.3} s on CPU)",
+            reps as f64 * raw as f64 / c / 1e6
+        ))
     );
     let start = Instant::now();
     let decoded = exans::decode_cache(&container).unwrap();

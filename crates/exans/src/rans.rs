@@ -153,7 +153,7 @@ pub(crate) fn decode_partition_with(
 /// Decodes the `m` steps of a partition whose 32 lanes all own `m` symbols into `body`
 /// (lane-major, `32 x m`). Returns the words consumed, or `None` as soon as a step needs
 /// a word past `count`. `words` holds the stream plus [`WORD_PAD`] zeros. `simd` allows
-/// the AVX-512 path where the CPU has it (the tests run both).
+/// the AVX2 path where the CPU has it (the tests run both).
 #[allow(clippy::too_many_arguments)]
 fn full_steps(
     st: &mut [u32; LANES],
@@ -167,13 +167,9 @@ fn full_steps(
     simd: bool,
 ) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if simd
-        && std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-    {
-        // SAFETY: the CPU has every feature the function enables.
-        return unsafe { x86::full_steps_avx512(st, table, mask, precision, words, count, body, m) };
+    if simd && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has the feature the function enables.
+        return unsafe { x86::full_steps_avx2(st, table, mask, precision, words, count, body, m) };
     }
     let _ = simd;
     let mut pos = 0usize;
@@ -217,17 +213,33 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{LANES, TABLE_SLOTS, WORD_BITS};
-    use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, STATE_LOWER};
+    use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT};
 
-    /// [`super::full_steps`] with 16 lanes per 512-bit vector: a gather for the table,
-    /// a vector multiply, and `vpexpandd` to hand the step's words to the lanes that
-    /// renormalise, in ascending lane order.
+    /// For each 8-lane renormalisation mask, the word index each lane takes: lane i
+    /// with bit i set takes word `popcount(mask & ((1 << i) - 1))` (ballot/popc).
+    static EXPAND: [[u32; 8]; 256] = {
+        let mut t = [[0u32; 8]; 256];
+        let mut mask = 0;
+        while mask < 256 {
+            let mut lane = 0;
+            while lane < 8 {
+                t[mask][lane] = (mask & ((1 << lane) - 1)).count_ones();
+                lane += 1;
+            }
+            mask += 1;
+        }
+        t
+    };
+
+    /// [`super::full_steps`] with 8 lanes per 256-bit vector: a gather for the table,
+    /// a vector multiply, and a permute from [`EXPAND`] to hand the step's words to the
+    /// lanes that renormalise, in ascending lane order.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW and VL.
+    /// The CPU must support AVX2.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn full_steps_avx512(
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn full_steps_avx2(
         st: &mut [u32; LANES],
         table: &[u32; TABLE_SLOTS],
         mask: u32,
@@ -237,57 +249,59 @@ mod x86 {
         body: &mut [u8],
         m: usize,
     ) -> Option<usize> {
-        let vmask = _mm512_set1_epi32(mask as i32);
-        let field = _mm512_set1_epi32(ENTRY_FIELD_MASK as i32);
-        let one = _mm512_set1_epi32(1);
-        let lower = _mm512_set1_epi32(STATE_LOWER as i32);
+        let vmask = _mm256_set1_epi32(mask as i32);
+        let field = _mm256_set1_epi32(ENTRY_FIELD_MASK as i32);
+        let one = _mm256_set1_epi32(1);
+        let zero = _mm256_setzero_si256();
         let shift = _mm_cvtsi32_si128(precision as i32);
-        // SAFETY: `st` is 32 u32s: two unaligned 16-lane loads.
-        let mut x = unsafe {
-            [_mm512_loadu_si512(st.as_ptr().cast()), _mm512_loadu_si512(st.as_ptr().add(16).cast())]
-        };
+        // SAFETY: `st` is 32 u32s: four unaligned 8-lane loads.
+        let mut x: [__m256i; 4] =
+            std::array::from_fn(|q| unsafe { _mm256_loadu_si256(st.as_ptr().add(8 * q).cast()) });
         let mut pos = 0usize;
-        let mut syms = [0u8; LANES];
+        let mut syms = [0u32; LANES];
         for t in 0..m {
             // The 32-word window at `pos` (in bounds: `words` has 32 pad words and
-            // `pos <= count` here); each half reads 16 words from inside it.
-            let window = words.get(pos..pos + LANES)?;
+            // `pos <= count` here); each quarter reads 8 words from inside it.
+            let window: &[u16; LANES] = words.get(pos..pos + LANES)?.try_into().ok()?;
             let mut k = 0usize;
-            for (h, xh) in x.iter_mut().enumerate() {
-                let idx = _mm512_and_si512(*xh, vmask);
+            for (q, xq) in x.iter_mut().enumerate() {
+                let idx = _mm256_and_si256(*xq, vmask);
                 // SAFETY: every index is `x & mask <= 4095` and `table` has 4096 entries.
-                let e = unsafe { _mm512_i32gather_epi32::<4>(idx, table.as_ptr().cast()) };
-                let freq = _mm512_add_epi32(
-                    _mm512_and_si512(_mm512_srli_epi32::<{ ENTRY_FREQ_SHIFT }>(e), field),
+                let e = unsafe { _mm256_i32gather_epi32::<4>(table.as_ptr().cast(), idx) };
+                let freq = _mm256_add_epi32(
+                    _mm256_and_si256(_mm256_srli_epi32::<{ ENTRY_FREQ_SHIFT as i32 }>(e), field),
                     one,
                 );
-                let bias = _mm512_and_si512(e, field);
-                let next = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srl_epi32(*xh, shift)), bias);
-                let need = _mm512_cmplt_epu32_mask(next, lower);
-                // k <= 16 after the first half: `window[k..k + 16]` is in bounds.
-                let w = &window[k..k + 16];
-                // SAFETY: `w` is 16 u16s (32 bytes).
-                let w16 = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
-                let w32 = _mm512_maskz_expand_epi32(need, _mm512_cvtepu16_epi32(w16));
-                let refilled = _mm512_or_si512(_mm512_slli_epi32::<{ WORD_BITS }>(next), w32);
-                *xh = _mm512_mask_blend_epi32(need, next, refilled);
-                k += need.count_ones() as usize;
-                let s = _mm512_cvtepi32_epi8(_mm512_srli_epi32::<{ ENTRY_SYMBOL_SHIFT }>(e));
-                // SAFETY: `syms[16 h..16 h + 16]` is in bounds (h < 2).
-                unsafe { _mm_storeu_si128(syms.as_mut_ptr().add(16 * h).cast(), s) };
+                let bias = _mm256_and_si256(e, field);
+                let next = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(*xq, shift)), bias);
+                // x < 2^16 <=> x >> 16 == 0.
+                let need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<{ WORD_BITS as i32 }>(next), zero);
+                let bits = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xff;
+                // k <= 24 before the last quarter: `window[k..k + 8]` is in bounds.
+                let w = &window[(k & 31).min(24)..][..8];
+                // SAFETY: `w` is 8 u16s (16 bytes); `EXPAND[bits]` is 8 u32s.
+                let (w16, perm) = unsafe {
+                    (_mm_loadu_si128(w.as_ptr().cast()), _mm256_loadu_si256(EXPAND[bits].as_ptr().cast()))
+                };
+                let wq = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
+                let refilled = _mm256_or_si256(_mm256_slli_epi32::<{ WORD_BITS as i32 }>(next), wq);
+                *xq = _mm256_blendv_epi8(next, refilled, need);
+                k += bits.count_ones() as usize;
+                let s = _mm256_srli_epi32::<{ ENTRY_SYMBOL_SHIFT as i32 }>(e);
+                // SAFETY: `syms[8 q..8 q + 8]` is in bounds (q < 4).
+                unsafe { _mm256_storeu_si256(syms.as_mut_ptr().add(8 * q).cast(), s) };
             }
             pos += k;
             if pos > count {
                 return None;
             }
             for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
-                lane[t] = s;
+                lane[t] = s as u8;
             }
         }
-        // SAFETY: as the loads above.
-        unsafe {
-            _mm512_storeu_si512(st.as_mut_ptr().cast(), x[0]);
-            _mm512_storeu_si512(st.as_mut_ptr().add(16).cast(), x[1]);
+        for (q, xq) in x.iter().enumerate() {
+            // SAFETY: as the loads above.
+            unsafe { _mm256_storeu_si256(st.as_mut_ptr().add(8 * q).cast(), *xq) };
         }
         Some(pos)
     }
@@ -298,7 +312,8 @@ mod x86 {
 pub(crate) fn fill_decode_table(model: &crate::model::Model, table: &mut [u32; TABLE_SLOTS]) {
     let mut at = 0usize;
     for &(s, f) in model.entries() {
-        let base = ((s as u32) << ENTRY_SYMBOL_SHIFT) | (((f as u32 - 1) & ENTRY_FIELD_MASK) << ENTRY_FREQ_SHIFT);
+        let base =
+            ((s as u32) << ENTRY_SYMBOL_SHIFT) | (((f as u32 - 1) & ENTRY_FIELD_MASK) << ENTRY_FREQ_SHIFT);
         // A validated model's frequencies sum to 2^n <= 4096; `get_mut` keeps a
         // hypothetical excess from panicking.
         let end = (at + f as usize).min(TABLE_SLOTS);
@@ -388,7 +403,7 @@ mod tests {
                     1 => w.truncate(w.len() / 2),
                     2 => w.push(0x1234),
                     3 => st[5] ^= 0x00ff_0000,
-                    4 => {
+                    4 if !w.is_empty() => {
                         let i = w.len() / 3;
                         w[i] ^= 0xffff;
                     }
