@@ -52,7 +52,7 @@ impl BackendChoice {
     /// Reads `KVCODEC_BACKEND`; unset or empty means [`BackendChoice::Auto`].
     ///
     /// # Errors
-    /// [`Error::GpuUnavailable`] naming the bad value.
+    /// [`Error::UnknownBackend`] naming the bad value.
     pub fn from_env() -> Result<Self> {
         match std::env::var("KVCODEC_BACKEND") {
             Err(_) => Ok(BackendChoice::Auto),
@@ -68,9 +68,7 @@ impl std::str::FromStr for BackendChoice {
             "" | "auto" => Ok(BackendChoice::Auto),
             "cpu" => Ok(BackendChoice::Cpu),
             "cuda" | "gpu" => Ok(BackendChoice::Cuda),
-            other => {
-                Err(Error::GpuUnavailable(format!("unknown backend `{other}` (expected cpu, cuda or auto)")))
-            }
+            other => Err(Error::UnknownBackend(other.to_string())),
         }
     }
 }
