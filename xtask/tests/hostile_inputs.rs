@@ -4,6 +4,9 @@
 
 use splitzip::{Codebook, DecodeError as SzErr, PayloadHeader};
 
+/// One in-place corruption of a payload.
+type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+
 fn book() -> Codebook {
     Codebook::new(std::array::from_fn(|i| 0x74 + i as u8)).unwrap()
 }
@@ -121,9 +124,11 @@ fn splitzip_escape_tables_hostile() {
         p
     };
     assert_eq!(splitzip::decode(&base).unwrap().len(), 96);
-    let set32 = |p: &mut Vec<u8>, i: usize, v: u32| p[272 + 4 * i..276 + 4 * i].copy_from_slice(&v.to_le_bytes());
-    let set16 = |p: &mut Vec<u8>, i: usize, v: u16| p[288 + 2 * i..290 + 2 * i].copy_from_slice(&v.to_le_bytes());
-    let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
+    let set32 =
+        |p: &mut Vec<u8>, i: usize, v: u32| p[272 + 4 * i..276 + 4 * i].copy_from_slice(&v.to_le_bytes());
+    let set16 =
+        |p: &mut Vec<u8>, i: usize, v: u16| p[288 + 2 * i..290 + 2 * i].copy_from_slice(&v.to_le_bytes());
+    let cases: Vec<(Mutation, &str)> = vec![
         (Box::new(|p| set32(p, 0, 1)), "start"),
         (Box::new(|p| set32(p, 1, u32::MAX)), "monotonic"),
         (Box::new(|p| set32(p, 2, 0)), "monotonic"),
@@ -152,7 +157,8 @@ fn splitzip_escape_tables_hostile() {
 
 #[test]
 fn splitzip_truncation_and_garbage_never_panic() {
-    let words: Vec<u16> = (0..5000u32).map(|i| half::bf16::from_f32((i as f32).sin() * 3.0).to_bits()).collect();
+    let words: Vec<u16> =
+        (0..5000u32).map(|i| half::bf16::from_f32((i as f32).sin() * 3.0).to_bits()).collect();
     let mut words2 = words.clone();
     words2[77] = 1;
     words2[4999] = 0x7f80;
@@ -229,7 +235,8 @@ fn rec_all(r: &[u8]) -> exans::Error {
 #[test]
 fn exans_shape_extremes() {
     use exans::Error;
-    for (l, h, d, t) in [(65535u16, 65535u16, 65535u16, 65535u16), (65535, 65535, 1, 1), (65535, 1, 1, 65535)] {
+    for (l, h, d, t) in [(65535u16, 65535u16, 65535u16, 65535u16), (65535, 65535, 1, 1), (65535, 1, 1, 65535)]
+    {
         let r = rec_header(0, l, h, d, t, 0, 48);
         assert!(matches!(rec_all(&r), Error::ShapeOverflow { .. } | Error::ValueCountMismatch { .. }));
     }
@@ -259,7 +266,7 @@ fn exans_model_and_directory_extremes() {
     let base = example_record();
     assert!(exans::decode_block(&base).is_ok());
     let put = |r: &mut Vec<u8>, at: usize, b: &[u8]| r[at..at + b.len()].copy_from_slice(b);
-    let cases: Vec<Box<dyn Fn(&mut Vec<u8>)>> = vec![
+    let cases: Vec<Mutation> = vec![
         Box::new(|r| put(r, 0x32, &0u16.to_le_bytes())),     // K = 0
         Box::new(|r| put(r, 0x32, &257u16.to_le_bytes())),   // K = 257
         Box::new(|r| put(r, 0x32, &u16::MAX.to_le_bytes())), // K = 65535
@@ -377,12 +384,27 @@ fn safetensors_hostile() {
     };
     for (json, data) in [
         (r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]}}"#, 2), // no v
-        (r#"{"layer.0.k":{"dtype":"BF16","shape":[0,1,1],"data_offsets":[0,0]},"layer.0.v":{"dtype":"BF16","shape":[0,1,1],"data_offsets":[0,0]}}"#, 0),
+        (
+            r#"{"layer.0.k":{"dtype":"BF16","shape":[0,1,1],"data_offsets":[0,0]},"layer.0.v":{"dtype":"BF16","shape":[0,1,1],"data_offsets":[0,0]}}"#,
+            0,
+        ),
         (r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1],"data_offsets":[0,2]}}"#, 2),
-        (r#"{"layer.0.k":{"dtype":"BF16","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,2]}}"#, 2),
-        (r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]}}"#, 2),
-        (r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"F32","shape":[1,1,1],"data_offsets":[2,6]}}"#, 6),
-        (r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"BF16","shape":[1,1,2],"data_offsets":[2,6]}}"#, 6),
+        (
+            r#"{"layer.0.k":{"dtype":"BF16","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,2]}}"#,
+            2,
+        ),
+        (
+            r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]}}"#,
+            2,
+        ),
+        (
+            r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"F32","shape":[1,1,1],"data_offsets":[2,6]}}"#,
+            6,
+        ),
+        (
+            r#"{"layer.0.k":{"dtype":"BF16","shape":[1,1,1],"data_offsets":[0,2]},"layer.0.v":{"dtype":"BF16","shape":[1,1,2],"data_offsets":[2,6]}}"#,
+            6,
+        ),
     ] {
         assert!(kv_cache_from_bytes(&mk(json, data)).is_err(), "{json}");
     }
