@@ -5,7 +5,7 @@
 use splitzip::{Codebook, DecodeError as SzErr, PayloadHeader};
 
 /// One in-place corruption of a payload.
-type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+type Mutation<'a> = Box<dyn Fn(&mut Vec<u8>) + 'a>;
 
 fn book() -> Codebook {
     Codebook::new(std::array::from_fn(|i| 0x74 + i as u8)).unwrap()
@@ -128,7 +128,7 @@ fn splitzip_escape_tables_hostile() {
         |p: &mut Vec<u8>, i: usize, v: u32| p[272 + 4 * i..276 + 4 * i].copy_from_slice(&v.to_le_bytes());
     let set16 =
         |p: &mut Vec<u8>, i: usize, v: u16| p[288 + 2 * i..290 + 2 * i].copy_from_slice(&v.to_le_bytes());
-    let cases: Vec<(Mutation, &str)> = vec![
+    let cases: Vec<(Mutation<'_>, &str)> = vec![
         (Box::new(|p| set32(p, 0, 1)), "start"),
         (Box::new(|p| set32(p, 1, u32::MAX)), "monotonic"),
         (Box::new(|p| set32(p, 2, 0)), "monotonic"),
@@ -266,7 +266,7 @@ fn exans_model_and_directory_extremes() {
     let base = example_record();
     assert!(exans::decode_block(&base).is_ok());
     let put = |r: &mut Vec<u8>, at: usize, b: &[u8]| r[at..at + b.len()].copy_from_slice(b);
-    let cases: Vec<Mutation> = vec![
+    let cases: Vec<Mutation<'_>> = vec![
         Box::new(|r| put(r, 0x32, &0u16.to_le_bytes())),     // K = 0
         Box::new(|r| put(r, 0x32, &257u16.to_le_bytes())),   // K = 257
         Box::new(|r| put(r, 0x32, &u16::MAX.to_le_bytes())), // K = 65535
