@@ -41,6 +41,15 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
     for f in crate::fixture_files()? {
         std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
     }
+    // Debug info is most of each binary; the bundle travels, so strip it where `strip`
+    // exists (binutils), and keep the binaries as they are elsewhere.
+    let mut binaries = vec![out.join("xtask")];
+    binaries.extend(tests.iter().map(|t| out.join("tests").join(t)));
+    if Command::new("strip").arg("--version").output().is_ok() {
+        for b in &binaries {
+            crate::venv::run(Command::new("strip").arg(b))?;
+        }
+    }
     let script = "#!/usr/bin/env bash\n\
 # Runs kvcodec's GPU tests and GPU bench on a machine with a GPU and no Rust toolchain.\n\
 set -euo pipefail\n\
