@@ -13,25 +13,37 @@
 //   1. exans_encode_blocks, one 256-thread CTA per block:
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
-//         its argmax (smallest exponent on a tie) is the center (spec 2); the histogram
-//         is folded, shifted by the center, into the block's symbol histogram;
-//      b. warp 0 quantizes the histogram to 2^12 exactly like Model::quantize (spec 5.2):
-//         floor-scaled start, add best free / remove worst held slot, then exchange
-//         while a free slot outranks a held one (warp argmax/argmin over 256 symbols by
-//         the (count x gain, symbol) total order);
-//      c. warp p encodes partition p (spec 6): lane j is rANS lane j, steps t = m-1..0;
-//         the lanes that shed a word in step t push it in descending lane order, so its
+//         filled from 16-byte loads (the next one issued before the current one's 8
+//         updates) when H D is a multiple of 8 and words is 16-byte aligned, else word by
+//         word; its argmax (smallest exponent on a tie) is the center (spec 2); the
+//         histogram is folded, shifted by the center, into the block's symbol histogram;
+//      b. the gain table is copied into shared memory (the histograms' pool, free until
+//         c), then warp 0 quantizes the histogram to 2^12 exactly like Model::quantize
+//         (spec 5.2): floor-scaled start, add best free / remove worst held slot, then
+//         exchange while a free slot outranks a held one (warp argmax/argmin over 256
+//         symbols by the (count x gain, symbol) total order);
+//      c. warp p encodes partition p (spec 6): lane j is rANS lane j, steps t = m-1..0,
+//         in rounds of EE_ROUND steps. Each round the warp first stages the round's
+//         symbols C = (E + 127 - center) mod 256, 4 steps per word, in its 4 KiB of the
+//         pool: lane j's window (EE_ROUND consecutive words of the stream) is read by
+//         EE_WIN_LANES lanes, EE_SPLIT windows at a time, EE_ROUND / EE_WIN_LANES loads in flight per
+//         lane (the next round's windows are prefetched into L2); then every step reads
+//         its symbol from shared memory (conflict-free by an XOR swizzle), not global.
+//         The lanes that shed a word in step t push it in descending lane order, so its
 //         stack index is tail + popc(ballot & lanemask_gt); the word is stored at
 //         scratch[partition end - 1 - index], which leaves the reversed stream
 //         contiguous at the end of the partition's scratch slice (count_p <= n_p);
 //         x / freq is a multiply-high by a per-symbol magic (ee_divider), exact for
-//         every u32 x;
+//         every u32 x; the steps where every lane is active run without the per-lane
+//         activity test;
 //      d. thread 0 derives the record length (spec 4), or the raw length when the coded
 //         record would not be smaller (spec 7).
 //   2. exans_encode_index, one CTA: exclusive scan of align16(record_len) -> record
 //      offsets (spec 8); writes the container header, the index and the zero gap.
 //   3. exans_encode_records, one 256-thread CTA per record: writes the record at its
-//      offset, every padding byte included, and the zero gap up to the next record.
+//      offset, every padding byte included, and the zero gap up to the next record,
+//      16 bytes per store; the sign+mantissa plane from 16-byte loads when H D is a
+//      multiple of 8 and words is 16-byte aligned.
 #include "../common/bf16_field.cuh"
 
 #define EE_THREADS 256
@@ -51,6 +63,10 @@
 #define EE_CONTAINER_MAGIC 0x4358564bu  // "KVXC" little-endian
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
+#define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
+#define EE_SPLIT 2  // windows staged at once (one per EE_WIN_LANES lanes)
+#define EE_WIN_LANES (EE_LANES / EE_SPLIT)  // must be a multiple of 4 (the swizzle's granule)
+#define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
 typedef unsigned long long u64;
 
@@ -186,22 +202,101 @@ __device__ __forceinline__ void ee_bump(uint32_t (&f)[8], uint32_t lane, uint32_
         if (s == lane * 8 + q) f[q] += delta;
 }
 
+__device__ __forceinline__ void ee_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Counts the exponents of the two BF16 words packed in v.
+__device__ __forceinline__ void ee_hist2(uint32_t* s_hist, uint32_t v, uint32_t copy) {
+    atomicAdd(&s_hist[((v >> 7) & 0xffu) * EE_COPIES + copy], 1u);
+    atomicAdd(&s_hist[((v >> 23) & 0xffu) * EE_COPIES + copy], 1u);
+}
+
+// The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
+// (lane) j: row groups of 32 words, the column XOR-swizzled by 2 rg mod 32 so that
+// neither the staging stores (16 row groups of a window, two windows j, j ^ 1) nor the
+// step loads (one row group, 32 columns) conflict.
+__device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
+    return rg * EE_LANES + (j ^ ((2u * rg) & 31u));
+}
+
+// One rANS step (spec 6) of symbol sym; ALL: every lane is active.
+template <bool ALL>
+__device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint32_t gt, const uint4* s_tab,
+                                        uint16_t* region, uint32_t top, uint32_t& x, uint32_t& tail) {
+    if (ALL) active = true;
+    uint32_t freq = 1, cdf = 0, magic = 0, shift = 0;
+    bool emit = false;
+    if (active) {
+        const uint4 tab = s_tab[sym];
+        magic = tab.x;
+        freq = tab.y;
+        cdf = tab.z;
+        shift = tab.w;
+        emit = (x >> (32 - EE_PRECISION)) >= freq;  // x >= freq 2^20, as integers
+    }
+    const uint32_t b = __ballot_sync(0xffffffffu, emit);
+    if (emit) {
+        region[top - (tail + __popc(b & gt))] = (uint16_t)x;  // 32-bit index: one wide multiply-add
+        x >>= 16;
+    }
+    tail += __popc(b);
+    if (active) {
+        const uint32_t q = ee_divide(x, freq, magic, shift);
+        x = (q << EE_PRECISION) + (x - q * freq) + cdf;
+    }
+}
+
+// The round's steps t = t_lo + rows - 1 .. t_lo (row t - t_lo), a row group (one staging
+// word, 4 steps) at a time; the groups where every lane is active (t < minlen) skip
+// the per-lane activity test.
+__device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t minlen, uint32_t len,
+                                         uint32_t lane, uint32_t gt, const uint32_t* stage32,
+                                         const uint4* s_tab, uint16_t* region, uint32_t top, uint32_t& x,
+                                         uint32_t& tail) {
+#pragma unroll 1
+    for (uint32_t rg = (rows + 3) / 4; rg-- > 0;) {
+        const uint32_t wv = stage32[ee_stage_word(rg, lane)];
+        const uint32_t t0 = t_lo + 4 * rg;
+        if (4 * rg + 4 <= rows && t0 + 4 <= minlen) {
+            ee_step<true>(true, wv >> 24, gt, s_tab, region, top, x, tail);
+            ee_step<true>(true, (wv >> 16) & 255u, gt, s_tab, region, top, x, tail);
+            ee_step<true>(true, (wv >> 8) & 255u, gt, s_tab, region, top, x, tail);
+            ee_step<true>(true, wv & 255u, gt, s_tab, region, top, x, tail);
+        } else {
+#pragma unroll
+            for (int e = 3; e >= 0; --e) {
+                if (4 * rg + e < rows)
+                    ee_step<false>(t0 + e < len, (wv >> (8 * e)) & 255u, gt, s_tab, region, top, x, tail);
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
     u64* __restrict__ lens_out, uint16_t* __restrict__ scratch) {
-    __shared__ uint32_t s_hist[EE_WARPS][256 * EE_COPIES];  // [bin * EE_COPIES + (lane & 3)]
+    // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
+    // staging (EE_ROUND rows of 32 lanes' bytes per warp, 4 KiB each).
+    __shared__ __align__(16) uint32_t s_pool[EE_WARPS * 256 * EE_COPIES];
     __shared__ uint32_t s_counts[256];
-    __shared__ uint32_t s_enc[256];  // freq | cdf << 16 | divider shift << 28
-    __shared__ uint32_t s_magic[256];
+    __shared__ uint32_t s_enc[256];  // freq | cdf << 16
+    __shared__ uint4 s_tab[256];     // (divider magic, freq, cdf, divider shift): one load per step
     __shared__ uint32_t s_words[EE_PARTITIONS];
     __shared__ uint32_t s_k;
+    __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
+    static_assert(EE_WARPS * EE_ROUND * EE_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
+    static_assert(EE_ROUND % (4 * EE_WIN_LANES) == 0, "whole row groups per staging lane");
 
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const u64 hd = (u64)kv_heads * head_dim;
     const u64 thd = tokens * hd;
     const uint32_t groups = 2u * layers;
+    // 16-byte loads of a group's words: every group slice starts at a multiple of 8 words.
+    const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
+    uint32_t* s_hist = s_pool + warp * 256 * EE_COPIES;  // [bin * EE_COPIES + copy]
 
     for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
         const u64 t0 = (u64)blk * block_tokens;
@@ -211,16 +306,36 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         const u64 base = t0 * hd;          // the block's offset inside each tensor
         const u64 scratch_base = base * groups;
         uint8_t* centers = centers_out + (u64)blk * groups;
+        const uint8_t* cen = groups <= EE_SHARED_GROUPS ? s_centers : centers;
 
         // (a) centers and the symbol histogram.
-        for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES; i += EE_THREADS) (&s_hist[0][0])[i] = 0;
+        for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EE_THREADS)
+            ((uint4*)s_pool)[i] = make_uint4(0, 0, 0, 0);
         s_counts[tid] = 0;
         __syncthreads();
         for (uint32_t g = warp; g < groups; g += EE_WARPS) {
             const uint16_t* src = words + g * thd + base;
             const uint32_t copy = lane & (EE_COPIES - 1);
-            for (u64 r = lane; r < per_group; r += EE_LANES)
-                atomicAdd(&s_hist[warp][kv_exponent_of(src[r]) * EE_COPIES + copy], 1u);
+            if (vec) {
+                // 16 bytes per lane per step, the next step's load issued before this
+                // step's 8 histogram updates.
+                const uint4* src4 = (const uint4*)src;
+                const uint32_t n8 = (uint32_t)(per_group >> 3);
+                uint4 cur = make_uint4(0, 0, 0, 0);
+                if (lane < n8) cur = src4[lane];
+                for (uint32_t v = lane; v < n8; v += EE_LANES) {
+                    uint4 nxt = make_uint4(0, 0, 0, 0);
+                    if (v + EE_LANES < n8) nxt = src4[v + EE_LANES];
+                    ee_hist2(s_hist, cur.x, copy);
+                    ee_hist2(s_hist, cur.y, copy);
+                    ee_hist2(s_hist, cur.z, copy);
+                    ee_hist2(s_hist, cur.w, copy);
+                    cur = nxt;
+                }
+            } else {
+                for (u64 r = lane; r < per_group; r += EE_LANES)
+                    atomicAdd(&s_hist[kv_exponent_of(src[r]) * EE_COPIES + copy], 1u);
+            }
             __syncwarp();
             // Lane holds bins e = lane + 32 q (the copies summed, then zeroed); its best in
             // ascending e, then the warp's (count desc, exponent asc) argmax.
@@ -231,8 +346,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                 h[q] = 0;
 #pragma unroll
                 for (uint32_t j = 0; j < EE_COPIES; ++j) {
-                    h[q] += s_hist[warp][e * EE_COPIES + j];
-                    s_hist[warp][e * EE_COPIES + j] = 0;
+                    h[q] += s_hist[e * EE_COPIES + j];
+                    s_hist[e * EE_COPIES + j] = 0;
                 }
             }
             uint32_t best_e = lane, best_c = h[0];
@@ -252,7 +367,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                 }
             }
             const uint32_t center = best_e;
-            if (lane == 0) centers[g] = (uint8_t)center;
+            if (lane == 0) {
+                centers[g] = (uint8_t)center;
+                if (groups <= EE_SHARED_GROUPS) s_centers[g] = (uint8_t)center;
+            }
 #pragma unroll
             for (uint32_t q = 0; q < 8; ++q) {
                 const uint32_t e = lane + 32 * q;
@@ -261,9 +379,17 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             __syncwarp();
         }
         __syncthreads();
+        // The gain table into the pool (free from here until (c)), for the quantizer.
+        {
+            const uint4* from = (const uint4*)gain;
+            uint4* to = (uint4*)s_pool;
+            for (uint32_t i = tid; i < EE_GAIN_LEN * sizeof(u64) / sizeof(uint4); i += EE_THREADS) to[i] = from[i];
+        }
+        __syncthreads();
 
         // (b) the model (warp 0).
         if (warp == 0) {
+            const u64* s_gain = (const u64*)s_pool;
             uint32_t c[8], f[8];
             uint32_t present = 0;
 #pragma unroll
@@ -286,20 +412,20 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                 u64 w, hw;
                 uint32_t s, hs;
                 while (sum < EE_SLOTS) {
-                    ee_best_free(c, f, gain, lane, w, s);
+                    ee_best_free(c, f, s_gain, lane, w, s);
                     ee_bump(f, lane, s, 1);
                     ++sum;
                 }
                 while (sum > EE_SLOTS) {
-                    ee_worst_held(c, f, gain, lane, w, s);
+                    ee_worst_held(c, f, s_gain, lane, w, s);
                     if (s == EE_NONE) break;
                     ee_bump(f, lane, s, -1);
                     --sum;
                 }
                 for (;;) {
-                    ee_worst_held(c, f, gain, lane, hw, hs);
+                    ee_worst_held(c, f, s_gain, lane, hw, hs);
                     if (hs == EE_NONE) break;
-                    ee_best_free(c, f, gain, lane, w, s);
+                    ee_best_free(c, f, s_gain, lane, w, s);
                     if (s == hs || !(w > hw || (w == hw && s < hs))) break;
                     ee_bump(f, lane, s, 1);
                     ee_bump(f, lane, hs, -1);
@@ -326,63 +452,98 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         __syncthreads();
         {
             uint32_t magic, shift;
-            ee_divider(s_enc[tid] & 0xffffu, magic, shift);
-            s_magic[tid] = magic;
-            s_enc[tid] |= shift << 28;
+            const uint32_t ent = s_enc[tid];
+            ee_divider(ent & 0xffffu, magic, shift);
+            s_tab[tid] = make_uint4(magic, ent & 0xffffu, (ent >> 16) & 0xfffu, shift);
         }
         __syncthreads();
 
-        // (c) warp p encodes partition p.
+        // (c) warp p encodes partition p, in rounds of EE_ROUND steps t = t_hi-1 .. t_lo:
+        // the warp first stages the round's symbols C = (E + 127 - center) mod 256 in
+        // shared memory (lane j's window of stream indices ps + j m + [t_lo, t_hi) is read
+        // by EE_WIN_LANES lanes), the 4 symbols of rows 4 rg .. 4 rg + 3 (row = t - t_lo)
+        // of column j packed in staging word ee_stage_word(rg, j); then each lane steps
+        // through its column, one 32-bit shared load per 4 steps.
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps);
             const uint32_t m = (np + EE_LANES - 1) / EE_LANES;
             const uint32_t lo = lane * m;
             const uint32_t len = lo < np ? min(m, np - lo) : 0;
+            const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
+            uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EE_LANES);
             uint32_t x = EE_STATE_LOWER, tail = 0;
-            u64 g = 0, r = 0;
-            const uint16_t* src = words;
-            uint32_t center = 0;
-            if (len) {
-                const u64 kk = ps + lo + len - 1;  // the lane's last symbol
-                g = (uint32_t)kk / (uint32_t)per_group;  // both < 2^31
-                r = kk - g * per_group;
-                src = words + g * thd + base;
-                center = centers[g];
-            }
-            uint16_t* region_end = scratch + scratch_base + pe;
+            // The partition's scratch slice; the stack's word k at region[top - k].
+            uint16_t* const region = scratch + scratch_base + ps;
+            const uint32_t top = np - 1;
             const uint32_t gt = ee_lanemask_gt();
-            for (int t = (int)m - 1; t >= 0; --t) {
-                const bool active = (uint32_t)t < len;
-                uint32_t freq = 1, cdf = 0, magic = 0, shift = 0;
-                bool emit = false;
-                if (active) {
-                    const uint32_t sym = (kv_exponent_of(src[r]) + EE_CENTER_SYMBOL - center) & 255u;
-                    const uint32_t ent = s_enc[sym];
-                    freq = ent & 0xffffu;
-                    cdf = (ent >> 16) & 0xfffu;
-                    shift = ent >> 28;
-                    magic = s_magic[sym];
-                    emit = (u64)x >= ((u64)freq << (32 - EE_PRECISION));
-                    if (r == 0 && t > 0) {
-                        --g;
-                        r = per_group - 1;
-                        src = words + g * thd + base;
-                        center = centers[g];
+            const uint32_t minlen = __shfl_sync(0xffffffffu, len, EE_LANES - 1);  // len falls with lane
+            for (uint32_t t_hi = m; t_hi > 0;) {
+                const uint32_t t_lo = t_hi > EE_ROUND ? t_hi - EE_ROUND : 0;
+                // This lane's window: valid steps t_lo .. min(t_hi, len) - 1.
+                const uint32_t wlen = len > t_lo ? min(t_hi, len) - t_lo : 0;
+                const uint32_t k0 = (uint32_t)ps + lo + t_lo;
+                const uint32_t g0 = wlen ? k0 / pg : 0;
+                const uint32_t r0 = k0 - g0 * pg;
+                const uint16_t* const wp = words + (u64)g0 * thd + base + r0;
+                // The next round's window (the EE_ROUND words before this one's) into L2,
+                // when it lies in the same group.
+                if (wlen && t_lo > 0 && r0 >= EE_ROUND) {
+                    ee_prefetch_l2(wp - EE_ROUND);
+                    ee_prefetch_l2(wp - EE_ROUND / 2);
+                    ee_prefetch_l2(wp - 1);
+                }
+                __syncwarp();
+                // EE_SPLIT windows at a time, EE_WIN_LANES lanes each: EE_ROUND / EE_WIN_LANES
+                // loads in flight per lane.
+                const uint32_t sl = lane % EE_WIN_LANES;
+#pragma unroll 1
+                for (uint32_t jj = 0; jj < EE_LANES; jj += EE_SPLIT) {
+                    const uint32_t j = jj + lane / EE_WIN_LANES;  // this lane's window
+                    const uint32_t wl = __shfl_sync(0xffffffffu, wlen, j);
+                    const uint32_t gj = __shfl_sync(0xffffffffu, g0, j);
+                    const uint32_t rj = __shfl_sync(0xffffffffu, r0, j);
+                    const uint16_t* const wpj = (const uint16_t*)__shfl_sync(0xffffffffu, (unsigned long long)wp, j);
+                    if (rj + EE_ROUND <= pg) {
+                        // A whole round's words from rj on lie in group gj: the loads need
+                        // no predicate (the ones past wl are dropped). The lane takes row
+                        // groups rg = u EE_WIN_LANES + sl, rows 4 rg .. 4 rg + 3, and stores
+                        // each group's 4 symbols as one word.
+                        const uint32_t cj = EE_CENTER_SYMBOL - cen[gj];
+                        const uint16_t* const from = wpj + 4 * sl;
+                        const int rem = (int)wl - (int)(4 * sl);
+                        uint32_t w[EE_ROUND / EE_WIN_LANES];
+#pragma unroll
+                        for (uint32_t v = 0; v < EE_ROUND / EE_WIN_LANES; ++v)
+                            w[v] = __ldg(from + (v >> 2) * 4 * EE_WIN_LANES + (v & 3));
+#pragma unroll
+                        for (uint32_t u = 0; u < EE_ROUND / (4 * EE_WIN_LANES); ++u) {
+                            if ((int)(4 * u * EE_WIN_LANES) < rem) {
+                                const uint32_t rg = u * EE_WIN_LANES + sl;
+                                const uint32_t packed = ((kv_exponent_of(w[4 * u]) + cj) & 255u) |
+                                                        ((kv_exponent_of(w[4 * u + 1]) + cj) & 255u) << 8 |
+                                                        ((kv_exponent_of(w[4 * u + 2]) + cj) & 255u) << 16 |
+                                                        (kv_exponent_of(w[4 * u + 3]) + cj) << 24;
+                                stage32[ee_stage_word(rg, j)] = packed;
+                            }
+                        }
                     } else {
-                        --r;
+                        // Near a group's end (or a tiny group): word by word.
+                        for (uint32_t i = sl; i < wl; i += EE_WIN_LANES) {
+                            uint32_t gg = gj, rr = rj + i;
+                            if (rr >= pg) {
+                                gg += rr / pg;
+                                rr %= pg;
+                            }
+                            const uint32_t w = words[(u64)gg * thd + base + rr];
+                            ((uint8_t*)stage32)[4 * ee_stage_word(i >> 2, j) + (i & 3u)] =
+                                (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[gg]);
+                        }
                     }
                 }
-                const uint32_t b = __ballot_sync(0xffffffffu, emit);
-                if (emit) {
-                    region_end[-1 - (long long)(tail + __popc(b & gt))] = (uint16_t)x;
-                    x >>= 16;
-                }
-                tail += __popc(b);
-                if (active) {
-                    const uint32_t q = ee_divide(x, freq, magic, shift);
-                    x = (q << EE_PRECISION) + (x - q * freq) + cdf;
-                }
+                __syncwarp();
+                ee_steps(t_hi - t_lo, t_lo, minlen, len, lane, gt, stage32, s_tab, region, top, x, tail);
+                t_hi = t_lo;
             }
             dir_out[(u64)blk * EE_DIRECTORY_WORDS + EE_PARTITIONS + warp * EE_LANES + lane] = x;
             if (lane == 0) {
@@ -481,6 +642,14 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
     return w;
 }
 
+// The sign+mantissa bytes of the four BF16 words packed in a and b, little-endian.
+__device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
+    // Per word: (w >> 8) & 0x80 | w & 0x7f, i.e. bit 15 -> bit 7, bits 0..6 kept.
+    const uint32_t pa = ((a >> 8) & 0x00800080u) | (a & 0x007f007fu);  // bytes 0 and 2
+    const uint32_t pb = ((b >> 8) & 0x00800080u) | (b & 0x007f007fu);
+    return __byte_perm(pa, pb, 0x6420);
+}
+
 extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const uint8_t* __restrict__ centers_in,
@@ -493,6 +662,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
     const u64 hd = (u64)kv_heads * head_dim;
     const u64 thd = tokens * hd;
     const uint32_t groups = 2u * layers;
+    const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
 
     for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
         const u64 t0 = (u64)blk * block_tokens;
@@ -558,14 +728,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
         const u64 model_end = model + 2 + 3ull * k;
         const u64 directory = ee_align16(model_end);
         const u64 words_off = directory + EE_DIRECTORY_LEN;
-        u64 stream[EE_PARTITIONS];
-        u64 at = words_off;
-#pragma unroll
-        for (int p = 0; p < EE_PARTITIONS; ++p) {
-            stream[p] = at;
-            at = ee_align16(at + 2ull * dir[p]);
-        }
-        const u64 sm = at;
+        u64 sm = words_off;
+#pragma unroll 1
+        for (int p = 0; p < EE_PARTITIONS; ++p) sm = ee_align16(sm + 2ull * dir[p]);
 
         if (tid == 0) {
             rec32[0] = EE_RECORD_MAGIC;
@@ -585,11 +750,11 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
         const uint8_t* centers = centers_in + (u64)blk * groups;
         for (uint32_t g = tid; g < groups; g += EE_THREADS) rec[EE_HEADER_LEN + g] = centers[g];
         // Model: u16 K, K x (u8 symbol, u16 freq), zero padding to the directory.
-        for (u64 b = tid; b < directory - model; b += EE_THREADS) {
+        for (uint32_t b = tid; b < (uint32_t)(directory - model); b += EE_THREADS) {
             uint32_t v = 0;
             if (b < 2) {
                 v = (k >> (8 * b)) & 0xffu;
-            } else if (b < 2 + 3ull * k) {
+            } else if (b < 2 + 3 * k) {
                 const uint32_t e = s_entry[(b - 2) / 3], j = (b - 2) % 3;
                 v = j == 0 ? (e & 0xffu) : j == 1 ? ((e >> 8) & 0xffu) : (e >> 16);
             }
@@ -600,22 +765,50 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
         for (uint32_t i = tid; i < EE_DIRECTORY_WORDS; i += EE_THREADS) dir_dst[i] = dir[i];
         // Word streams, 8 words per 16-byte chunk; a partial chunk's tail is the stream's
         // zero padding. Stream p sits at the end of the partition's scratch slice.
+        u64 at = words_off;
+#pragma unroll 1
         for (int p = 0; p < EE_PARTITIONS; ++p) {
-            const u64 count = dir[p];
+            const uint32_t count = dir[p];
             const u64 pe = (u64)(p + 1) * n / EE_PARTITIONS;
             const uint16_t* from = scratch + scratch_base + pe - count;
-            const u64 chunks = (count + 7) / 8;
-            for (u64 c = tid; c < chunks; c += EE_THREADS) {
+            const uint32_t chunks = (count + 7) / 8;
+            uint4* to = (uint4*)(rec + at);
+            for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
                 uint32_t v[4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const u64 i = c * 8 + 2 * j;
-                    const uint32_t a = i < count ? from[i] : 0u;
-                    const uint32_t b = i + 1 < count ? from[i + 1] : 0u;
-                    v[j] = a | (b << 16);
+                for (uint32_t j = 0; j < 4; ++j) {
+                    const uint32_t i = c * 8 + 2 * j;
+                    const uint32_t lo16 = i < count ? from[i] : 0u;
+                    const uint32_t hi16 = i + 1 < count ? from[i + 1] : 0u;
+                    v[j] = lo16 | (hi16 << 16);
                 }
-                *(uint4*)(rec + stream[p] + 16 * c) = make_uint4(v[0], v[1], v[2], v[3]);
+                to[c] = make_uint4(v[0], v[1], v[2], v[3]);
             }
+            at = ee_align16(at + 2ull * count);
+        }
+        if (vec) {
+            // 16 values per chunk from two 16-byte loads: per_group is a multiple of 8, so
+            // each half lies in one group; n is a multiple of 8, so only the last chunk's
+            // second half can lie past the end (zero: the gap to the next record).
+            const uint32_t chunks = ((uint32_t)n + 15) / 16, pg = (uint32_t)per_group;
+            uint4* to = (uint4*)(rec + sm);
+#pragma unroll 2
+            for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
+                const uint32_t k0 = c * 16;
+                const uint32_t g = k0 / pg, r = k0 - g * pg;
+                // The second half: 8 words on, in the next group when r + 8 = pg; past n
+                // it reloads the first half (in bounds) and is zeroed.
+                const bool has_b = k0 + 8 < (uint32_t)n;
+                const bool next = r + 8 == pg;
+                const uint32_t g2 = has_b && next ? g + 1 : g;
+                const uint32_t r2 = has_b ? (next ? 0 : r + 8) : r;
+                const uint4 a = __ldg((const uint4*)(words + (u64)g * thd + base + r));
+                uint4 b2 = __ldg((const uint4*)(words + (u64)g2 * thd + base + r2));
+                if (!has_b) b2 = make_uint4(0, 0, 0, 0);
+                to[c] = make_uint4(ee_sm4(a.x, a.y), ee_sm4(a.z, a.w), ee_sm4(b2.x, b2.y), ee_sm4(b2.z, b2.w));
+            }
+            __syncthreads();
+            continue;
         }
         // Sign+mantissa bytes, 16 per chunk; the last chunk's tail is the gap to the next
         // record (sm is 16-aligned, so align16(sm + n) = sm + 16 ceil(n / 16)).

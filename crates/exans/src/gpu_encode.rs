@@ -8,11 +8,13 @@
 //!
 //! 1. `exans_encode_gain_table` computes the quantizer's Q32 `log2` gains (spec §5.3)
 //!    with the reference's integer squaring, bit for bit;
-//! 2. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center,
-//!    folds the group histograms into the block's symbol histogram, quantizes it exactly
-//!    like `Model::quantize` (one warp), encodes partition p with warp p (one rANS lane
-//!    per thread, steps backward, words placed by ballot/popc in the reversed stack
-//!    order) into scratch, and derives the record length (or the raw length, spec §7);
+//! 2. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
+//!    (16-byte coalesced loads when `H D` is a multiple of 8), folds the group histograms
+//!    into the block's symbol histogram, quantizes it exactly like `Model::quantize` (one
+//!    warp, gains in shared memory), encodes partition p with warp p (one rANS lane per
+//!    thread, steps backward in rounds whose symbols are first staged in shared memory
+//!    with coalesced loads, words placed by ballot/popc in the reversed stack order) into
+//!    scratch, and derives the record length (or the raw length, spec §7);
 //! 3. `exans_encode_index` (one CTA) scans the record lengths into the offsets of spec
 //!    §8 and writes the container header and index;
 //! 4. `exans_encode_records` (one CTA per record) writes each record at its offset,
