@@ -7,8 +7,7 @@
 //   2. raw records (spec 7) are copied word by word into their groups;
 //   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread, its
 //      cdf taken with a block scan and checked, then the 2^n-entry packed decode table
-//      (spec 5.4) is built in shared memory (16 consecutive slots per thread at n = 12:
-//      a binary search over the cdf for the first, then a walk);
+//      (spec 5.4) is built in shared memory (binary search over the cdf per slot);
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
 //      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
 //      state fell below 2^16 take the next words of the partition's stream in ascending
@@ -16,13 +15,11 @@
 //      back into its exponent E = (C + c_g - 127) mod 256 and joined with its raw
 //      sign+mantissa byte into the BF16 word. Steps run in rounds of EX_ROUND: a lane
 //      keeps the round's symbols in registers and then writes its EX_ROUND consecutive
-//      words with 16-byte stores (sign+mantissa bytes by a 16-byte load issued before the
-//      round's steps) when the round is full, inside one group and aligned, else word by
-//      word. The partition's word stream is staged through a per-warp shared-memory ring
-//      by cp.async, one round ahead; a lane that renormalises reads its word straight from
-//      the ring at pos + popc(ballot & lanemask_lt). The steps are branch-free; a round in
-//      which every lane is active and no read can reach the stream's end runs without the
-//      activity and bounds checks.
+//      words with 16-byte stores (sign+mantissa bytes by 16-byte loads) when the round
+//      is full, inside one group and aligned, else word by word. The partition's word
+//      stream is staged through a per-warp shared-memory ring by cp.async, one round
+//      ahead; each lane holds the word pos + lane (a window reloaded after every step),
+//      and the lanes that renormalise take theirs from it by shuffle.
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -48,8 +45,8 @@
 #define EX_CENTER_SYMBOL 127u
 #define EX_ROUND 16  // decode steps per output round (a multiple of 16)
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
-// Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (step i reads below pos + 32 (i + 1)).
-#define EX_ROUND_WORDS (EX_ROUND * EX_LANES)
+// Words a round can read: pos .. pos + EX_ROUND * 32 - 1, plus the window's 32 ahead.
+#define EX_ROUND_WORDS (EX_ROUND * EX_LANES + EX_LANES)
 
 // *status bits.
 #define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
@@ -148,73 +145,7 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
-// prmt.b32 in its default mode, where bit 3 of a selector nibble replicates the sign
-// (bit 7) of the selected byte.
-__device__ __forceinline__ uint32_t ex_prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
-// Two BF16 words (the first in the low half) from two symbols and their sign+mantissa
-// bytes: bytes 0/1 (pick 0x4140, spread 0x9180) or 2/3 (0x4342, 0xb3a2) of syms4 and
-// sf4. c128 = ((c_g - 127) mod 256) * 0x00800080. In each 16-bit lane, (C + c_g - 127)
-// << 7 puts the exponent in bits 14..7 (bit 15, a carry, is masked off); the spread byte
-// holds the sign in bit 15 (replicated over bits 15..8) and the mantissa in bits 6..0.
-__device__ __forceinline__ uint32_t ex_join_pair(uint32_t syms4, uint32_t sf4, uint32_t c128, uint32_t pick,
-                                                 uint32_t spread) {
-    const uint32_t e = ex_prmt(syms4, 0u, pick) * 128u + c128;  // each lane <= 510 * 128: no carry out
-    const uint32_t f = ex_prmt(sf4, 0u, spread);
-    uint32_t d;  // (e & 0x7f807f80) | (f & 0x807f807f): one bit select
-    asm("lop3.b32 %0, %1, 0x7f807f80, %2, 0xe2;" : "=r"(d) : "r"(e), "r"(f));
-    return d;
-}
-
-// One round of EX_ROUND decode steps of one lane (spec 6.2, 6.3), branch-free. In step i
-// the lane decodes (when active: i < left) and takes a word when its state fell below
-// 2^16; the words go to the needing lanes in ascending lane order (ballot + popc), each
-// lane reading its own from the ring. An inactive lane keeps its state, which is always
-// >= 2^16 (checked at the start, and restored by every renormalisation), so it never
-// needs a word. CHECK = false: every lane is active in every step and no read can pass
-// `count`. Symbol i goes to byte i % 4 of syms[i / 4] (garbage for inactive steps).
-template <bool CHECK>
-__device__ __forceinline__ void ex_round(uint32_t& x, unsigned& pos2, uint32_t (&syms)[EX_ROUND / 4],
-                                         const uint32_t* __restrict__ table, unsigned ring_base,
-                                         uint32_t mask, unsigned shift, uint32_t lanes_below, unsigned count2,
-                                         int left) {
-#pragma unroll
-    for (int i = 0; i < EX_ROUND; ++i) {
-        const uint32_t e = table[x & mask];
-        uint32_t xn = ((e >> 12) & 0xfffu) * (x >> shift) + (e & 0xfffu);
-        if (CHECK) xn = i < left ? xn : x;
-        x = xn;
-        if (i % 4 == 0) syms[i / 4] = e >> 24;
-        else syms[i / 4] = __byte_perm(syms[i / 4], e, i % 4 == 1 ? 0x3270 : i % 4 == 2 ? 0x3710 : 0x7210);
-        const bool need = x < EX_STATE_LOWER;
-        const uint32_t ballot = __ballot_sync(0xffffffffu, need);
-        // Byte offset of word pos2 / 2 + (needing lanes below this one) in the ring; the
-        // ring is 2 * EX_RING-byte aligned, so OR places it.
-        const unsigned idx2 = pos2 + 2u * __popc(ballot & lanes_below);
-        const unsigned at = ring_base | (idx2 & (2u * EX_RING - 2u));
-        // need: x = (x << 16) | word idx2 / 2, the word being 0 at or past `count` (the
-        // CPU's sentinel). Volatile: the reads stay after the round's cp.async wait.
-        if (CHECK) {
-            asm volatile(
-                "{\n\t.reg .pred p, q;\n\t.reg .b32 w;\n\t"
-                "setp.lt.u32 p, %0, 65536;\n\tsetp.lt.u32 q, %2, %3;\n\tand.pred q, q, p;\n\t"
-                "mov.b32 w, 0;\n\t@q ld.shared.u16 w, [%1];\n\t@p prmt.b32 %0, w, %0, 0x5410;\n\t}"
-                : "+r"(x) : "r"(at), "r"(idx2), "r"(count2));
-        } else {
-            asm volatile(
-                "{\n\t.reg .pred p;\n\t.reg .b32 w;\n\t"
-                "setp.lt.u32 p, %0, 65536;\n\tld.shared.u16 w, [%1];\n\t@p prmt.b32 %0, w, %0, 0x5410;\n\t}"
-                : "+r"(x) : "r"(at));
-        }
-        pos2 += 2u * __popc(ballot);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(EX_THREADS, 5)
+extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned blocks, unsigned layers,
                      unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
@@ -225,7 +156,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
     __shared__ uint32_t warp_sums[EX_THREADS / 32];
     __shared__ ExRecord rs;
-    __shared__ __align__(2 * EX_RING) uint16_t rings[EX_PARTITIONS][EX_RING];
+    __shared__ __align__(16) uint16_t rings[EX_PARTITIONS][EX_RING];
 
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid % 32;
@@ -285,11 +216,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         bool bad = false;
         if (tid < k) {
             entry_cdf[tid] = cdf;
-            // The table holds freq itself (not freq - 1 as spec 5.4): with K >= 2 every freq
-            // is below 2^12. A single-symbol model (freq = 2^n, 4096 at n = 12) leaves the
-            // state unchanged, x = 2^n (x >> n) + (x mod 2^n); it is decoded as freq 1 and
-            // bias 0 at shift 0 from slot 0 (mask 0), which gives the same x.
-            entry_base[tid] = (symbol << 24) | ((k == 1 ? 1u : freq & 0xfffu) << 12);
+            entry_base[tid] = (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
             bad = freq == 0 || (tid > 0 && entry_symbol[tid - 1] >= symbol);
         }
         // freq < 2^16 and k <= 256: the sum fits u32.
@@ -300,21 +227,14 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
         // A valid model has cdf[0] = 0 and strictly increasing cdfs.
-        // Thread tid fills the slots [tid * per, (tid + 1) * per): a binary search for the
-        // first, then a walk forward over the entries.
         const unsigned slots = 1u << precision;
-        const unsigned per = slots > EX_THREADS ? slots / EX_THREADS : 1u;
-        if (tid * per < slots) {
-            const unsigned x0 = tid * per;
+        for (unsigned x = tid; x < slots; x += EX_THREADS) {
             unsigned lo = 0, hi = k - 1;
             while (lo < hi) {
                 const unsigned mid = (lo + hi + 1) / 2;
-                if (entry_cdf[mid] <= x0) lo = mid; else hi = mid - 1;
+                if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            for (unsigned x = x0; x < x0 + per; ++x) {
-                while (lo + 1 < k && entry_cdf[lo + 1] <= x) ++lo;
-                table[x] = entry_base[lo] | (x - entry_cdf[lo]);
-            }
+            table[x] = entry_base[lo] | (x - entry_cdf[lo]);
         }
         __syncthreads();
 
@@ -337,8 +257,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         const uint16_t* words = reinterpret_cast<const uint16_t*>(rp + rs.streams[p]);
         const unsigned count = rs.counts[p];
-        const uint32_t mask = k == 1 ? 0u : slots - 1;
-        const unsigned shift = k == 1 ? 0u : precision;
+        const uint32_t mask = slots - 1;
         const uint32_t lanes_below = (1u << lane) - 1u;
         const unsigned group_len = (unsigned)per_group;
 
@@ -357,6 +276,11 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const uint8_t* src = rp + rs.sign_mantissa + v0;
         const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
         unsigned pos = 0;  // words consumed by the partition (warp-uniform; <= p_len)
+        // Word window: lane j holds word pos + j (0 past the stream, like the CPU's
+        // sentinel). A step takes at most one word per lane, so every word it needs is in
+        // the window; it is reloaded for the next step as soon as pos is known, which takes
+        // the global load off the step's critical path.
+        uint32_t window = 0;
         // The stream is staged through this warp's ring in 16-byte chunks (the stream is
         // 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
         // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
@@ -364,7 +288,6 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // short); then the chunks up to pos + EX_RING, whose slots hold only words below
         // pos, are requested asynchronously for the next rounds.
         uint16_t* const ring = rings[p];
-        const unsigned ring_base = (unsigned)__cvta_generic_to_shared(ring);
         const uint4* const chunks = reinterpret_cast<const uint4*>(words);
         const unsigned total_chunks = (count + 7u) / 8u;
         unsigned done = 0;  // chunks requested (warp-uniform)
@@ -375,60 +298,52 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             const unsigned target = min((pos + EX_ROUND_WORDS + 7u) / 8u, total_chunks);
-#pragma unroll 1
             for (unsigned c = done + lane; c < target; c += EX_LANES)
                 ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
             if (done < target) done = target;
             ex_cp_async_commit();
             ex_cp_async_wait_all();
             __syncwarp();
-            // Top the ring up once a whole warp's worth of chunks (or the stream's end) is
-            // free, so that most rounds skip the loop.
+            window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
             const unsigned ahead = min((pos + EX_RING) / 8u, total_chunks);
-            if (ahead >= done + EX_LANES || ahead == total_chunks) {
-#pragma unroll 1
-                for (unsigned c = done + lane; c < ahead; c += EX_LANES)
-                    ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
-                if (done < ahead) done = ahead;
-                ex_cp_async_commit();
-            }
+            for (unsigned c = done + lane; c < ahead; c += EX_LANES)
+                ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
+            if (done < ahead) done = ahead;
+            ex_cp_async_commit();
             uint32_t syms[EX_ROUND / 4];
-            // Vector join (t0 < run implied): the round is full, inside one group and both
-            // ends are 16-byte aligned. Its sign+mantissa bytes are loaded before the steps
-            // so that the load's latency hides behind them.
-            const bool vector = t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
-                ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0;
-            uint4 sm[EX_ROUND / 16];
-            if (vector) {
 #pragma unroll
-                for (int c = 0; c < EX_ROUND / 16; ++c) sm[c] = __ldg(reinterpret_cast<const uint4*>(src + t0) + c);
+            for (int i = 0; i < EX_ROUND / 4; ++i) syms[i] = 0;
+#pragma unroll
+            for (int i = 0; i < EX_ROUND; ++i) {
+                const bool active = t0 + i < run;  // false for every lane once t0 + i >= m
+                if (active) {
+                    const uint32_t e = table[x & mask];
+                    const uint32_t f = ((e >> 12) & 0xfffu) + 1;
+                    x = f * (x >> precision) + (e & 0xfffu);
+                    syms[i / 4] |= (e >> 24) << (8 * (i % 4));
+                }
+                const bool need = active && x < EX_STATE_LOWER;
+                const uint32_t ballot = __ballot_sync(0xffffffffu, need);
+                const uint32_t w = __shfl_sync(0xffffffffu, window, __popc(ballot & lanes_below));
+                if (need) x = (x << 16) | w;
+                if (ballot) {
+                    pos += __popc(ballot);
+                    window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
+                }
             }
-            // Fast round (warp-uniform): every lane decodes all EX_ROUND steps and no read
-            // can pass the stream's end (a step reads at most 32 words), so the steps need
-            // neither the activity nor the bounds check.
-            const bool fast = __all_sync(0xffffffffu, t0 + EX_ROUND <= run) && pos + EX_ROUND * EX_LANES <= count;
-            unsigned pos2 = 2u * pos;  // in bytes: pos <= p_len < 2^29
-            if (fast) {
-                ex_round<false>(x, pos2, syms, table, ring_base, mask, shift, lanes_below, 0, 0);
-            } else {
-                ex_round<true>(x, pos2, syms, table, ring_base, mask, shift, lanes_below, 2u * count,
-                               (int)(run - t0));
-            }
-            pos = pos2 / 2u;
             if (t0 >= run) continue;
-            if (vector) {
-                const uint32_t c128 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x00800080u;
+            if (t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
+                ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0) {
+                const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
 #pragma unroll
                 for (int c = 0; c < EX_ROUND / 16; ++c) {
-                    const uint32_t q[4] = {sm[c].x, sm[c].y, sm[c].z, sm[c].w};
-                    uint32_t o[8];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        o[2 * j] = ex_join_pair(syms[4 * c + j], q[j], c128, 0x4140u, 0x9180u);
-                        o[2 * j + 1] = ex_join_pair(syms[4 * c + j], q[j], c128, 0x4342u, 0xb3a2u);
-                    }
-                    reinterpret_cast<uint4*>(dst)[2 * c] = make_uint4(o[0], o[1], o[2], o[3]);
-                    reinterpret_cast<uint4*>(dst)[2 * c + 1] = make_uint4(o[4], o[5], o[6], o[7]);
+                    const uint4 sm = reinterpret_cast<const uint4*>(src + t0)[c];
+                    const uint2 a = kv_join_quad(__vadd4(syms[4 * c + 0], c4), sm.x);
+                    const uint2 b = kv_join_quad(__vadd4(syms[4 * c + 1], c4), sm.y);
+                    const uint2 d = kv_join_quad(__vadd4(syms[4 * c + 2], c4), sm.z);
+                    const uint2 h = kv_join_quad(__vadd4(syms[4 * c + 3], c4), sm.w);
+                    reinterpret_cast<uint4*>(dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
+                    reinterpret_cast<uint4*>(dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
                 }
                 dst += EX_ROUND;
                 r += EX_ROUND;
