@@ -69,7 +69,51 @@ pub(crate) struct Row {
     pub(crate) runs: usize,
 }
 
+/// What one measurement found; [`Row::new`] derives the rest of the row.
+pub(crate) struct Measured {
+    /// The input's name (with `xN` when tiled for the GPU).
+    pub(crate) input: String,
+    /// BF16 values encoded.
+    pub(crate) values: usize,
+    /// Encoded bytes, all metadata counted.
+    pub(crate) encoded_bytes: usize,
+    /// Seconds per encode (median).
+    pub(crate) encode_secs: f64,
+    /// Seconds per decode (median).
+    pub(crate) decode_secs: f64,
+}
+
+impl Codec {
+    fn name(self) -> &'static str {
+        match self {
+            Codec::FieldSplit => "field-split",
+            Codec::Splitzip => "splitzip",
+            Codec::Exans => "exans",
+        }
+    }
+}
+
 impl Row {
+    /// A row without GPU roofline columns ([`Row::gpu`] adds them).
+    pub(crate) fn new(codec: Codec, backend: &str, m: Measured, args: &BenchArgs) -> Row {
+        let raw_bytes = 2 * m.values;
+        Row {
+            input: m.input,
+            codec: codec.name().into(),
+            backend: backend.into(),
+            values: m.values,
+            raw_bytes,
+            encoded_bytes: m.encoded_bytes,
+            ratio: raw_bytes as f64 / m.encoded_bytes as f64,
+            encode_gb_s: raw_bytes as f64 / m.encode_secs / 1e9,
+            decode_gb_s: raw_bytes as f64 / m.decode_secs / 1e9,
+            copy_gb_s: None,
+            encode_roofline: None,
+            decode_roofline: None,
+            runs: args.runs,
+        }
+    }
+
     fn gpu(mut self, copy: &CopyRoofline) -> Self {
         let bound = copy.bound_gb_per_s(self.ratio);
         self.copy_gb_s = Some(copy.gb_per_s);
@@ -202,21 +246,9 @@ fn bench_field_cpu(input: &str, cache: &KvCache, args: &BenchArgs) -> anyhow::Re
         median_secs(args.warmup, args.runs, || bf16_field::split(&words, &mut e, &mut sf).expect("lengths"));
     let dec = median_secs(args.warmup, args.runs, || bf16_field::merge(&e, &sf, &mut back).expect("lengths"));
     ensure!(back == words, "{input}: field split/merge round trip differs");
-    Ok(Row {
-        input: input.into(),
-        codec: "field-split".into(),
-        backend: "cpu".into(),
-        values: n,
-        raw_bytes: 2 * n,
-        encoded_bytes: 2 * n,
-        ratio: 1.0,
-        encode_gb_s: 2.0 * n as f64 / enc / 1e9,
-        decode_gb_s: 2.0 * n as f64 / dec / 1e9,
-        copy_gb_s: None,
-        encode_roofline: None,
-        decode_roofline: None,
-        runs: args.runs,
-    })
+    let m =
+        Measured { input: input.into(), values: n, encoded_bytes: 2 * n, encode_secs: enc, decode_secs: dec };
+    Ok(Row::new(Codec::FieldSplit, "cpu", m, args))
 }
 
 /// The cache's words repeated until at least `min_bytes` bytes, in whole copies.
@@ -250,21 +282,14 @@ fn bench_field_gpu(input: &str, cache: &KvCache, gpu: &GpuContext, args: &BenchA
         stream.clone_dtoh(&e)? == cpu_e && stream.clone_dtoh(&sf)? == cpu_sf,
         "{input}: GPU split differs from the CPU"
     );
-    Ok(Row {
+    let m = Measured {
         input: format!("{input} x{}", n / cache.shape().total_values()),
-        codec: "field-split".into(),
-        backend: "cuda".into(),
         values: n,
-        raw_bytes: 2 * n,
         encoded_bytes: 2 * n,
-        ratio: 1.0,
-        encode_gb_s: split.gb_per_s(2 * n),
-        decode_gb_s: merge.gb_per_s(2 * n),
-        copy_gb_s: None,
-        encode_roofline: None,
-        decode_roofline: None,
-        runs: args.runs,
-    })
+        encode_secs: split.median_ms * 1e-3,
+        decode_secs: merge.median_ms * 1e-3,
+    };
+    Ok(Row::new(Codec::FieldSplit, "cuda", m, args))
 }
 
 fn print_table(rows: &[Row]) {

@@ -10,7 +10,7 @@ use cudarc::driver::CudaSlice;
 use exans::gpu::{DeviceIndex, decode_device};
 use exans::gpu_encode::{EncodeWorkspace, encode_device, max_container_len};
 
-use crate::bench::{BenchArgs, Row, median_secs};
+use crate::bench::{BenchArgs, Codec, Measured, Row, median_secs};
 
 /// Tokens per physical KV block (the ExANS seed's unit, vLLM's default page size).
 const BLOCK_TOKENS: usize = 16;
@@ -26,15 +26,14 @@ pub(crate) fn bench_cpu(input: &str, cache: &KvCache, args: &BenchArgs) -> anyho
     });
     ensure!(decoded.as_ref() == Some(cache), "{input}: exans CPU round trip differs");
     let n = cache.shape().total_values();
-    Ok(row(
-        input.into(),
-        "cpu",
-        n,
-        container.len(),
-        2.0 * n as f64 / enc / 1e9,
-        2.0 * n as f64 / dec / 1e9,
-        args,
-    ))
+    let m = Measured {
+        input: input.into(),
+        values: n,
+        encoded_bytes: container.len(),
+        encode_secs: enc,
+        decode_secs: dec,
+    };
+    Ok(Row::new(Codec::Exans, "cpu", m, args))
 }
 
 /// The cache repeated along the token axis until it holds at least `min_bytes` bytes.
@@ -87,23 +86,12 @@ pub(crate) fn bench_gpu(
     })?;
     ensure!(stream.clone_dtoh(&status)?[0] == 0, "{input}: exans GPU decoder flagged its own container");
     ensure!(stream.clone_dtoh(&out)? == words, "{input}: exans GPU round trip differs");
-    Ok(row(format!("{input} x{copies}"), "cuda", n, len, enc.gb_per_s(2 * n), dec.gb_per_s(2 * n), args))
-}
-
-fn row(input: String, backend: &str, n: usize, encoded: usize, enc: f64, dec: f64, args: &BenchArgs) -> Row {
-    Row {
-        input,
-        codec: "exans".into(),
-        backend: backend.into(),
+    let m = Measured {
+        input: format!("{input} x{copies}"),
         values: n,
-        raw_bytes: 2 * n,
-        encoded_bytes: encoded,
-        ratio: 2.0 * n as f64 / encoded as f64,
-        encode_gb_s: enc,
-        decode_gb_s: dec,
-        copy_gb_s: None,
-        encode_roofline: None,
-        decode_roofline: None,
-        runs: args.runs,
-    }
+        encoded_bytes: len,
+        encode_secs: enc.median_ms * 1e-3,
+        decode_secs: dec.median_ms * 1e-3,
+    };
+    Ok(Row::new(Codec::Exans, "cuda", m, args))
 }

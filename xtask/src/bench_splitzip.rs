@@ -9,7 +9,7 @@ use cudarc::driver::CudaSlice;
 use splitzip::gpu::{EncodeWorkspace, decode_device, encode_device};
 use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, PayloadHeader};
 
-use crate::bench::{BenchArgs, Row, median_secs, tiled};
+use crate::bench::{BenchArgs, Codec, Measured, Row, median_secs, tiled};
 
 /// The words of one cache split by kind (all layers' K, then all layers' V) with the
 /// codebook of each kind.
@@ -49,16 +49,14 @@ impl SplitzipInput {
         }
         let n: usize = self.parts.iter().map(|(w, _)| w.len()).sum();
         let encoded: usize = payloads.iter().map(Vec::len).sum();
-        Ok(row(
-            input.into(),
-            "splitzip",
-            "cpu",
-            n,
-            encoded,
-            2.0 * n as f64 / enc / 1e9,
-            2.0 * n as f64 / dec / 1e9,
-            args,
-        ))
+        let m = Measured {
+            input: input.into(),
+            values: n,
+            encoded_bytes: encoded,
+            encode_secs: enc,
+            decode_secs: dec,
+        };
+        Ok(Row::new(Codec::Splitzip, "cpu", m, args))
     }
 
     pub(crate) fn bench_gpu(&self, input: &str, gpu: &GpuContext, args: &BenchArgs) -> anyhow::Result<Row> {
@@ -128,43 +126,13 @@ impl SplitzipInput {
         }
         let n: usize = parts.iter().map(|p| p.words.len()).sum();
         let tiles = n / self.parts.iter().map(|(w, _)| w.len()).sum::<usize>();
-        Ok(row(
-            format!("{input} x{tiles}"),
-            "splitzip",
-            "cuda",
-            n,
-            encoded,
-            enc.gb_per_s(2 * n),
-            dec.gb_per_s(2 * n),
-            args,
-        ))
-    }
-}
-
-#[allow(clippy::too_many_arguments)] // a row is its columns
-fn row(
-    input: String,
-    codec: &str,
-    backend: &str,
-    n: usize,
-    encoded: usize,
-    enc: f64,
-    dec: f64,
-    args: &BenchArgs,
-) -> Row {
-    Row {
-        input,
-        codec: codec.into(),
-        backend: backend.into(),
-        values: n,
-        raw_bytes: 2 * n,
-        encoded_bytes: encoded,
-        ratio: 2.0 * n as f64 / encoded as f64,
-        encode_gb_s: enc,
-        decode_gb_s: dec,
-        copy_gb_s: None,
-        encode_roofline: None,
-        decode_roofline: None,
-        runs: args.runs,
+        let m = Measured {
+            input: format!("{input} x{tiles}"),
+            values: n,
+            encoded_bytes: encoded,
+            encode_secs: enc.median_ms * 1e-3,
+            decode_secs: dec.median_ms * 1e-3,
+        };
+        Ok(Row::new(Codec::Splitzip, "cuda", m, args))
     }
 }
