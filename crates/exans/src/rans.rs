@@ -101,8 +101,7 @@ pub(crate) fn decode_partition_with(
     let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
     let count = word_bytes.len() / 2;
     words.clear();
-    words.extend(word_bytes.chunks_exact(2).map(|w| u16::from_le_bytes([w[0], w[1]])));
-    words.resize(count + WORD_PAD, 0);
+    load_words(words, word_bytes);
     let words = &words[..];
     let mut pos = 0usize;
     // Lanes `0..full` own m symbols each; lane `full` owns `rem` when rem > 0; m = 0
@@ -139,6 +138,11 @@ pub(crate) fn decode_partition_with(
             }
         }
     }
+    check_end(partition, &st, pos, count)
+}
+
+/// The end-of-partition checks: every lane back at `2^16`, every word consumed.
+fn check_end(partition: usize, st: &[u32; LANES], pos: usize, count: usize) -> Result<()> {
     for (lane, &state) in st.iter().enumerate() {
         if state != STATE_LOWER {
             return Err(Error::FinalStateMismatch { partition, lane, state });
@@ -146,6 +150,84 @@ pub(crate) fn decode_partition_with(
     }
     if pos != count {
         return Err(Error::UnconsumedWords { partition, consumed: pos, count });
+    }
+    Ok(())
+}
+
+/// Appends the `u16` LE words of `bytes` (an odd last byte is ignored) and then
+/// [`WORD_PAD`] zeros to `words`.
+fn load_words(words: &mut Vec<u16>, bytes: &[u8]) {
+    let start = words.len();
+    let count = bytes.len() / 2;
+    words.resize(start + count + WORD_PAD, 0);
+    for (w, b) in words[start..start + count].iter_mut().zip(bytes.chunks_exact(2)) {
+        *w = u16::from_le_bytes([b[0], b[1]]);
+    }
+}
+
+/// Decodes partitions `first..first + P` exactly as `P` calls of
+/// [`decode_partition_with`] would (same outputs, same first error), interleaving them
+/// where all are full partitions of the same length and the CPU has AVX2.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decode_partitions_with<const P: usize>(
+    first: usize,
+    states_in: [&[u32; LANES]; P],
+    word_bytes: [&[u8]; P],
+    table: &[u32; TABLE_SLOTS],
+    precision: u32,
+    mut out: [&mut [u8]; P],
+    words: &mut Vec<u16>,
+) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let n = out.first().map_or(0, |o| o.len());
+        let m = n / LANES;
+        let valid = states_in.iter().all(|s| s.iter().all(|&x| x >= STATE_LOWER));
+        if m > 0
+            && n == LANES * m
+            && out.iter().all(|o| o.len() == n)
+            && valid
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            let count: [usize; P] = word_bytes.map(|b| b.len() / 2);
+            words.clear();
+            for b in word_bytes {
+                load_words(words, b);
+            }
+            let mut rest: &[u16] = words;
+            let streams: [&[u16]; P] = std::array::from_fn(|p| {
+                let (stream, tail) = rest.split_at(count[p] + WORD_PAD);
+                rest = tail;
+                stream
+            });
+            let mut st: [[u32; LANES]; P] = states_in.map(|s| *s);
+            let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
+            // SAFETY: the CPU has the features the function enables.
+            let done = unsafe {
+                x86::full_steps_avx2(
+                    st.each_mut(),
+                    table,
+                    mask,
+                    precision,
+                    streams,
+                    count,
+                    out.each_mut().map(|o| &mut **o),
+                    m,
+                )
+            };
+            // On an exhausted stream, fall through: the one-by-one decode below
+            // reports the first error in partition order.
+            if let Some(pos) = done {
+                for p in 0..P {
+                    check_end(first + p, &st[p], pos[p], count[p])?;
+                }
+                return Ok(());
+            }
+        }
+    }
+    for (p, o) in out.into_iter().enumerate() {
+        decode_partition_with(first + p, states_in[p], word_bytes[p], table, precision, o, words)?;
     }
     Ok(())
 }
@@ -167,9 +249,10 @@ fn full_steps(
     simd: bool,
 ) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if simd && std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has the feature the function enables.
-        return unsafe { x86::full_steps_avx2(st, table, mask, precision, words, count, body, m) };
+    if simd && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the CPU has the features the function enables.
+        return unsafe { x86::full_steps_avx2([st], table, mask, precision, [words], [count], [body], m) }
+            .map(|[pos]| pos);
     }
     let _ = simd;
     let mut pos = 0usize;
@@ -231,79 +314,185 @@ mod x86 {
         t
     };
 
+    /// The lane of byte `p` of a step's packed row: `packus_epi32` then `packus_epi16`
+    /// of the four 8-lane quarters work within 128-bit halves, so byte `16 h + 4 q + i`
+    /// is lane `8 q + 4 h + i`.
+    static ROW_LANE: [u8; LANES] = {
+        let mut t = [0u8; LANES];
+        let mut p = 0;
+        while p < LANES {
+            let (h, q, i) = (p / 16, (p % 16) / 4, p % 4);
+            t[p] = (8 * q + 4 * h + i) as u8;
+            p += 1;
+        }
+        t
+    };
+
+    /// The lane of 8-byte chunk `k` of the transposed block of 8 rows: the unpack
+    /// stages leave the row bytes at position `16 h + 4 i + 2 hi + e` in chunk
+    /// `k = 8 i + 4 hi + 2 h + e`.
+    static CHUNK_LANE: [u8; LANES] = {
+        let mut t = [0u8; LANES];
+        let mut k = 0;
+        while k < LANES {
+            let (i, hi, h, e) = (k / 8, (k / 4) % 2, (k / 2) % 2, k % 2);
+            t[k] = ROW_LANE[16 * h + 4 * i + 2 * hi + e];
+            k += 1;
+        }
+        t
+    };
+
     /// [`super::full_steps`] with 8 lanes per 256-bit vector: a gather for the table,
     /// a vector multiply, and a permute from [`EXPAND`] to hand the step's words to the
     /// lanes that renormalise, in ascending lane order.
     ///
+    /// Decodes `P` partitions of the same `m` in lock step: their dependency chains
+    /// (gather, multiply, renormalise) are independent, so the core overlaps them.
+    /// Returns each partition's words consumed, or `None` as soon as any partition
+    /// needs a word past its `count`.
+    ///
     /// # Safety
-    /// The CPU must support AVX2.
+    /// The CPU must support AVX2 and POPCNT.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn full_steps_avx2(
-        st: &mut [u32; LANES],
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) unsafe fn full_steps_avx2<const P: usize>(
+        st: [&mut [u32; LANES]; P],
         table: &[u32; TABLE_SLOTS],
         mask: u32,
         precision: u32,
-        words: &[u16],
-        count: usize,
-        body: &mut [u8],
+        words: [&[u16]; P],
+        count: [usize; P],
+        body: [&mut [u8]; P],
         m: usize,
-    ) -> Option<usize> {
+    ) -> Option<[usize; P]> {
         let vmask = _mm256_set1_epi32(mask as i32);
         let field = _mm256_set1_epi32(ENTRY_FIELD_MASK as i32);
         let one = _mm256_set1_epi32(1);
         let zero = _mm256_setzero_si256();
         let shift = _mm_cvtsi32_si128(precision as i32);
-        // SAFETY: `st` is 32 u32s: four unaligned 8-lane loads.
-        let mut x: [__m256i; 4] =
-            std::array::from_fn(|q| unsafe { _mm256_loadu_si256(st.as_ptr().add(8 * q).cast()) });
-        let mut pos = 0usize;
-        let mut syms = [0u32; LANES];
-        for t in 0..m {
-            // The 32-word window at `pos` (in bounds: `words` has 32 pad words and
-            // `pos <= count` here); each quarter reads 8 words from inside it.
-            let window: &[u16; LANES] = words.get(pos..pos + LANES)?.try_into().ok()?;
-            let mut k = 0usize;
-            for (q, xq) in x.iter_mut().enumerate() {
-                let idx = _mm256_and_si256(*xq, vmask);
-                // SAFETY: every index is `x & mask <= 4095` and `table` has 4096 entries.
-                let e = unsafe { _mm256_i32gather_epi32::<4>(table.as_ptr().cast(), idx) };
-                let freq = _mm256_add_epi32(
-                    _mm256_and_si256(_mm256_srli_epi32::<{ ENTRY_FREQ_SHIFT as i32 }>(e), field),
-                    one,
-                );
-                let bias = _mm256_and_si256(e, field);
-                let next = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(*xq, shift)), bias);
-                // x < 2^16 <=> x >> 16 == 0.
-                let need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<{ WORD_BITS as i32 }>(next), zero);
-                let bits = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xff;
-                // k <= 24 before the last quarter: `window[k..k + 8]` is in bounds.
-                let w = &window[(k & 31).min(24)..][..8];
-                // SAFETY: `w` is 8 u16s (16 bytes); `EXPAND[bits]` is 8 u32s.
-                let (w16, perm) = unsafe {
-                    (_mm_loadu_si128(w.as_ptr().cast()), _mm256_loadu_si256(EXPAND[bits].as_ptr().cast()))
-                };
-                let wq = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
-                let refilled = _mm256_or_si256(_mm256_slli_epi32::<{ WORD_BITS as i32 }>(next), wq);
-                *xq = _mm256_blendv_epi8(next, refilled, need);
-                k += bits.count_ones() as usize;
-                let s = _mm256_srli_epi32::<{ ENTRY_SYMBOL_SHIFT as i32 }>(e);
-                // SAFETY: `syms[8 q..8 q + 8]` is in bounds (q < 4).
-                unsafe { _mm256_storeu_si256(syms.as_mut_ptr().add(8 * q).cast(), s) };
+        let mut x: [[__m256i; 4]; P] = std::array::from_fn(|p| {
+            // SAFETY: `st[p]` is 32 u32s: four unaligned 8-lane loads.
+            std::array::from_fn(|q| unsafe { _mm256_loadu_si256(st[p].as_ptr().add(8 * q).cast()) })
+        });
+        let mut pos = [0usize; P];
+        let mut body: [&mut [u8]; P] = body.map(|b| &mut b[..LANES * m]);
+        // Symbols of up to 8 steps, one packed 32-byte row per step (byte `p` of a row
+        // belongs to lane `ROW_LANE[p]`); full groups of 8 rows are transposed and
+        // stored 8 bytes per lane.
+        let mut rows = [[zero; 8]; P];
+        let mut t = 0usize;
+        while t < m {
+            let steps = (m - t).min(8);
+            // `r` indexes the row of every partition (`rows[p][r]`), inside the loop over `p`.
+            #[allow(clippy::needless_range_loop)]
+            for r in 0..steps {
+                for p in 0..P {
+                    // The 32-word window at `pos` (in bounds: `words` has 32 pad words
+                    // and `pos <= count` here); each quarter reads 8 words inside it.
+                    let window: &[u16; LANES] = words[p].get(pos[p]..pos[p] + LANES)?.try_into().ok()?;
+                    let mut k = 0usize;
+                    let mut s = [zero; 4];
+                    for (xq, sq) in x[p].iter_mut().zip(s.iter_mut()) {
+                        let idx = _mm256_and_si256(*xq, vmask);
+                        // SAFETY: every index is `x & mask <= 4095`; `table` has 4096 entries.
+                        let e = unsafe { _mm256_i32gather_epi32::<4>(table.as_ptr().cast(), idx) };
+                        let freq = _mm256_add_epi32(
+                            _mm256_and_si256(_mm256_srli_epi32::<{ ENTRY_FREQ_SHIFT as i32 }>(e), field),
+                            one,
+                        );
+                        let bias = _mm256_and_si256(e, field);
+                        let next =
+                            _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(*xq, shift)), bias);
+                        // x < 2^16 <=> x >> 16 == 0.
+                        let need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<{ WORD_BITS as i32 }>(next), zero);
+                        let bits = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xff;
+                        // k <= 24 before the last quarter: `window[k..k + 8]` is in bounds.
+                        let w = &window[(k & 31).min(24)..][..8];
+                        // SAFETY: `w` is 8 u16s (16 bytes); `EXPAND[bits]` is 8 u32s.
+                        let (w16, perm) = unsafe {
+                            (
+                                _mm_loadu_si128(w.as_ptr().cast()),
+                                _mm256_loadu_si256(EXPAND[bits].as_ptr().cast()),
+                            )
+                        };
+                        let wq = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
+                        let refilled = _mm256_or_si256(_mm256_slli_epi32::<{ WORD_BITS as i32 }>(next), wq);
+                        *xq = _mm256_blendv_epi8(next, refilled, need);
+                        k += bits.count_ones() as usize;
+                        *sq = _mm256_srli_epi32::<{ ENTRY_SYMBOL_SHIFT as i32 }>(e);
+                    }
+                    pos[p] += k;
+                    if pos[p] > count[p] {
+                        return None;
+                    }
+                    rows[p][r] =
+                        _mm256_packus_epi16(_mm256_packus_epi32(s[0], s[1]), _mm256_packus_epi32(s[2], s[3]));
+                }
             }
-            pos += k;
-            if pos > count {
-                return None;
+            for (rows, body) in rows.iter().zip(body.iter_mut()) {
+                if steps == 8 {
+                    // SAFETY: AVX2 is enabled in this function.
+                    unsafe { store_transposed(rows, body, m, t) };
+                } else {
+                    for (r, row) in rows.iter().take(steps).enumerate() {
+                        let mut bytes = [0u8; LANES];
+                        // SAFETY: `bytes` is 32 bytes.
+                        unsafe { _mm256_storeu_si256(bytes.as_mut_ptr().cast(), *row) };
+                        for (&b, &lane) in bytes.iter().zip(&ROW_LANE) {
+                            body[lane as usize * m + t + r] = b;
+                        }
+                    }
+                }
             }
-            for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
-                lane[t] = s as u8;
-            }
+            t += steps;
         }
-        for (q, xq) in x.iter().enumerate() {
-            // SAFETY: as the loads above.
-            unsafe { _mm256_storeu_si256(st.as_mut_ptr().add(8 * q).cast(), *xq) };
+        for (p, xp) in x.iter().enumerate() {
+            for (q, xq) in xp.iter().enumerate() {
+                // SAFETY: as the loads above.
+                unsafe { _mm256_storeu_si256(st[p].as_mut_ptr().add(8 * q).cast(), *xq) };
+            }
         }
         Some(pos)
+    }
+
+    /// Transposes 8 packed rows (steps `t..t + 8`) and stores each lane's 8 symbols at
+    /// `body[lane m + t..][..8]`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_transposed(rows: &[__m256i; 8], body: &mut [u8], m: usize, t: usize) {
+        let [c0, c1, c2, c3, c4, c5, c6, c7] = *rows;
+        let (a0, a1) = (_mm256_unpacklo_epi8(c0, c1), _mm256_unpackhi_epi8(c0, c1));
+        let (a2, a3) = (_mm256_unpacklo_epi8(c2, c3), _mm256_unpackhi_epi8(c2, c3));
+        let (a4, a5) = (_mm256_unpacklo_epi8(c4, c5), _mm256_unpackhi_epi8(c4, c5));
+        let (a6, a7) = (_mm256_unpacklo_epi8(c6, c7), _mm256_unpackhi_epi8(c6, c7));
+        let b = [
+            _mm256_unpacklo_epi16(a0, a2),
+            _mm256_unpackhi_epi16(a0, a2),
+            _mm256_unpacklo_epi16(a1, a3),
+            _mm256_unpackhi_epi16(a1, a3),
+        ];
+        let d = [
+            _mm256_unpacklo_epi16(a4, a6),
+            _mm256_unpackhi_epi16(a4, a6),
+            _mm256_unpacklo_epi16(a5, a7),
+            _mm256_unpackhi_epi16(a5, a7),
+        ];
+        let mut out = [0u64; LANES];
+        for i in 0..4 {
+            // SAFETY: `out[8 i..8 i + 8]` is 64 bytes: two 32-byte stores.
+            unsafe {
+                let o = out.as_mut_ptr().add(8 * i);
+                _mm256_storeu_si256(o.cast(), _mm256_unpacklo_epi32(b[i], d[i]));
+                _mm256_storeu_si256(o.add(4).cast(), _mm256_unpackhi_epi32(b[i], d[i]));
+            }
+        }
+        for (&v, &lane) in out.iter().zip(&CHUNK_LANE) {
+            let at = lane as usize * m + t;
+            body[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
     }
 }
 
@@ -422,6 +611,88 @@ mod tests {
                     assert_eq!(run(false).1.unwrap().1, symbols);
                 }
             }
+        }
+    }
+
+    fn check_group<const P: usize>(n: usize, seed: &mut u32) {
+        let parts: Vec<Vec<u8>> = (0..P)
+            .map(|_| {
+                (0..n)
+                    .map(|_| {
+                        *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(*seed >> 28) as usize % 10]
+                    })
+                    .collect()
+            })
+            .collect();
+        let model = model_of(&parts.concat(), 12);
+        let table = padded_decode_table(&model);
+        let encoded: Vec<(Vec<u16>, [u32; LANES])> = parts
+            .iter()
+            .map(|p| {
+                let mut words = Vec::new();
+                let states = encode_partition(p, &model.encode_table(), 12, &mut words);
+                (words, states)
+            })
+            .collect();
+        for corrupt in 0..4 + 4 * P {
+            let mut enc = encoded.clone();
+            let which = corrupt % P;
+            match corrupt / P {
+                0 if corrupt == 0 => {}
+                0 => {
+                    enc[0].0.clear();
+                    enc[which].0.push(7);
+                }
+                1 => {
+                    let len = enc[which].0.len();
+                    enc[which].0.truncate(len / 2);
+                }
+                2 => enc[which].0.push(0x1234),
+                3 => enc[which].1[5] ^= 0x00ff_0000,
+                4 => enc[which].1[9] = 5,
+                _ => {
+                    let len = enc[which].0.len();
+                    if len > 0 {
+                        enc[which].0[len / 3] ^= 0xffff;
+                    }
+                }
+            }
+            let bytes: Vec<Vec<u8>> =
+                enc.iter().map(|(w, _)| w.iter().flat_map(|w| w.to_le_bytes()).collect()).collect();
+            let mut a = vec![vec![0u8; n]; P];
+            let mut scratch = Vec::new();
+            let group = decode_partitions_with::<P>(
+                3,
+                std::array::from_fn(|p| &enc[p].1),
+                std::array::from_fn(|p| &bytes[p][..]),
+                &table,
+                12,
+                a.iter_mut().map(|o| &mut o[..]).collect::<Vec<_>>().try_into().unwrap(),
+                &mut scratch,
+            );
+            let mut b = vec![vec![0u8; n]; P];
+            let one_by_one = b.iter_mut().enumerate().try_for_each(|(p, o)| {
+                decode_partition_with(3 + p, &enc[p].1, &bytes[p], &table, 12, o, &mut scratch)
+            });
+            assert_eq!(group, one_by_one, "P {P} n {n} corrupt {corrupt}");
+            if group.is_ok() {
+                assert_eq!(a, b, "P {P} n {n} corrupt {corrupt}");
+            }
+            if corrupt == 0 {
+                assert!(group.is_ok());
+                assert_eq!(a, parts);
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_decode_matches_one_by_one_on_valid_and_corrupt_streams() {
+        let mut seed = 11u32;
+        for n in [0usize, 31, 32, 64, 320, 4096, 23040, 23041] {
+            check_group::<1>(n, &mut seed);
+            check_group::<2>(n, &mut seed);
+            check_group::<4>(n, &mut seed);
         }
     }
 
