@@ -44,6 +44,28 @@ impl ContainerInfo {
     pub fn record<'a>(&self, bytes: &'a [u8], index: usize) -> &'a [u8] {
         &bytes[self.offsets[index]..self.offsets[index] + self.record_lens[index]]
     }
+
+    /// Record `index`, once its header's shape matches the one the container implies
+    /// for that block (spec §8).
+    ///
+    /// # Errors
+    /// [`Error::InBlock`] around the record header's error or
+    /// [`Error::RecordShapeMismatch`].
+    pub(crate) fn shaped_record<'a>(&self, bytes: &'a [u8], index: usize) -> Result<&'a [u8]> {
+        let in_block = |e: Error| Error::InBlock { block: index, source: Box::new(e) };
+        let record = self.record(bytes, index);
+        let got = record_shape(record).map_err(in_block)?;
+        let expected = self.block_shape(index);
+        if got != expected {
+            let dims = |b: BlockShape| [b.layers, b.kv_heads, b.head_dim, b.tokens];
+            return Err(in_block(Error::RecordShapeMismatch {
+                block: index,
+                got: dims(got),
+                expected: dims(expected),
+            }));
+        }
+        Ok(record)
+    }
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> u16 {
@@ -172,6 +194,29 @@ pub fn encode_cache(cache: &KvCache, block_tokens: usize) -> Result<Vec<u8>> {
     encode_cache_with(cache, block_tokens, &EncodeOptions::default())
 }
 
+/// The limits the format puts on a cache and block size (spec §3, §8): B >= 1, L, H,
+/// D and B fit `u16`, and the block count fits `u32`. Returns the block count.
+pub(crate) fn check_encodable(shape: KvShape, block_tokens: usize) -> Result<usize> {
+    if block_tokens == 0 {
+        return Err(Error::ZeroBlockTokens);
+    }
+    for (what, value) in [
+        ("layers", shape.layers),
+        ("kv_heads", shape.kv_heads),
+        ("head_dim", shape.head_dim),
+        ("block_tokens", block_tokens),
+    ] {
+        if value > u16::MAX as usize {
+            return Err(Error::DimensionTooLarge { what, value, max: u16::MAX as usize });
+        }
+    }
+    let blocks = shape.block_count(block_tokens);
+    if blocks > u32::MAX as usize {
+        return Err(Error::DimensionTooLarge { what: "blocks", value: blocks, max: u32::MAX as usize });
+    }
+    Ok(blocks)
+}
+
 /// Encodes a whole cache: every physical block of `block_tokens` tokens (B; the last one
 /// may be partial) becomes one record, in parallel on rayon's pool, and the records
 /// are laid out behind a header and an offset index so they can be decoded in any
@@ -181,24 +226,8 @@ pub fn encode_cache(cache: &KvCache, block_tokens: usize) -> Result<Vec<u8>> {
 /// [`Error::ZeroBlockTokens`]; [`Error::DimensionTooLarge`] when L, H, D or B exceed
 /// 65535 or the block count exceeds `u32`; any [`encode_block_with`] error.
 pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeOptions) -> Result<Vec<u8>> {
-    if block_tokens == 0 {
-        return Err(Error::ZeroBlockTokens);
-    }
     let s = cache.shape();
-    for (what, value) in [
-        ("layers", s.layers),
-        ("kv_heads", s.kv_heads),
-        ("head_dim", s.head_dim),
-        ("block_tokens", block_tokens),
-    ] {
-        if value > u16::MAX as usize {
-            return Err(Error::DimensionTooLarge { what, value, max: u16::MAX as usize });
-        }
-    }
-    let blocks = s.block_count(block_tokens);
-    if blocks > u32::MAX as usize {
-        return Err(Error::DimensionTooLarge { what: "blocks", value: blocks, max: u32::MAX as usize });
-    }
+    let blocks = check_encodable(s, block_tokens)?;
     let records = (0..blocks)
         .into_par_iter()
         .map(|i| {
@@ -265,17 +294,7 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
     }
     blocks.into_par_iter().enumerate().try_for_each(|(i, mut groups)| {
         let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
-        let record = info.record(bytes, i);
-        let got = record_shape(record).map_err(in_block)?;
-        let expected = info.block_shape(i);
-        if got != expected {
-            let dims = |b: BlockShape| [b.layers, b.kv_heads, b.head_dim, b.tokens];
-            return Err(in_block(Error::RecordShapeMismatch {
-                block: i,
-                got: dims(got),
-                expected: dims(expected),
-            }));
-        }
+        let record = info.shaped_record(bytes, i)?;
         decode_block_into(record, &mut groups).map_err(in_block)?;
         Ok(())
     })?;

@@ -24,7 +24,7 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, 
 
 use crate::Error;
 use crate::container::{ContainerInfo, container_info, decode_cache};
-use crate::record::{BlockShape, inspect_record, record_shape};
+use crate::record::inspect_record;
 
 /// The ExANS PTX module: `exans_decode_records`.
 pub const MODULE: PtxModule = PtxModule { name: "exans", ptx: include_str!("../ptx/exans.ptx") };
@@ -90,17 +90,7 @@ fn validate(container: &[u8]) -> Result<ContainerInfo, Error> {
     }
     for i in 0..info.blocks() {
         let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
-        let record = info.record(container, i);
-        let got = record_shape(record).map_err(in_block)?;
-        let expected = info.block_shape(i);
-        if got != expected {
-            let dims = |b: BlockShape| [b.layers, b.kv_heads, b.head_dim, b.tokens];
-            return Err(in_block(Error::RecordShapeMismatch {
-                block: i,
-                got: dims(got),
-                expected: dims(expected),
-            }));
-        }
+        let record = info.shaped_record(container, i)?;
         inspect_record(record).map_err(in_block)?;
     }
     Ok(info)

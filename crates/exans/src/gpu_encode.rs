@@ -60,23 +60,7 @@ struct Geometry {
 
 impl Geometry {
     fn new(shape: KvShape, block_tokens: usize) -> Result<Self, Error> {
-        if block_tokens == 0 {
-            return Err(Error::ZeroBlockTokens);
-        }
-        for (what, value) in [
-            ("layers", shape.layers),
-            ("kv_heads", shape.kv_heads),
-            ("head_dim", shape.head_dim),
-            ("block_tokens", block_tokens),
-        ] {
-            if value > u16::MAX as usize {
-                return Err(Error::DimensionTooLarge { what, value, max: u16::MAX as usize });
-            }
-        }
-        let blocks = shape.block_count(block_tokens);
-        if blocks > u32::MAX as usize {
-            return Err(Error::DimensionTooLarge { what: "blocks", value: blocks, max: u32::MAX as usize });
-        }
+        let blocks = crate::container::check_encodable(shape, block_tokens)?;
         // The largest block decides whether every record's 48 + 2N fits u32 (encode_block
         // fails with ShapeOverflow otherwise); this also bounds N below 2^31 for the kernels.
         let largest = BlockShape {
