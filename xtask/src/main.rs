@@ -109,14 +109,12 @@ fn project_root() -> PathBuf {
 
 /// The committed fixture files, sorted; the default input of `stats` and `bench`.
 fn fixture_files() -> anyhow::Result<Vec<PathBuf>> {
-    let dir = project_root().join("fixtures");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| anyhow::anyhow!("{}: {e} (run `cargo xtask fixtures`)", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    files.sort();
-    anyhow::ensure!(!files.is_empty(), "no .safetensors in {} (run `cargo xtask fixtures`)", dir.display());
+    let files = bf16_field::fixtures::paths();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "no .safetensors in {} (run `cargo xtask fixtures`)",
+        bf16_field::fixtures::dir().display()
+    );
     Ok(files)
 }
 

@@ -20,6 +20,7 @@
 
 mod error;
 mod field;
+pub mod fixtures;
 pub mod gpu;
 pub mod io;
 pub mod layout;

@@ -7,13 +7,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 fn fixtures() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask fixtures`", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    paths.sort();
+    let paths = bf16_field::fixtures::paths();
+    let dir = bf16_field::fixtures::dir();
     assert!(!paths.is_empty(), "no fixtures in {}; run `cargo xtask fixtures`", dir.display());
     paths
 }

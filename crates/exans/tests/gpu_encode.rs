@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use bf16_field::gpu::{GpuContext, gpu_for_test};
 use bf16_field::{KvCache, KvShape};
 use common::{Rng, cache_from, kv_like};
@@ -14,20 +12,16 @@ use exans::gpu::GpuError;
 use exans::gpu_encode::{EncodeWorkspace, encode_cache_host, encode_device, max_container_len};
 use exans::{Error, container_info, decode_cache, encode_cache, inspect_record};
 
-/// `KVCODEC_FIXTURES` (the device run sets it) or the workspace's `fixtures/`.
+/// The real fixtures (`KVCODEC_FIXTURES` on the device machine).
 fn fixture_caches() -> Vec<(String, KvCache)> {
-    let dir = std::env::var_os("KVCODEC_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"));
-    ["smollm2-135m-code", "smollm2-135m-prose"]
-        .into_iter()
-        .map(|name| {
-            let path = dir.join(format!("{name}.safetensors"));
-            let cache =
-                bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            (name.to_string(), cache)
-        })
-        .collect()
+    let caches = bf16_field::fixtures::read_all().unwrap();
+    assert_eq!(
+        caches.len(),
+        2,
+        "expected the two SmolLM2 fixtures in {}",
+        bf16_field::fixtures::dir().display()
+    );
+    caches
 }
 
 /// Which records of a container are raw.

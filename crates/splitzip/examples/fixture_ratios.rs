@@ -20,13 +20,7 @@ fn fixture_paths() -> Vec<PathBuf> {
     if !args.is_empty() {
         return args;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    paths.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
-    paths.sort();
-    paths
+    bf16_field::fixtures::paths()
 }
 
 fn main() {

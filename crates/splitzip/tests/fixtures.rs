@@ -6,18 +6,13 @@
 //! `REQUIRE_FIXTURES=1` is set, which turns the skip into a failure.
 
 use std::fmt::Write;
-use std::path::PathBuf;
 
 use bf16_field::{KvCache, KvKind};
 use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, PayloadHeader, decode, encode};
 
 fn fixtures() -> Vec<(String, KvCache)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    paths.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
-    paths.sort();
+    let dir = bf16_field::fixtures::dir();
+    let paths = bf16_field::fixtures::paths();
     if paths.is_empty() {
         assert!(
             std::env::var_os("REQUIRE_FIXTURES").is_none_or(|v| v != "1"),

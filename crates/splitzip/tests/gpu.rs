@@ -1,25 +1,20 @@
 //! GPU encoder and decoder against the CPU reference, in both directions, on the real
 //! fixtures and on edge cases. Skips without a GPU unless `KVCODEC_REQUIRE_GPU=1`.
 
-use std::path::PathBuf;
-
 use bf16_field::gpu::gpu_for_test;
 use splitzip::gpu::{GpuError, decode_host, encode_host};
 use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, DecodeError, decode, encode};
 
-/// `KVCODEC_FIXTURES` (the device run sets it) or the workspace's `fixtures/`.
+/// The real fixtures' words (`KVCODEC_FIXTURES` on the device machine), code then prose.
 fn fixture_words() -> Vec<(String, Vec<u16>)> {
-    let dir = std::env::var_os("KVCODEC_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"));
-    let mut out = Vec::new();
-    for name in ["smollm2-135m-code", "smollm2-135m-prose"] {
-        let path = dir.join(format!("{name}.safetensors"));
-        let cache =
-            bf16_field::io::read_kv_cache(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        out.push((name.to_string(), cache.concat_words()));
-    }
-    out
+    let caches = bf16_field::fixtures::read_all().unwrap();
+    assert_eq!(
+        caches.len(),
+        2,
+        "expected the two SmolLM2 fixtures in {}",
+        bf16_field::fixtures::dir().display()
+    );
+    caches.into_iter().map(|(name, cache)| (name, cache.concat_words())).collect()
 }
 
 fn xorshift_words(n: usize, seed: u32) -> Vec<u16> {
