@@ -1,7 +1,8 @@
 // ExANS GPU decoder: every record of a container in one launch, byte-identical to the
 // CPU reference (crates/exans/src/record.rs, rans.rs; docs/formats/exans.md).
 //
-// One CTA of 256 threads per record (grid-stride over records):
+// One CTA of 256 threads per record (grid-stride over records first_record..end_record, so a
+// host can launch on the records that have arrived while later ones are still copied):
 //   1. thread 0 parses and bounds-checks the 48-byte header and derives every section
 //      offset (spec 3, 4) into shared memory;
 //   2. raw records (spec 7) are copied word by word into their groups;
@@ -147,7 +148,8 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
 
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
-                     const unsigned long long* __restrict__ offsets, unsigned blocks, unsigned layers,
+                     const unsigned long long* __restrict__ offsets, unsigned first_record,
+                     unsigned end_record, unsigned layers,
                      unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
                      uint16_t* __restrict__ out, unsigned* __restrict__ status) {
     __shared__ uint32_t table[EX_TABLE_SLOTS];
@@ -164,7 +166,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     const unsigned long long hd = (unsigned long long)kv_heads * head_dim;
     const unsigned long long tensor_values = tokens * hd;  // T H D: one group's stride in `out`
 
-    for (unsigned long long rec = blockIdx.x; rec < blocks; rec += gridDim.x) {
+    for (unsigned long long rec = first_record + (unsigned long long)blockIdx.x; rec < end_record;
+         rec += gridDim.x) {
         __syncthreads();  // the previous record is done with the shared memory
         if (tid == 0) {
             rs.ok = ex_parse(container, container_len, offsets, rec, layers, kv_heads, head_dim, block_tokens,

@@ -192,6 +192,7 @@ pub fn decode_device(
         .arg(container)
         .arg(&container_len)
         .arg(&index.offsets)
+        .arg(&0u32)
         .arg(&blocks32)
         .arg(&layers)
         .arg(&kv_heads)
@@ -206,7 +207,8 @@ pub fn decode_device(
         shared_mem_bytes: 0,
     };
     // SAFETY: the arguments match exans_decode_records(container: *const u8, container_len:
-    // u64, offsets: *const u64, blocks: u32, layers, kv_heads, head_dim, block_tokens: u32,
+    // u64, offsets: *const u64, first_record: u32, end_record:
+    // u32, layers, kv_heads, head_dim, block_tokens: u32,
     // tokens: u64, out: *mut u16, status: *mut u32). `container` holds container_len bytes
     // and is 16-byte aligned (checked above); `offsets` holds blocks + 1 entries, each
     // <= container_len (validated on the host, re-checked by the kernel). The kernel reads
