@@ -46,8 +46,10 @@
 #define EX_CENTER_SYMBOL 127u
 #define EX_ROUND 16  // decode steps per output round (a multiple of 16)
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
-// Words a round can read: pos .. pos + EX_ROUND * 32 - 1, plus the window's 32 ahead.
-#define EX_ROUND_WORDS (EX_ROUND * EX_LANES + EX_LANES)
+// Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (a step reads at most one word
+// per lane, at pos + its rank). The lookahead requested at a round's start reaches
+// pos + EX_RING, so it covers the next round whenever EX_RING >= 2 * EX_ROUND_WORDS.
+#define EX_ROUND_WORDS (EX_ROUND * EX_LANES)
 
 // *status bits.
 #define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
@@ -100,21 +102,30 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     if (slot_start > slot_end || slot_end > container_len || slot_start % 16 != 0) return false;
     if (slot_end - slot_start < EX_HEADER_LEN) return false;
     const uint8_t* p = container + slot_start;
-    const unsigned long long record_len = ex_u32(p + 20);
+    // The 48-byte header in three 16-byte loads (the slot is 16-byte aligned and at least
+    // 48 bytes long), so the checks below wait on one memory round trip, not one each.
+    uint32_t h[12];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+        h[4 * i] = v.x, h[4 * i + 1] = v.y, h[4 * i + 2] = v.z, h[4 * i + 3] = v.w;
+    }
+    auto u16_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffffu; };  // off even
+    auto u8_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffu; };
+    const unsigned long long record_len = h[5];  // offset 20
     if (record_len < EX_HEADER_LEN || record_len > slot_end - slot_start) return false;
-    if (p[0] != 'K' || p[1] != 'V' || p[2] != 'X' || p[3] != 'A' || ex_u16(p + 4) != 1) return false;
-    const uint32_t flags = ex_u16(p + 6);
+    if (h[0] != 0x4158564bu /* "KVXA" */ || u16_at(4) != 1) return false;
+    const uint32_t flags = u16_at(6);
     if ((flags & ~1u) != 0) return false;
     // The shape must be the one the container implies (it fixes where the output goes).
     const unsigned long long first_token = rec * (unsigned long long)block_tokens;
     if (first_token >= tokens) return false;
     const unsigned long long left = tokens - first_token;
     const unsigned long long bt = left < block_tokens ? left : block_tokens;
-    if (ex_u16(p + 8) != layers || ex_u16(p + 10) != kv_heads || ex_u16(p + 12) != head_dim || ex_u16(p + 14) != bt)
-        return false;
+    if (u16_at(8) != layers || u16_at(10) != kv_heads || u16_at(12) != head_dim || u16_at(14) != bt) return false;
     const unsigned long long per_group = bt * kv_heads * head_dim;
     const unsigned long long n = 2ull * layers * per_group;
-    if (ex_u32(p + 16) != n) return false;
+    if (h[4] != n) return false;  // offset 16
     r.start = slot_start;
     r.values = n;
     r.per_group = per_group;
@@ -122,22 +133,28 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     r.raw = flags & 1u;
     if (r.raw) return record_len == EX_HEADER_LEN + 2ull * n;
 
-    const unsigned precision = p[24];
-    if (precision < 1 || precision > EX_MAX_PRECISION || p[25] != EX_PARTITIONS || p[26] != EX_LANES) return false;
+    const unsigned precision = u8_at(24);
+    if (precision < 1 || precision > EX_MAX_PRECISION || u8_at(25) != EX_PARTITIONS || u8_at(26) != EX_LANES)
+        return false;
     const unsigned long long model = EX_HEADER_LEN + 2ull * layers;
-    if (ex_u32(p + 28) != model || model + 2 > record_len) return false;
+    if (h[7] != model || model + 2 > record_len) return false;  // offset 28
     const unsigned k = ex_u16(p + model);
     if (k < 1 || k > EX_MAX_SYMBOLS) return false;
     const unsigned long long directory = ex_align16(model + 2 + 3ull * k);
     const unsigned long long words = directory + EX_DIRECTORY_LEN;
-    if (ex_u32(p + 32) != directory || ex_u32(p + 36) != words || words > record_len) return false;
+    if (h[8] != directory || h[9] != words || words > record_len) return false;  // offsets 32, 36
+    // The 8 word counts: two 16-byte loads (the directory is 16-byte aligned).
+    const uint4 c03 = *reinterpret_cast<const uint4*>(p + directory);
+    const uint4 c47 = *reinterpret_cast<const uint4*>(p + directory + 16);
+    const uint32_t counts[EX_PARTITIONS] = {c03.x, c03.y, c03.z, c03.w, c47.x, c47.y, c47.z, c47.w};
     unsigned long long at = words;
+#pragma unroll
     for (int q = 0; q < EX_PARTITIONS; ++q) {
-        r.counts[q] = ex_u32(p + directory + 4 * q);
+        r.counts[q] = counts[q];
         r.streams[q] = at;
-        at = ex_align16(at + 2ull * r.counts[q]);  // counts < 2^32: no overflow in 64 bits
+        at = ex_align16(at + 2ull * counts[q]);  // counts < 2^32: no overflow in 64 bits
     }
-    if (ex_u32(p + 40) != at || at + n != record_len) return false;
+    if (h[10] != at || at + n != record_len) return false;  // offset 40
     r.precision = precision;
     r.symbols = k;
     r.model_offset = (unsigned)model;
@@ -146,19 +163,72 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
+// The CTA's shared memory, at file scope so that the step loop addresses it with
+// immediate offsets: the packed decode table (spec 5.4) and one word ring per partition.
+__shared__ uint32_t ex_table[EX_TABLE_SLOTS];
+__shared__ __align__(16) uint16_t ex_rings[EX_PARTITIONS][EX_RING];
+
+// Warp-wide ballot without the compiler's divergence check (every caller is converged:
+// the step loops run on all 32 lanes, with per-lane work predicated).
+__device__ __forceinline__ uint32_t ex_ballot(bool p) {
+    uint32_t b;
+    asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0;\n vote.sync.ballot.b32 %0, q, 0xffffffff;\n}\n"
+                 : "=r"(b)
+                 : "r"((uint32_t)p));
+    return b;
+}
+
+// One round of EX_ROUND decode steps of warp `p`'s partition, steps t0 .. t0 + EX_ROUND - 1
+// (spec 6.2): byte i % 4 of syms[i / 4] gets step t0 + i's symbol (unspecified for a lane
+// that has no symbol in that step). kAll: every lane decodes in every step of the round,
+// so the per-lane activity test is compiled out. Per step and lane: the table lookup, the
+// state update x = freq * (x >> n) + bias, the symbol packed by one byte permute, and the
+// renormalisation, which takes the lanes' words in ascending lane order straight from
+// the ring (ballot, then popc of the lower lanes' bits). Every lane reads a ring word,
+// needed or not, so the step has no branch. `pos` counts the partition's words consumed.
+template <bool kAll>
+__device__ __forceinline__ void ex_decode_round(uint32_t& x, unsigned& pos, uint32_t (&syms)[EX_ROUND / 4],
+                                                unsigned p, uint32_t mask, unsigned precision,
+                                                uint32_t lanes_below, unsigned t0, unsigned run) {
+    // The ring's shared-memory address. (Not OR-able with the wrapped offset: user shared
+    // memory starts 1 KiB into the window on sm_90, so no alignment makes it 2 KiB-aligned.)
+    const uint32_t ring_offset = (uint32_t)__cvta_generic_to_shared(&ex_rings[0][0]) + p * (EX_RING * 2u);
+    uint32_t pos2 = 2u * pos;                           // bytes into the (unwrapped) stream
+#pragma unroll
+    for (int i = 0; i < EX_ROUND; ++i) {
+        const bool active = kAll || t0 + i < run;
+        uint32_t e = 0;
+        if (active) {
+            e = ex_table[x & mask];
+            const uint32_t q = x >> precision;
+            // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
+            x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
+        }
+        // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
+        constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
+        syms[i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
+        const bool need = active && x < EX_STATE_LOWER;
+        const uint32_t ballot = ex_ballot(need);
+        const uint32_t at = ring_offset + ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING * 2u - 1u));
+        uint16_t w;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
+        x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
+        pos2 += 2u * __popc(ballot);
+    }
+    pos = pos2 / 2u;
+}
+
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record,
                      unsigned end_record, unsigned layers,
                      unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
                      uint16_t* __restrict__ out, unsigned* __restrict__ status) {
-    __shared__ uint32_t table[EX_TABLE_SLOTS];
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
     __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // symbol << 24 | (freq - 1) << 12
     __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
     __shared__ uint32_t warp_sums[EX_THREADS / 32];
     __shared__ ExRecord rs;
-    __shared__ __align__(16) uint16_t rings[EX_PARTITIONS][EX_RING];
 
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid % 32;
@@ -237,7 +307,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 const unsigned mid = (lo + hi + 1) / 2;
                 if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+            ex_table[x] = entry_base[lo] | (x - entry_cdf[lo]);
         }
         __syncthreads();
 
@@ -279,25 +349,25 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const uint8_t* src = rp + rs.sign_mantissa + v0;
         const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
         unsigned pos = 0;  // words consumed by the partition (warp-uniform; <= p_len)
-        // Word window: lane j holds word pos + j (0 past the stream, like the CPU's
-        // sentinel). A step takes at most one word per lane, so every word it needs is in
-        // the window; it is reloaded for the next step as soon as pos is known, which takes
-        // the global load off the step's critical path.
-        uint32_t window = 0;
         // The stream is staged through this warp's ring in 16-byte chunks (the stream is
         // 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
         // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
         // word it can read is in the ring (loaded synchronously if the lookahead fell
         // short); then the chunks up to pos + EX_RING, whose slots hold only words below
-        // pos, are requested asynchronously for the next rounds.
-        uint16_t* const ring = rings[p];
+        // pos, are requested asynchronously for the next rounds. A lane that renormalises
+        // reads its word straight from the ring. Past `count` the ring holds stale words:
+        // only an invalid record reads them, and the final check flags it (pos > count).
+        uint16_t* const ring = ex_rings[p];
         const uint4* const chunks = reinterpret_cast<const uint4*>(words);
         const unsigned total_chunks = (count + 7u) / 8u;
         unsigned done = 0;  // chunks requested (warp-uniform)
+        // Steps where all 32 lanes decode (every lane's run is at least this long) take
+        // the fast path, with no per-lane activity test; the rest the general one.
+        const unsigned all_active = __reduce_min_sync(0xffffffffu, run);
         // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
         // whole 16-byte chunks when the round is full, inside one group and aligned;
-        // otherwise value by value exactly as before.
+        // otherwise value by value.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             const unsigned target = min((pos + EX_ROUND_WORDS + 7u) / 8u, total_chunks);
@@ -307,44 +377,43 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             ex_cp_async_commit();
             ex_cp_async_wait_all();
             __syncwarp();
-            window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
             const unsigned ahead = min((pos + EX_RING) / 8u, total_chunks);
             for (unsigned c = done + lane; c < ahead; c += EX_LANES)
                 ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
             if (done < ahead) done = ahead;
             ex_cp_async_commit();
+            // A full round inside one group, aligned, is stored as 16-byte chunks; its
+            // sign+mantissa bytes are loaded now, so the load's latency hides behind the
+            // round's decode steps.
+            const bool whole = t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
+                               ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0;
+            uint4 sm[EX_ROUND / 16];
+#pragma unroll
+            for (int c = 0; c < EX_ROUND / 16; ++c)
+                sm[c] = whole ? reinterpret_cast<const uint4*>(src + t0)[c] : make_uint4(0, 0, 0, 0);
             uint32_t syms[EX_ROUND / 4];
-#pragma unroll
-            for (int i = 0; i < EX_ROUND / 4; ++i) syms[i] = 0;
-#pragma unroll
-            for (int i = 0; i < EX_ROUND; ++i) {
-                const bool active = t0 + i < run;  // false for every lane once t0 + i >= m
-                if (active) {
-                    const uint32_t e = table[x & mask];
-                    const uint32_t f = ((e >> 12) & 0xfffu) + 1;
-                    x = f * (x >> precision) + (e & 0xfffu);
-                    syms[i / 4] |= (e >> 24) << (8 * (i % 4));
-                }
-                const bool need = active && x < EX_STATE_LOWER;
-                const uint32_t ballot = __ballot_sync(0xffffffffu, need);
-                const uint32_t w = __shfl_sync(0xffffffffu, window, __popc(ballot & lanes_below));
-                if (need) x = (x << 16) | w;
-                if (ballot) {
-                    pos += __popc(ballot);
-                    window = pos + lane < count ? (uint32_t)ring[(pos + lane) & (EX_RING - 1)] : 0u;
-                }
-            }
+            if (t0 + EX_ROUND <= all_active)
+                ex_decode_round<true>(x, pos, syms, p, mask, precision, lanes_below, t0, run);
+            else
+                ex_decode_round<false>(x, pos, syms, p, mask, precision, lanes_below, t0, run);
             if (t0 >= run) continue;
-            if (t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
-                ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0) {
+            if (whole) {
+                // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low
+                // 7 bits, then flip the top bit by the carry-less sum of the top bits.
                 const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
+                const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
 #pragma unroll
                 for (int c = 0; c < EX_ROUND / 16; ++c) {
-                    const uint4 sm = reinterpret_cast<const uint4*>(src + t0)[c];
-                    const uint2 a = kv_join_quad(__vadd4(syms[4 * c + 0], c4), sm.x);
-                    const uint2 b = kv_join_quad(__vadd4(syms[4 * c + 1], c4), sm.y);
-                    const uint2 d = kv_join_quad(__vadd4(syms[4 * c + 2], c4), sm.z);
-                    const uint2 h = kv_join_quad(__vadd4(syms[4 * c + 3], c4), sm.w);
+                    uint32_t e4[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const uint32_t s = syms[4 * c + j];
+                        e4[j] = ((s & 0x7f7f7f7fu) + c4_low) ^ ((s & 0x80808080u) ^ c4_top);
+                    }
+                    const uint2 a = kv_join_quad(e4[0], sm[c].x);
+                    const uint2 b = kv_join_quad(e4[1], sm[c].y);
+                    const uint2 d = kv_join_quad(e4[2], sm[c].z);
+                    const uint2 h = kv_join_quad(e4[3], sm[c].w);
                     reinterpret_cast<uint4*>(dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
                     reinterpret_cast<uint4*>(dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
                 }
