@@ -274,43 +274,57 @@ impl HostDecoder {
             return Err(GpuError::Buffer { what: "container", why: "device buffer missing".into() });
         };
 
-        main.memset_zeros(status)?;
-        // Fork: the copies and every lane start after the work already on the main
-        // stream (an earlier decode still reading the device buffer, the caller's use of
-        // `out`).
-        edge.record(main)?;
-        copy.wait(edge)?;
-        for lane in lanes.iter() {
-            lane.wait(edge)?;
-        }
-        for (i, chunk) in chunks.iter().enumerate() {
-            let src = &container[chunk.bytes.clone()];
-            let mut dst = device.slice_mut(chunk.bytes.clone());
-            if staged {
-                let (slot, done) = &mut staging[i % STAGING_SLOTS];
-                done.synchronize()?;
-                // No work is recorded on the slot's own event (event tracking is off),
-                // so this waits for nothing; `done` above did the waiting.
-                let slot = &mut slot.as_mut_slice()?[..src.len()];
-                slot.copy_from_slice(src);
-                copy.memcpy_htod(&*slot, &mut dst)?;
-                done.record(copy)?;
-            } else {
-                copy.memcpy_htod(src, &mut dst)?;
+        let issued = (|| -> Result<(), GpuError> {
+            main.memset_zeros(status)?;
+            // Fork: the copies and every lane start after the work already on the main
+            // stream (an earlier decode still reading the device buffer, the caller's use of
+            // `out`).
+            edge.record(main)?;
+            copy.wait(edge)?;
+            for lane in lanes.iter() {
+                lane.wait(edge)?;
             }
-            edge.record(copy)?;
-            let lane = match i % (lanes.len() + 1) {
-                0 => main,
-                k => &lanes[k - 1],
-            };
-            lane.wait(edge)?;
-            let whole = device.slice(..container.len());
-            launch_records(&f, lane, &whole, index, chunk.records.clone(), out, status)?;
-        }
-        // Join: the main stream waits for every lane (and through them for every copy).
-        for lane in lanes.iter() {
-            edge.record(lane)?;
-            main.wait(edge)?;
+            for (i, chunk) in chunks.iter().enumerate() {
+                let src = &container[chunk.bytes.clone()];
+                let mut dst = device.slice_mut(chunk.bytes.clone());
+                if staged {
+                    let (slot, done) = &mut staging[i % STAGING_SLOTS];
+                    done.synchronize()?;
+                    // No work is recorded on the slot's own event (event tracking is off),
+                    // so this waits for nothing; `done` above did the waiting.
+                    let slot = &mut slot.as_mut_slice()?[..src.len()];
+                    slot.copy_from_slice(src);
+                    copy.memcpy_htod(&*slot, &mut dst)?;
+                    done.record(copy)?;
+                } else {
+                    copy.memcpy_htod(src, &mut dst)?;
+                }
+                edge.record(copy)?;
+                let lane = match i % (lanes.len() + 1) {
+                    0 => main,
+                    k => &lanes[k - 1],
+                };
+                lane.wait(edge)?;
+                let whole = device.slice(..container.len());
+                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, status)?;
+            }
+            // Join: the main stream waits for every lane (and through them for every copy).
+            for lane in lanes.iter() {
+                edge.record(lane)?;
+                main.wait(edge)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = issued {
+            // Copies already issued may still read `container`, whose borrow ends with
+            // this return, and kernels the device buffer, which the next decode
+            // overwrites after forking from a main stream that never joined them: wait
+            // for both (errors here add nothing to `e`).
+            let _ = copy.synchronize();
+            for lane in lanes.iter() {
+                let _ = lane.synchronize();
+            }
+            return Err(e);
         }
         Ok(PendingDecode { gpu, status: &*status, container, finished: false })
     }
