@@ -58,13 +58,19 @@ pub(crate) struct Row {
     pub(crate) raw_bytes: usize,
     pub(crate) encoded_bytes: usize,
     pub(crate) ratio: f64,
-    pub(crate) encode_gb_s: f64,
+    /// Uncompressed GB/s; `None` for the host-to-device rows, which only decode.
+    pub(crate) encode_gb_s: Option<f64>,
+    /// Uncompressed GB/s delivered (host-to-device rows: into device memory).
     pub(crate) decode_gb_s: f64,
-    /// Measured device-to-device copy, read+write GB/s (GPU rows only).
+    /// Measured device-to-device copy, read+write GB/s (device-resident GPU rows only).
     pub(crate) copy_gb_s: Option<f64>,
+    /// Measured copy from page-locked host memory to the device, GB/s of the bytes the
+    /// link moved (host-to-device rows only: [`Row::host_to_device`]).
+    pub(crate) h2d_gb_s: Option<f64>,
     /// encode GB/s over `copy_bw / (1 + 1/ratio)` (GPU rows only).
     pub(crate) encode_roofline: Option<f64>,
-    /// decode GB/s over `copy_bw / (1 + 1/ratio)` (GPU rows only).
+    /// decode GB/s over `copy_bw / (1 + 1/ratio)` (device-resident GPU rows), or over
+    /// `h2d_bw x ratio` (host-to-device rows: the link carrying compressed bytes).
     pub(crate) decode_roofline: Option<f64>,
     pub(crate) runs: usize,
 }
@@ -105,19 +111,33 @@ impl Row {
             raw_bytes,
             encoded_bytes: m.encoded_bytes,
             ratio: raw_bytes as f64 / m.encoded_bytes as f64,
-            encode_gb_s: raw_bytes as f64 / m.encode_secs / 1e9,
+            encode_gb_s: Some(raw_bytes as f64 / m.encode_secs / 1e9),
             decode_gb_s: raw_bytes as f64 / m.decode_secs / 1e9,
             copy_gb_s: None,
+            h2d_gb_s: None,
             encode_roofline: None,
             decode_roofline: None,
             runs: args.runs,
         }
     }
 
-    fn gpu(mut self, copy: &CopyRoofline) -> Self {
+    /// A host-to-device row: `values` BF16 values delivered into device memory in `secs`
+    /// (median) while the link moved `moved_bytes` (the container, or the raw cache for
+    /// a plain copy); `h2d_gb_s` is the page-locked copy bandwidth measured in the same
+    /// run, which with the ratio gives the roofline `h2d_gb_s x ratio`.
+    pub(crate) fn host_to_device(codec: &str, m: Measured, h2d_gb_s: f64, args: &BenchArgs) -> Row {
+        let mut row = Row::new(Codec::Exans, "cuda", m, args);
+        row.codec = codec.into();
+        row.encode_gb_s = None;
+        row.h2d_gb_s = Some(h2d_gb_s);
+        row.decode_roofline = Some(row.decode_gb_s / (h2d_gb_s * row.ratio));
+        row
+    }
+
+    pub(crate) fn gpu(mut self, copy: &CopyRoofline) -> Self {
         let bound = copy.bound_gb_per_s(self.ratio);
         self.copy_gb_s = Some(copy.gb_per_s);
-        self.encode_roofline = Some(self.encode_gb_s / bound);
+        self.encode_roofline = self.encode_gb_s.map(|e| e / bound);
         self.decode_roofline = Some(self.decode_gb_s / bound);
         self
     }
@@ -184,7 +204,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         rows.push(crate::bench_exans::bench_cpu(&name, cache, &args)?);
         if let (Some(gpu), Some(copy)) = (backend.gpu(), &copy) {
-            rows.push(crate::bench_exans::bench_gpu(&name, cache, gpu, &args)?.gpu(copy));
+            rows.extend(crate::bench_exans::bench_gpu(&name, cache, gpu, copy, &args)?);
         }
     }
     print_table(&rows);
@@ -300,12 +320,12 @@ fn print_table(rows: &[Row]) {
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
     for r in rows {
         println!(
-            "{:<28} {:<16} {:<7} {:>8.4} {:>10.2} {:>10.2} {:>9} {:>9}",
+            "{:<28} {:<16} {:<7} {:>8.4} {:>10} {:>10.2} {:>9} {:>9}",
             r.input,
             r.codec,
             r.backend,
             r.ratio,
-            r.encode_gb_s,
+            r.encode_gb_s.map_or("-".to_string(), |e| format!("{e:.2}")),
             r.decode_gb_s,
             pct(r.encode_roofline),
             pct(r.decode_roofline)
@@ -313,6 +333,12 @@ fn print_table(rows: &[Row]) {
     }
     if let Some(c) = rows.iter().find_map(|r| r.copy_gb_s) {
         println!("roofline: copy_bw / (1 + 1/ratio), copy_bw = {c:.0} GB/s read+write measured in this run");
+    }
+    if rows.iter().any(|r| r.h2d_gb_s.is_some()) {
+        println!(
+            "h2d-* / exans-h2d-* rows: decode GB/s = uncompressed bytes landed in device memory per second \
+             from page-locked host memory; roofline: h2d_bw x ratio (the link carrying the compressed bytes)"
+        );
     }
 }
 

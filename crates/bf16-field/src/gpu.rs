@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
-    PushKernelArg, sys,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr,
+    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits, sys,
 };
 
 use crate::{Error, Result};
@@ -232,6 +232,34 @@ impl GpuContext {
         }
         let created = self.ctx.new_stream()?;
         Ok(self.side.get_or_init(|| created))
+    }
+
+    /// A copy of `src` in fresh page-locked (pinned) host memory of this context: the
+    /// source of an asynchronous host-to-device copy (`cuMemcpyHtoDAsync` from pageable
+    /// memory stages through a driver buffer and blocks the host). Costs a
+    /// `cuMemHostAlloc` (page-locking is slow: reuse the buffer) and one host copy.
+    ///
+    /// The memory is cached (flags 0), not write-combined as cudarc's `alloc_pinned`
+    /// makes it: host code reads these bytes too (a codec validates a container on the
+    /// host before decoding it, and decodes it on the CPU for the exact error), and
+    /// reads from write-combined memory bypass the CPU caches.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] for an empty `src` (`cuMemHostAlloc` cannot allocate
+    /// zero bytes); [`Error::Cuda`] if the allocation fails.
+    pub fn pinned_copy<T: DeviceRepr + ValidAsZeroBits + Copy>(
+        &self,
+        src: &[T],
+    ) -> Result<PinnedHostSlice<T>> {
+        if src.is_empty() {
+            return Err(Error::LengthMismatch { what: "pinned copy source", got: 0, expected: 1 });
+        }
+        // SAFETY: the allocation is uninitialised until the copy below overwrites all of
+        // it; nothing reads it before. The size cannot overflow: `src` already occupies it.
+        let mut pinned = unsafe { self.ctx.alloc_pinned_with_flags::<T>(src.len(), 0) }?;
+        // No work was recorded on the slice, so this waits for nothing.
+        pinned.as_mut_slice()?.copy_from_slice(src);
+        Ok(pinned)
     }
 
     /// A kernel of `module`, loading the module on first use in this context.

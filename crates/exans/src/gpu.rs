@@ -16,15 +16,33 @@
 //! device status word; [`decode_cache_host`] then runs the CPU decoder on the same bytes
 //! to return its exact [`Error`].
 //!
+//! **Entry points.** [`decode_device`]: a container already on the device, one launch
+//! over every record. [`decode_cache_host`]: upload, decode, read back, blocking (tests,
+//! tools). [`host::HostDecoder`]: a container in host memory (page-locked, or staged
+//! from pageable memory) into a device cache, cut into chunks of records whose transfer
+//! on a copy stream overlaps the decoding of earlier chunks on up to
+//! [`host::MAX_LANES`] streams; one host synchronisation at the end
+//! ([`host::PendingDecode::finish`]). The kernel takes a record range
+//! `[first_record, end_record)` so each chunk launches on its own records.
+//!
 //! GPU limits (the CPU path has none): the device container must be 16-byte aligned.
+
+use std::ops::Range;
+use std::sync::Arc;
 
 use bf16_field::KvCache;
 use bf16_field::gpu::{GpuContext, PtxModule};
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg,
+};
 
 use crate::Error;
 use crate::container::{ContainerInfo, container_info, decode_cache};
 use crate::record::inspect_record;
+
+pub mod host;
+
+pub use host::{HostContainer, HostDecodeOptions, HostDecoder, PendingDecode};
 
 /// The ExANS PTX module: `exans_decode_records`.
 pub const MODULE: PtxModule = PtxModule { name: "exans", ptx: include_str!("../ptx/exans.ptx") };
@@ -51,6 +69,14 @@ pub enum GpuError {
     #[error("{what}: {why}")]
     Buffer {
         /// Which buffer.
+        what: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// A decoder option is out of range ([`host::HostDecodeOptions`]).
+    #[error("{what}: {why}")]
+    Options {
+        /// Which option.
         what: &'static str,
         /// What is wrong.
         why: String,
@@ -157,16 +183,7 @@ pub fn decode_device(
     out: &mut CudaViewMut<'_, u16>,
     status: &mut CudaSlice<u32>,
 ) -> Result<(), GpuError> {
-    if container.len() != index.container_len {
-        return Err(GpuError::Buffer {
-            what: "container",
-            why: format!("{} bytes, the index was built for {}", container.len(), index.container_len),
-        });
-    }
-    let values = index.values();
-    if out.len() < values {
-        return Err(GpuError::Buffer { what: "out", why: format!("{} words, needs {values}", out.len()) });
-    }
+    check_buffers(index, container.len(), out.len())?;
     if status.is_empty() {
         return Err(GpuError::Buffer { what: "status", why: "needs one u32".into() });
     }
@@ -179,21 +196,55 @@ pub fn decode_device(
         });
     }
     stream.memset_zeros(status)?;
-    let s = index.info.shape;
-    let blocks = index.info.blocks();
     let f = gpu.function(&MODULE, DECODE_KERNEL)?;
+    launch_records(&f, stream, container, index, 0..index.info.blocks(), out, status)
+}
+
+/// The checks every decoder entry point makes before launching: a container of the
+/// indexed length and an output of at least `2 L T H D` words.
+fn check_buffers(index: &DeviceIndex, container_len: usize, out_len: usize) -> Result<(), GpuError> {
+    if container_len != index.container_len {
+        return Err(GpuError::Buffer {
+            what: "container",
+            why: format!("{container_len} bytes, the index was built for {}", index.container_len),
+        });
+    }
+    let values = index.values();
+    if out_len < values {
+        return Err(GpuError::Buffer { what: "out", why: format!("{out_len} words, needs {values}") });
+    }
+    Ok(())
+}
+
+/// Launches `exans_decode_records` (`f`) on `stream` over the records `records` of the
+/// device container, without synchronising. The caller has run [`check_buffers`],
+/// checked that `container` is 16-byte aligned, `status` holds a word and `records`
+/// lies in `0..blocks`. An empty range launches nothing.
+fn launch_records(
+    f: &CudaFunction,
+    stream: &Arc<CudaStream>,
+    container: &CudaView<'_, u8>,
+    index: &DeviceIndex,
+    records: Range<usize>,
+    out: &mut CudaViewMut<'_, u16>,
+    status: &mut CudaSlice<u32>,
+) -> Result<(), GpuError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let s = index.info.shape;
     // container_info checked every dimension against its u16 header field and the block
     // count against its u32 field.
-    let (container_len, blocks32) = (index.container_len as u64, blocks as u32);
+    let (container_len, first, end) = (index.container_len as u64, records.start as u32, records.end as u32);
     let (layers, kv_heads, head_dim) = (s.layers as u32, s.kv_heads as u32, s.head_dim as u32);
     let (block_tokens, tokens) = (index.info.block_tokens as u32, s.tokens as u64);
-    let mut launch = stream.launch_builder(&f);
+    let mut launch = stream.launch_builder(f);
     launch
         .arg(container)
         .arg(&container_len)
         .arg(&index.offsets)
-        .arg(&0u32)
-        .arg(&blocks32)
+        .arg(&first)
+        .arg(&end)
         .arg(&layers)
         .arg(&kv_heads)
         .arg(&head_dim)
@@ -202,19 +253,19 @@ pub fn decode_device(
         .arg(&mut *out)
         .arg(&mut *status);
     let cfg = LaunchConfig {
-        grid_dim: (blocks.clamp(1, MAX_GRID) as u32, 1, 1),
+        grid_dim: (records.len().clamp(1, MAX_GRID) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: the arguments match exans_decode_records(container: *const u8, container_len:
-    // u64, offsets: *const u64, first_record: u32, end_record:
-    // u32, layers, kv_heads, head_dim, block_tokens: u32,
-    // tokens: u64, out: *mut u16, status: *mut u32). `container` holds container_len bytes
-    // and is 16-byte aligned (checked above); `offsets` holds blocks + 1 entries, each
-    // <= container_len (validated on the host, re-checked by the kernel). The kernel reads
-    // only inside each record's slot, after checking every section offset against it, and
-    // writes only out[g T H D + i B H D + r] for g < 2L, i B + B' <= T, r < B' H D, i.e.
-    // below 2 L T H D <= out.len() (checked above), and status[0].
+    // u64, offsets: *const u64, first_record: u32, end_record: u32, layers, kv_heads,
+    // head_dim, block_tokens: u32, tokens: u64, out: *mut u16, status: *mut u32).
+    // `container` holds container_len bytes and is 16-byte aligned (checked by the
+    // caller); `offsets` holds blocks + 1 entries, each <= container_len (validated on the
+    // host, re-checked by the kernel), and first < end <= blocks. The kernel reads only
+    // inside the slots of records first..end, after checking every section offset against
+    // the slot, and writes only out[g T H D + i B H D + r] for g < 2L, i B + B' <= T,
+    // r < B' H D, i.e. below 2 L T H D <= out.len() (checked by the caller), and status[0].
     unsafe { launch.launch(cfg) }?;
     Ok(())
 }

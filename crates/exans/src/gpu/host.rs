@@ -1,0 +1,467 @@
+//! Decoding a container that lives in host memory into a device cache, with the
+//! host-to-device transfer of later records overlapped with the decoding of earlier ones
+//! (issue #4: "overlap transfer, ANS decode and reconstruction across CUDA streams").
+//!
+//! The records are cut into chunks of about [`HostDecodeOptions::chunk_bytes`]
+//! ([`plan_chunks`]). Chunk `i` is copied on the context's side stream into a device copy
+//! of the container, an event is recorded, and one of [`HostDecodeOptions::lanes`]
+//! decode streams (the context's main stream first) waits on it and launches
+//! `exans_decode_records` on the chunk's records; the kernel joins each symbol with its
+//! sign+mantissa byte and writes the cache, so transfer, ANS decode and reconstruction
+//! are the two engines of one pipeline (copy engine, SMs). Successive chunks go to
+//! successive lanes so that a chunk whose few records decode slowly (one CTA a record)
+//! does not hold back the next one. The host issues everything without waiting; the
+//! lanes are joined back into the main stream, so device work queued on it afterwards
+//! sees the decoded cache, and [`PendingDecode::finish`] is the one host
+//! synchronisation (it reads the status word).
+//!
+//! Two sources:
+//! - [`HostDecoder::decode`] with [`HostContainer::Pinned`]: the container is already in page-locked memory
+//!   (an offloaded KV cache lives there: [`GpuContext::pinned_copy`], cudarc's
+//!   `PinnedHostSlice::as_slice`, or `cuMemHostRegister`ed memory). The copy engine
+//!   reads it directly; the borrow lasts until the [`PendingDecode`] is finished or
+//!   dropped.
+//! - [`HostDecoder::decode`] with [`HostContainer::Staged`]: any `&[u8]`. Each chunk is first copied by the host
+//!   into one of three reusable page-locked slots, whose previous transfer the host
+//!   waits for. Its cost is one host `memcpy` of the compressed bytes on the calling
+//!   thread (single-threaded, typically 10-20 GB/s, so it can bound the pipeline
+//!   below the PCIe rate) and `3 x` the largest chunk of page-locked memory, allocated
+//!   on first use and kept.
+//!
+//! Validation is that of [`super::decode_device`]: the caller's [`DeviceIndex`] ran the
+//! CPU parser over the container; a nonzero device status gets the CPU decoder's exact
+//! error for the same bytes.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bf16_field::gpu::GpuContext;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice};
+
+use super::{DECODE_KERNEL, DeviceIndex, GpuError, MODULE, check_buffers, cpu_error, launch_records};
+
+/// Default [`HostDecodeOptions::chunk_bytes`]: 8 MiB. Large enough that the per-chunk
+/// driver work (a copy, an event record and wait, a launch: some microseconds) is under
+/// 5% of a chunk's transfer at ~50 GB/s (160 us), and that a chunk of the fixtures'
+/// 16-token records (about 250 KB) holds some 30 records; small enough that the
+/// pipeline fills quickly and the tail (the last chunk's decode, after the last copy)
+/// is short. To be tuned on the device with `cargo xtask bench`.
+pub const DEFAULT_CHUNK_BYTES: usize = 8 << 20;
+/// Default [`HostDecodeOptions::lanes`]: 2 decode streams, so a chunk can start decoding
+/// while the previous chunk's last records still run.
+pub const DEFAULT_LANES: usize = 2;
+/// The most decode streams a [`HostDecoder`] creates.
+pub const MAX_LANES: usize = 8;
+/// Page-locked staging slots of [`HostDecoder::decode`] with [`HostContainer::Staged`]: the host fills one while
+/// the copy engine reads another, with one spare against jitter.
+const STAGING_SLOTS: usize = 3;
+
+/// How a [`HostDecoder`] pipelines a decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostDecodeOptions {
+    /// Record bytes per chunk, at least 1 ([`plan_chunks`]); a record larger than this
+    /// is a chunk of its own.
+    pub chunk_bytes: usize,
+    /// Decode streams, `1..=MAX_LANES`: the context's main stream and `lanes - 1` more.
+    pub lanes: usize,
+}
+
+impl Default for HostDecodeOptions {
+    fn default() -> Self {
+        HostDecodeOptions { chunk_bytes: DEFAULT_CHUNK_BYTES, lanes: DEFAULT_LANES }
+    }
+}
+
+/// One step of a pipelined decode: the records it decodes and the container bytes it
+/// copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Record indices `first..end`.
+    pub records: Range<usize>,
+    /// Byte range of the container, from its start. The first chunk also carries the
+    /// container header and index, the last one ends at the container's end, so the
+    /// chunks tile the container.
+    pub bytes: Range<usize>,
+}
+
+/// Cuts a container into chunks by bytes: `offsets` are its `blocks + 1` record offsets
+/// ([`crate::ContainerInfo::offsets`], the last one the container length). Records are
+/// taken greedily in order while the chunk's records span at most `chunk_bytes` (0 is
+/// taken as 1); every chunk holds at least one record, so a record larger than
+/// `chunk_bytes` is a chunk of its own. A container without records is one chunk of no
+/// records; no offsets give no chunks. Never panics: decreasing offsets (which a
+/// validated index cannot have) give empty byte ranges rather than inverted ones.
+pub fn plan_chunks(offsets: &[usize], chunk_bytes: usize) -> Vec<Chunk> {
+    let Some((&container_len, starts)) = offsets.split_last() else { return Vec::new() };
+    let blocks = starts.len();
+    if blocks == 0 {
+        return vec![Chunk { records: 0..0, bytes: 0..container_len }];
+    }
+    let chunk_bytes = chunk_bytes.max(1);
+    let mut chunks = Vec::new();
+    let (mut first, mut byte_start) = (0, 0);
+    while first < blocks {
+        let mut end = first + 1;
+        while end < blocks && offsets[end + 1].saturating_sub(offsets[first]) <= chunk_bytes {
+            end += 1;
+        }
+        let byte_end = offsets[end].max(byte_start);
+        chunks.push(Chunk { records: first..end, bytes: byte_start..byte_end });
+        (first, byte_start) = (end, byte_end);
+    }
+    chunks
+}
+
+/// Where a [`HostDecoder::decode`] finds its container, and so how it is copied.
+#[derive(Clone, Copy, Debug)]
+pub enum HostContainer<'a> {
+    /// In page-locked memory ([`GpuContext::pinned_copy`], cudarc's
+    /// `PinnedHostSlice::as_slice`, `cuMemHostRegister`): the copy engine reads it
+    /// directly, and the host issues every chunk without waiting. Pageable bytes here
+    /// still decode correctly, but the driver then stages each copy with the host
+    /// blocked in it.
+    Pinned(&'a [u8]),
+    /// In ordinary (pageable) memory: this thread copies each chunk into a page-locked
+    /// staging slot first, waiting for the slot's previous transfer (costs in the
+    /// module docs).
+    Staged(&'a [u8]),
+}
+
+/// Reusable state for pipelined decodes from host memory: the decode streams, a device
+/// buffer for the container (grown to the largest container seen), the status word, an
+/// event, and the staging slots of [`HostDecoder::decode`] with [`HostContainer::Staged`]. One decode at a time
+/// (each borrows the decoder until its [`PendingDecode`] ends); build one per serving
+/// thread and reuse it.
+pub struct HostDecoder {
+    options: HostDecodeOptions,
+    /// Decode streams besides the context's main stream (`lanes - 1`).
+    lanes: Vec<Arc<CudaStream>>,
+    /// The device copy of the container being decoded (16-byte aligned: a fresh
+    /// allocation); `None` until the first decode.
+    container: Option<CudaSlice<u8>>,
+    status: CudaSlice<u32>,
+    /// Every cross-stream edge (fork, chunk ready, join) records this event and
+    /// immediately waits on it: `cuStreamWaitEvent` waits for the record that precedes
+    /// it, and a later record does not change an earlier wait, so one event serves all.
+    edge: CudaEvent,
+    /// Page-locked slots of [`HostDecoder::decode`] with [`HostContainer::Staged`], each with the event of its
+    /// last transfer; empty until the first staged decode.
+    staging: Vec<(PinnedHostSlice<u8>, CudaEvent)>,
+}
+
+impl std::fmt::Debug for HostDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostDecoder")
+            .field("options", &self.options)
+            .field("container_capacity", &self.container.as_ref().map_or(0, |c| c.len()))
+            .field("staging_slot_bytes", &self.staging.first().map_or(0, |(s, _)| s.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostDecoder {
+    /// A decoder on `gpu` (every later call must pass the same context): creates
+    /// `lanes - 1` streams, an event and the status word. The container buffer and the
+    /// staging slots are allocated on first use.
+    ///
+    /// # Errors
+    /// [`GpuError::Options`] for `chunk_bytes == 0` or `lanes` outside `1..=MAX_LANES`;
+    /// [`GpuError::Cuda`].
+    pub fn new(gpu: &GpuContext, options: HostDecodeOptions) -> Result<Self, GpuError> {
+        if options.chunk_bytes == 0 {
+            return Err(GpuError::Options { what: "chunk_bytes", why: "must be at least 1".into() });
+        }
+        if !(1..=MAX_LANES).contains(&options.lanes) {
+            return Err(GpuError::Options {
+                what: "lanes",
+                why: format!("{} is outside 1..={MAX_LANES}", options.lanes),
+            });
+        }
+        let lanes = (1..options.lanes).map(|_| gpu.context().new_stream()).collect::<Result<Vec<_>, _>>()?;
+        Ok(HostDecoder {
+            options,
+            lanes,
+            container: None,
+            status: gpu.stream().alloc_zeros(1)?,
+            edge: gpu.context().new_event(None)?,
+            staging: Vec::new(),
+        })
+    }
+
+    /// The options this decoder was built with.
+    pub fn options(&self) -> HostDecodeOptions {
+        self.options
+    }
+
+    /// Decodes a host container into the device cache `out` (`2L` tensors `[T, H, D]`
+    /// concatenated in block order, at least `index.values()` words, as
+    /// [`super::decode_device`]), copying chunk after chunk while earlier chunks decode.
+    /// Returns once everything is issued ([`HostContainer::Staged`]: once the last chunk
+    /// is staged); work queued on `gpu.stream()` afterwards is ordered after the decode.
+    /// The returned handle holds the container borrowed while the copy engine may read
+    /// it, and waits on drop.
+    ///
+    /// # Errors
+    /// [`GpuError::Buffer`] for a container of another length than `index`'s, or an
+    /// `out` that is too small; [`GpuError::Cuda`], [`GpuError::Backend`]. An invalid
+    /// container is reported by [`PendingDecode::finish`].
+    pub fn decode<'a>(
+        &'a mut self,
+        gpu: &'a GpuContext,
+        container: HostContainer<'a>,
+        index: &DeviceIndex,
+        out: &mut CudaViewMut<'_, u16>,
+    ) -> Result<PendingDecode<'a>, GpuError> {
+        let (bytes, staged) = match container {
+            HostContainer::Pinned(bytes) => (bytes, false),
+            HostContainer::Staged(bytes) => (bytes, true),
+        };
+        self.decode_chunks(gpu, bytes, index, out, staged)
+    }
+
+    /// Makes sure there are [`STAGING_SLOTS`] page-locked slots of at least `bytes`.
+    fn ensure_staging(&mut self, gpu: &GpuContext, bytes: usize) -> Result<(), GpuError> {
+        if self.staging.len() == STAGING_SLOTS && self.staging.iter().all(|(s, _)| s.len() >= bytes) {
+            return Ok(());
+        }
+        // The old slots may still feed a transfer of an earlier decode whose handle was
+        // leaked; freeing page-locked memory under the copy engine must not happen.
+        for (_, done) in &self.staging {
+            done.synchronize()?;
+        }
+        self.staging.clear();
+        // Rounded up so that a later container with slightly larger chunks reuses them.
+        let bytes = bytes.max(1).next_multiple_of(1 << 20);
+        for _ in 0..STAGING_SLOTS {
+            // Write-combined (cudarc's default): the host only writes these slots, and
+            // write-combining speeds up exactly that.
+            // SAFETY: the memory is uninitialised; it is zeroed through the raw pointer
+            // before any reference to it exists.
+            let mut slot = unsafe { gpu.context().alloc_pinned::<u8>(bytes) }?;
+            let ptr = slot.as_mut_ptr()?;
+            // SAFETY: `ptr` is the start of a live allocation of `bytes` bytes.
+            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+            self.staging.push((slot, gpu.context().new_event(None)?));
+        }
+        Ok(())
+    }
+
+    fn decode_chunks<'a>(
+        &'a mut self,
+        gpu: &'a GpuContext,
+        container: &'a [u8],
+        index: &DeviceIndex,
+        out: &mut CudaViewMut<'_, u16>,
+        staged: bool,
+    ) -> Result<PendingDecode<'a>, GpuError> {
+        check_buffers(index, container.len(), out.len())?;
+        let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
+        let main = gpu.stream();
+        let copy = gpu.side_stream()?;
+        let f = gpu.function(&MODULE, DECODE_KERNEL)?;
+        if staged {
+            let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
+            self.ensure_staging(gpu, largest)?;
+        }
+        if self.container.as_ref().is_none_or(|c| c.len() < container.len()) {
+            // The old buffer is freed in order on the main stream, which joined every
+            // lane of the previous decode: nothing still reads it.
+            self.container = None;
+            self.container = Some(main.alloc_zeros(container.len().max(1))?);
+        }
+        let HostDecoder { lanes, container: device, status, edge, staging, .. } = self;
+        let Some(device) = device.as_mut() else {
+            return Err(GpuError::Buffer { what: "container", why: "device buffer missing".into() });
+        };
+
+        let issued = (|| -> Result<(), GpuError> {
+            main.memset_zeros(status)?;
+            // Fork: the copies and every lane start after the work already on the main
+            // stream (an earlier decode still reading the device buffer, the caller's use of
+            // `out`).
+            edge.record(main)?;
+            copy.wait(edge)?;
+            for lane in lanes.iter() {
+                lane.wait(edge)?;
+            }
+            for (i, chunk) in chunks.iter().enumerate() {
+                let src = &container[chunk.bytes.clone()];
+                let mut dst = device.slice_mut(chunk.bytes.clone());
+                if staged {
+                    let (slot, done) = &mut staging[i % STAGING_SLOTS];
+                    done.synchronize()?;
+                    // No work is recorded on the slot's own event (event tracking is off),
+                    // so this waits for nothing; `done` above did the waiting.
+                    let slot = &mut slot.as_mut_slice()?[..src.len()];
+                    slot.copy_from_slice(src);
+                    copy.memcpy_htod(&*slot, &mut dst)?;
+                    done.record(copy)?;
+                } else {
+                    copy.memcpy_htod(src, &mut dst)?;
+                }
+                edge.record(copy)?;
+                let lane = match i % (lanes.len() + 1) {
+                    0 => main,
+                    k => &lanes[k - 1],
+                };
+                lane.wait(edge)?;
+                let whole = device.slice(..container.len());
+                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, status)?;
+            }
+            // Join: the main stream waits for every lane (and through them for every copy).
+            for lane in lanes.iter() {
+                edge.record(lane)?;
+                main.wait(edge)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = issued {
+            // Copies already issued may still read `container`, whose borrow ends with
+            // this return, and kernels the device buffer, which the next decode
+            // overwrites after forking from a main stream that never joined them: wait
+            // for both (errors here add nothing to `e`).
+            let _ = copy.synchronize();
+            for lane in lanes.iter() {
+                let _ = lane.synchronize();
+            }
+            return Err(e);
+        }
+        Ok(PendingDecode { gpu, status: &*status, container, finished: false })
+    }
+}
+
+impl Drop for HostDecoder {
+    fn drop(&mut self) {
+        // Only a leaked PendingDecode can leave a staging transfer in flight; wait for it
+        // before the slots are unpinned and freed. Errors cannot be returned from drop.
+        for (_, done) in &self.staging {
+            let _ = done.synchronize();
+        }
+    }
+}
+
+/// A decode issued by [`HostDecoder`]: holds the host container and the decoder until
+/// the device is done with them. Finish it to learn whether the container was valid;
+/// dropping it unfinished waits for the device and discards the status.
+#[must_use = "finish() reports an invalid container; dropping waits for the device and ignores it"]
+pub struct PendingDecode<'a> {
+    gpu: &'a GpuContext,
+    status: &'a CudaSlice<u32>,
+    container: &'a [u8],
+    finished: bool,
+}
+
+impl std::fmt::Debug for PendingDecode<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingDecode")
+            .field("container_len", &self.container.len())
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingDecode<'_> {
+    /// Waits for the decode (synchronises the context's main stream) and checks the
+    /// status word.
+    ///
+    /// # Errors
+    /// [`GpuError::Decode`] with the CPU decoder's exact error if a record failed a
+    /// decode-time check (`out` is then unspecified); [`GpuError::Disagreement`] if the
+    /// CPU decoder accepts the bytes; [`GpuError::Cuda`].
+    pub fn finish(mut self) -> Result<(), GpuError> {
+        let stream = self.gpu.stream();
+        stream.synchronize()?;
+        self.finished = true;
+        let status = stream.clone_dtoh(self.status)?[0];
+        if status != 0 {
+            return Err(cpu_error(self.container, status));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingDecode<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // The copy engine may still be reading the borrowed container, which the
+            // caller may reuse once this borrow ends. Errors cannot be returned here.
+            let _ = self.gpu.stream().synchronize();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every record in exactly one chunk, in order; the byte ranges tile `0..len`; each
+    /// chunk's bytes hold its records; no chunk but a single-record one spans more than
+    /// `chunk_bytes` of records.
+    fn check_plan(offsets: &[usize], chunk_bytes: usize) -> Vec<Chunk> {
+        let chunks = plan_chunks(offsets, chunk_bytes);
+        let blocks = offsets.len() - 1;
+        let mut next_record = 0;
+        let mut next_byte = 0;
+        for c in &chunks {
+            assert_eq!(c.records.start, next_record, "{offsets:?} / {chunk_bytes}: {chunks:?}");
+            assert_eq!(c.bytes.start, next_byte, "{offsets:?} / {chunk_bytes}: {chunks:?}");
+            assert!(!c.records.is_empty() || blocks == 0);
+            if !c.records.is_empty() {
+                assert!(c.bytes.start <= offsets[c.records.start]);
+                assert_eq!(c.bytes.end, offsets[c.records.end]);
+                let span = offsets[c.records.end] - offsets[c.records.start];
+                assert!(span <= chunk_bytes.max(1) || c.records.len() == 1, "{c:?} spans {span}");
+            }
+            next_record = c.records.end;
+            next_byte = c.bytes.end;
+        }
+        assert_eq!(next_record, blocks);
+        assert_eq!(next_byte, offsets[blocks]);
+        chunks
+    }
+
+    #[test]
+    fn chunks_cover_the_container() {
+        // A 64-byte header and records of 16, 32, 16, 48 and 16 bytes.
+        let offsets = [64, 80, 112, 128, 176, 192];
+        let c = check_plan(&offsets, 48);
+        assert_eq!(
+            c,
+            vec![
+                Chunk { records: 0..2, bytes: 0..112 },
+                Chunk { records: 2..3, bytes: 112..128 },
+                Chunk { records: 3..4, bytes: 128..176 },
+                Chunk { records: 4..5, bytes: 176..192 },
+            ]
+        );
+        // Larger than the container: one chunk. Smaller than every record (and 0): one
+        // chunk per record.
+        assert_eq!(check_plan(&offsets, 1 << 30), vec![Chunk { records: 0..5, bytes: 0..192 }]);
+        for small in [0, 1, 15] {
+            let c = check_plan(&offsets, small);
+            assert_eq!(c.len(), 5);
+            assert!(c.iter().all(|c| c.records.len() == 1));
+        }
+        for chunk_bytes in 0..=200 {
+            check_plan(&offsets, chunk_bytes);
+        }
+    }
+
+    #[test]
+    fn a_large_record_is_a_chunk_of_its_own() {
+        let offsets = [32, 48, 64, 64 + 1024, 1104, 1120];
+        let c = check_plan(&offsets, 64);
+        assert_eq!(c.iter().map(|c| c.records.clone()).collect::<Vec<_>>(), vec![0..2, 2..3, 3..5]);
+    }
+
+    #[test]
+    fn one_record_and_no_records() {
+        assert_eq!(check_plan(&[48, 96], 1), vec![Chunk { records: 0..1, bytes: 0..96 }]);
+        assert_eq!(check_plan(&[48, 96], 1000), vec![Chunk { records: 0..1, bytes: 0..96 }]);
+        assert_eq!(plan_chunks(&[48], 8), vec![Chunk { records: 0..0, bytes: 0..48 }]);
+        assert_eq!(plan_chunks(&[], 8), vec![]);
+        // Decreasing offsets (impossible after validation) give no inverted range.
+        let bad = plan_chunks(&[64, 200, 100, 300], 8);
+        assert!(bad.iter().all(|c| c.bytes.start <= c.bytes.end));
+    }
+}

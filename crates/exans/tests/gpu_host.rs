@@ -1,0 +1,203 @@
+//! The pipelined decoder from host memory (`exans::gpu::HostDecoder`) against the CPU
+//! reference: bit-exact on the real fixtures for chunk sizes below a record, around
+//! the default and above the container, for one and several decode lanes, from
+//! page-locked and from pageable (staged) memory; a one-record container; and a
+//! corrupted container gives the CPU decoder's exact error. Skips without a GPU unless
+//! `KVCODEC_REQUIRE_GPU=1`.
+
+mod common;
+
+use bf16_field::KvCache;
+use bf16_field::gpu::{GpuContext, gpu_for_test};
+use common::kv_like;
+use cudarc::driver::CudaSlice;
+use exans::gpu::host::DEFAULT_CHUNK_BYTES;
+use exans::gpu::{DeviceIndex, GpuError, HostContainer, HostDecodeOptions, HostDecoder};
+use exans::{container_info, decode_cache, encode_cache, inspect_record};
+
+/// Where the container comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// Copied into page-locked memory first: `HostContainer::Pinned`.
+    Pinned,
+    /// Ordinary memory through the staging slots: `HostContainer::Staged`.
+    Staged,
+}
+
+/// A word no decoded fixture value equals at every position: an output the decoder
+/// did not write stays visible.
+const UNWRITTEN: u16 = 0x7fc1;
+
+/// Decodes `container` through `decoder` into a fresh device cache and reads it back.
+/// `index` is built by the caller (host validation happens there).
+fn host_decode(
+    gpu: &GpuContext,
+    decoder: &mut HostDecoder,
+    container: &[u8],
+    index: &DeviceIndex,
+    source: Source,
+) -> Result<Vec<u16>, GpuError> {
+    let stream = gpu.stream();
+    let mut out: CudaSlice<u16> = stream.clone_htod(&vec![UNWRITTEN; index.values()])?;
+    match source {
+        Source::Pinned => {
+            let pinned = gpu.pinned_copy(container)?;
+            let bytes = pinned.as_slice()?;
+            decoder.decode(gpu, HostContainer::Pinned(bytes), index, &mut out.as_view_mut())?.finish()?;
+        }
+        Source::Staged => {
+            decoder.decode(gpu, HostContainer::Staged(container), index, &mut out.as_view_mut())?.finish()?
+        }
+    }
+    Ok(stream.clone_dtoh(&out)?)
+}
+
+/// Host decodes of `cache`'s container with every chunk size and lane count given, from
+/// both sources, each compared with the original; each decoder decodes twice (reuse).
+fn check_host_round_trip(
+    gpu: &GpuContext,
+    name: &str,
+    cache: &KvCache,
+    block_tokens: usize,
+    chunks: &[usize],
+) {
+    let container = encode_cache(cache, block_tokens).unwrap();
+    assert!(decode_cache(&container).unwrap() == *cache, "{name}: CPU round trip");
+    let want = cache.concat_words();
+    let index = DeviceIndex::new(gpu, &container).unwrap();
+    for &chunk_bytes in chunks {
+        for lanes in [1, 2, 4] {
+            let options = HostDecodeOptions { chunk_bytes, lanes };
+            let mut decoder = HostDecoder::new(gpu, options).unwrap();
+            for source in [Source::Pinned, Source::Staged, Source::Pinned] {
+                let what = format!("{name}, B = {block_tokens}, {options:?}, {source:?}");
+                let got = host_decode(gpu, &mut decoder, &container, &index, source)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                if got != want {
+                    let first = want.iter().zip(&got).position(|(a, b)| a != b);
+                    panic!("{what}: differs from the original, first at value {first:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn host_decode_matches_cpu_on_the_fixtures() {
+    let Some(gpu) = gpu_for_test("host_decode_matches_cpu_on_the_fixtures") else { return };
+    let caches = bf16_field::fixtures::read_all().unwrap();
+    assert_eq!(caches.len(), 2, "expected the two fixtures in {}", bf16_field::fixtures::dir().display());
+    for (name, cache) in caches {
+        for block_tokens in [16, 13] {
+            let container = encode_cache(&cache, block_tokens).unwrap();
+            let info = container_info(&container).unwrap();
+            let smallest_record = info.offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+            // Below every record (one chunk a record), 1 byte, about three records,
+            // the default, and larger than the container (one chunk).
+            let chunks =
+                [smallest_record / 2, 1, 3 * smallest_record, DEFAULT_CHUNK_BYTES, 2 * container.len()];
+            check_host_round_trip(&gpu, &name, &cache, block_tokens, &chunks);
+        }
+    }
+}
+
+#[test]
+fn host_decode_of_one_record_and_small_caches() {
+    let Some(gpu) = gpu_for_test("host_decode_of_one_record_and_small_caches") else { return };
+    // One record (B = T), coded; then a partial trailing block and many tiny records.
+    let one = kv_like(2, 2, 64, 16, 3);
+    let container = encode_cache(&one, 16).unwrap();
+    assert_eq!(container_info(&container).unwrap().blocks(), 1);
+    check_host_round_trip(&gpu, "one record", &one, 16, &[1, 4096, 1 << 30]);
+    check_host_round_trip(&gpu, "partial trailing block", &kv_like(2, 2, 64, 37, 5), 16, &[1, 6000, 1 << 20]);
+    check_host_round_trip(&gpu, "many tiny records", &kv_like(4, 3, 32, 333, 77), 1, &[1, 700, 20_000]);
+}
+
+#[test]
+fn host_decode_refuses_bad_options_and_buffers() {
+    let Some(gpu) = gpu_for_test("host_decode_refuses_bad_options_and_buffers") else { return };
+    for (chunk_bytes, lanes, what) in [(0, 2, "chunk_bytes"), (1, 0, "lanes"), (1, 9, "lanes")] {
+        let err = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes, lanes }).unwrap_err();
+        assert!(matches!(err, GpuError::Options { what: w, .. } if w == what), "{err}");
+    }
+    let cache = kv_like(3, 2, 64, 50, 21);
+    let container = encode_cache(&cache, 16).unwrap();
+    let index = DeviceIndex::new(&gpu, &container).unwrap();
+    let mut decoder = HostDecoder::new(&gpu, HostDecodeOptions::default()).unwrap();
+    let mut out: CudaSlice<u16> = gpu.stream().alloc_zeros(index.values()).unwrap();
+    let short = &container[..container.len() - 16];
+    let err = decoder.decode(&gpu, HostContainer::Staged(short), &index, &mut out.as_view_mut()).unwrap_err();
+    assert!(matches!(err, GpuError::Buffer { what: "container", .. }), "{err}");
+    let mut small = out.slice_mut(..index.values() - 1);
+    let err = decoder.decode(&gpu, HostContainer::Pinned(&container), &index, &mut small).unwrap_err();
+    assert!(matches!(err, GpuError::Buffer { what: "out", .. }), "{err}");
+}
+
+/// `bad` through host validation and the host decoder: the same outcome as the CPU
+/// decoder (the same cache, or the same error). True if the kernel found it.
+fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, bad: &[u8]) -> bool {
+    let cpu = decode_cache(bad);
+    let index = match DeviceIndex::new(gpu, bad) {
+        Ok(index) => index,
+        Err(GpuError::Decode(got)) => {
+            assert_eq!(Err(got), cpu.map(|_| ()), "{what}: host validation");
+            return false;
+        }
+        Err(e) => panic!("{what}: {e}"),
+    };
+    for source in [Source::Pinned, Source::Staged] {
+        match (&cpu, host_decode(gpu, decoder, bad, &index, source)) {
+            (Ok(cache), Ok(got)) => {
+                assert!(cache.concat_words() == got, "{what}, {source:?}: outputs differ")
+            }
+            (Err(cpu), Err(GpuError::Decode(got))) => assert_eq!(&got, cpu, "{what}, {source:?}"),
+            (cpu, got) => panic!("{what}, {source:?}: CPU {:?} vs GPU {:?}", cpu.as_ref().err(), got.err()),
+        }
+    }
+    cpu.is_err()
+}
+
+#[test]
+fn host_decode_reports_the_cpu_error() {
+    let Some(gpu) = gpu_for_test("host_decode_reports_the_cpu_error") else { return };
+    let (_, cache) = bf16_field::fixtures::read_all().unwrap().remove(0);
+    let container = encode_cache(&cache, 16).unwrap();
+    let info = container_info(&container).unwrap();
+    // Small chunks, so the bad record is decoded by a chunk of its own, after others.
+    let options = HostDecodeOptions { chunk_bytes: 600_000, lanes: 2 };
+    let mut decoder = HostDecoder::new(&gpu, options).unwrap();
+    let mut kernel_found = 0;
+    for block in [0, info.blocks() / 2, info.blocks() - 1] {
+        let start = info.offsets[block];
+        let record = inspect_record(info.record(&container, block)).unwrap();
+        assert!(!record.raw);
+        let [_, centers, model, _, words, _] = record.section_bytes;
+        let words_at = 48 + centers + model + 1056;
+        let states = 48 + centers + model + 32;
+        for (spot, at) in [("word 0", words_at), ("word middle", words_at + words / 2), ("state", states + 8)]
+        {
+            for flip in [0x01u8, 0x5a, 0x80] {
+                let mut bad = container.clone();
+                bad[start + at] ^= flip;
+                let what = format!("block {block} {spot} ^ {flip:#x}");
+                kernel_found += check_same_outcome(&gpu, &mut decoder, &what, &bad) as usize;
+            }
+        }
+        // The decoder is still good after a failed decode.
+        let got = host_decode(
+            &gpu,
+            &mut decoder,
+            &container,
+            &DeviceIndex::new(&gpu, &container).unwrap(),
+            Source::Pinned,
+        );
+        assert!(got.unwrap() == cache.concat_words(), "block {block}: decode after an error");
+    }
+    assert!(kernel_found >= 5, "only {kernel_found} corruptions reached the kernel");
+    // Host validation still rejects a truncated container before anything is launched.
+    let truncated = &container[..container.len() - 1];
+    assert!(matches!(
+        DeviceIndex::new(&gpu, truncated),
+        Err(GpuError::Decode(exans::Error::Truncated { .. }))
+    ));
+}
