@@ -66,12 +66,15 @@ __device__ __forceinline__ uint32_t ex_u32(const uint8_t* p) {
 }
 
 // 16-byte global -> shared copy that completes asynchronously (sm_80+).
-__device__ __forceinline__ void ex_cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+__device__ __forceinline__ void ex_cp_async16(uint32_t smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void ex_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void ex_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Waits for every group but the newest one.
+__device__ __forceinline__ void ex_cp_async_wait_all_but_newest() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
 
 __device__ __forceinline__ unsigned long long ex_align16(unsigned long long x) { return (x + 15ull) & ~15ull; }
 
@@ -163,10 +166,22 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
-// The CTA's shared memory, at file scope so that the step loop addresses it with
-// immediate offsets: the packed decode table (spec 5.4) and one word ring per partition.
-__shared__ uint32_t ex_table[EX_TABLE_SLOTS];
-__shared__ __align__(16) uint16_t ex_rings[EX_PARTITIONS][EX_RING];
+// The CTA's dynamic shared memory (ex_dynamic_smem(kWide) bytes; the host raises the
+// kernel's dynamic shared memory limit when that passes 48 KiB): the decode table, then
+// the word rings.
+//   - Decode table, 2^n slots, either 4 bytes a slot (spec 5.4's packing: symbol << 24 |
+//     (freq - 1) << 12 | bias) or, kWide, 8 bytes a slot {freq | symbol << 24, bias}, so a
+//     step gets freq with one AND and adds the bias straight into its multiply-add, at the
+//     cost of twice the table and more bank conflicts.
+//   - Word rings: one EX_RING-word ring per partition, each 2 KiB-aligned in the shared
+//     window (the region has 2 KiB of slack to align it: user shared memory does not start
+//     at a 2 KiB boundary), so a wrapped byte offset is OR-ed into the ring's address.
+#define EX_RING_BYTES (EX_RING * 2)
+__host__ __device__ constexpr unsigned ex_table_bytes(bool wide) { return EX_TABLE_SLOTS * (wide ? 8u : 4u); }
+__host__ __device__ constexpr unsigned ex_dynamic_smem(bool wide) {
+    return ex_table_bytes(wide) + EX_PARTITIONS * EX_RING_BYTES + EX_RING_BYTES;
+}
+extern __shared__ __align__(16) uint8_t ex_smem[];
 
 // Warp-wide ballot without the compiler's divergence check (every caller is converged:
 // the step loops run on all 32 lanes, with per-lane work predicated).
@@ -186,30 +201,34 @@ __device__ __forceinline__ uint32_t ex_ballot(bool p) {
 // renormalisation, which takes the lanes' words in ascending lane order straight from
 // the ring (ballot, then popc of the lower lanes' bits). Every lane reads a ring word,
 // needed or not, so the step has no branch. `pos` counts the partition's words consumed.
-template <bool kAll>
+template <bool kWide, bool kAll>
 __device__ __forceinline__ void ex_decode_round(uint32_t& x, unsigned& pos, uint32_t (&syms)[EX_ROUND / 4],
-                                                unsigned p, uint32_t mask, unsigned precision,
-                                                uint32_t lanes_below, unsigned t0, unsigned run) {
-    // The ring's shared-memory address. (Not OR-able with the wrapped offset: user shared
-    // memory starts 1 KiB into the window on sm_90, so no alignment makes it 2 KiB-aligned.)
-    const uint32_t ring_offset = (uint32_t)__cvta_generic_to_shared(&ex_rings[0][0]) + p * (EX_RING * 2u);
+                                                const void* table, uint32_t ring, uint32_t mask,
+                                                unsigned precision, uint32_t lanes_below, unsigned t0,
+                                                unsigned run) {
     uint32_t pos2 = 2u * pos;                           // bytes into the (unwrapped) stream
 #pragma unroll
     for (int i = 0; i < EX_ROUND; ++i) {
         const bool active = kAll || t0 + i < run;
         uint32_t e = 0;
         if (active) {
-            e = ex_table[x & mask];
             const uint32_t q = x >> precision;
-            // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
-            x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
+            if (kWide) {
+                const uint2 slot = static_cast<const uint2*>(table)[x & mask];
+                e = slot.x;
+                x = (e & 0x1fffu) * q + slot.y;  // freq * (x >> n) + bias
+            } else {
+                e = static_cast<const uint32_t*>(table)[x & mask];
+                // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
+                x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
+            }
         }
         // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
         constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
         syms[i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
         const bool need = active && x < EX_STATE_LOWER;
         const uint32_t ballot = ex_ballot(need);
-        const uint32_t at = ring_offset + ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING * 2u - 1u));
+        const uint32_t at = ring | ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
         uint16_t w;
         asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
         x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
@@ -218,19 +237,24 @@ __device__ __forceinline__ void ex_decode_round(uint32_t& x, unsigned& pos, uint
     pos = pos2 / 2u;
 }
 
-extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
-exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
-                     const unsigned long long* __restrict__ offsets, unsigned first_record,
-                     unsigned end_record, unsigned layers,
-                     unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens,
-                     uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+template <bool kWide>
+__device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ container,
+                                                  unsigned long long container_len,
+                                                  const unsigned long long* __restrict__ offsets,
+                                                  unsigned first_record, unsigned end_record, unsigned layers,
+                                                  unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                                                  unsigned long long tokens, uint16_t* __restrict__ out,
+                                                  unsigned* __restrict__ status) {
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
-    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // symbol << 24 | (freq - 1) << 12
+    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // the slot's word without the bias (see ex_smem)
     __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
     __shared__ uint32_t warp_sums[EX_THREADS / 32];
     __shared__ ExRecord rs;
 
     const unsigned tid = threadIdx.x;
+    // Ring 0's shared address, rounded up to 2 KiB inside the slack (see ex_smem).
+    const uint32_t rings = ((uint32_t)__cvta_generic_to_shared(ex_smem + ex_table_bytes(kWide)) +
+                            (EX_RING_BYTES - 1u)) & ~(EX_RING_BYTES - 1u);
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
     const unsigned long long hd = (unsigned long long)kv_heads * head_dim;
@@ -289,7 +313,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         bool bad = false;
         if (tid < k) {
             entry_cdf[tid] = cdf;
-            entry_base[tid] = (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
+            // freq <= 2^12 once the sum is checked below.
+            entry_base[tid] = kWide ? freq | (symbol << 24) : (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
             bad = freq == 0 || (tid > 0 && entry_symbol[tid - 1] >= symbol);
         }
         // freq < 2^16 and k <= 256: the sum fits u32.
@@ -307,7 +332,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 const unsigned mid = (lo + hi + 1) / 2;
                 if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            ex_table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+            if (kWide)
+                reinterpret_cast<uint2*>(ex_smem)[x] = make_uint2(entry_base[lo], x - entry_cdf[lo]);
+            else
+                reinterpret_cast<uint32_t*>(ex_smem)[x] = entry_base[lo] | (x - entry_cdf[lo]);
         }
         __syncthreads();
 
@@ -357,10 +385,11 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // pos, are requested asynchronously for the next rounds. A lane that renormalises
         // reads its word straight from the ring. Past `count` the ring holds stale words:
         // only an invalid record reads them, and the final check flags it (pos > count).
-        uint16_t* const ring = ex_rings[p];
+        const uint32_t ring = rings + p * EX_RING_BYTES;
         const uint4* const chunks = reinterpret_cast<const uint4*>(words);
         const unsigned total_chunks = (count + 7u) / 8u;
-        unsigned done = 0;  // chunks requested (warp-uniform)
+        unsigned done = 0;      // chunks requested (warp-uniform)
+        unsigned done_old = 0;  // chunks requested before the newest cp.async group
         // Steps where all 32 lanes decode (every lane's run is at least this long) take
         // the fast path, with no per-lane activity test; the rest the general one.
         const unsigned all_active = __reduce_min_sync(0xffffffffu, run);
@@ -370,16 +399,24 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // otherwise value by value.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
+            // The words this round can read are normally in groups older than the newest
+            // (the previous round's lookahead, still in flight), so the wait skips it; if
+            // they are not, they are requested now and every group is waited for.
             const unsigned target = min((pos + EX_ROUND_WORDS + 7u) / 8u, total_chunks);
-            for (unsigned c = done + lane; c < target; c += EX_LANES)
-                ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
-            if (done < target) done = target;
-            ex_cp_async_commit();
-            ex_cp_async_wait_all();
+            if (target > done_old) {  // warp-uniform
+                for (unsigned c = done + lane; c < target; c += EX_LANES)
+                    ex_cp_async16(ring | ((16u * c) & (EX_RING_BYTES - 1)), chunks + c);
+                if (done < target) done = target;
+                ex_cp_async_commit();
+                ex_cp_async_wait_all();
+            } else {
+                ex_cp_async_wait_all_but_newest();
+            }
             __syncwarp();
             const unsigned ahead = min((pos + EX_RING) / 8u, total_chunks);
             for (unsigned c = done + lane; c < ahead; c += EX_LANES)
-                ex_cp_async16(ring + ((8u * c) & (EX_RING - 1)), chunks + c);
+                ex_cp_async16(ring | ((16u * c) & (EX_RING_BYTES - 1)), chunks + c);
+            done_old = done;
             if (done < ahead) done = ahead;
             ex_cp_async_commit();
             // A full round inside one group, aligned, is stored as 16-byte chunks; its
@@ -393,9 +430,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 sm[c] = whole ? reinterpret_cast<const uint4*>(src + t0)[c] : make_uint4(0, 0, 0, 0);
             uint32_t syms[EX_ROUND / 4];
             if (t0 + EX_ROUND <= all_active)
-                ex_decode_round<true>(x, pos, syms, p, mask, precision, lanes_below, t0, run);
+                ex_decode_round<kWide, true>(x, pos, syms, ex_smem, ring, mask, precision, lanes_below, t0, run);
             else
-                ex_decode_round<false>(x, pos, syms, p, mask, precision, lanes_below, t0, run);
+                ex_decode_round<kWide, false>(x, pos, syms, ex_smem, ring, mask, precision, lanes_below, t0, run);
             if (t0 >= run) continue;
             if (whole) {
                 // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low
@@ -451,3 +488,28 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (lane == 0 && flags) atomicOr(status, flags);
     }
 }
+
+// The decoder: 4-byte table, 4 CTAs of 256 threads per SM (64 registers).
+extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
+exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
+                     const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
+                     unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                     unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+    ex_decode_records<false>(container, container_len, offsets, first_record, end_record, layers, kv_heads,
+                             head_dim, block_tokens, tokens, out, status);
+}
+
+// Variants measured against it (same arguments; KVCODEC_EXANS_DECODE_KERNEL selects one):
+// the 8-byte table at 4 and at 3 CTAs per SM, and the 4-byte table at 3 CTAs per SM.
+#define EX_VARIANT(name, wide, ctas)                                                                            \
+    extern "C" __global__ void __launch_bounds__(EX_THREADS, ctas)                                              \
+    name(const uint8_t* __restrict__ container, unsigned long long container_len,                               \
+         const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,             \
+         unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens, \
+         uint16_t* __restrict__ out, unsigned* __restrict__ status) {                                           \
+        ex_decode_records<wide>(container, container_len, offsets, first_record, end_record, layers, kv_heads,  \
+                                head_dim, block_tokens, tokens, out, status);                                   \
+    }
+EX_VARIANT(exans_decode_records_wide, true, 4)
+EX_VARIANT(exans_decode_records_wide_3, true, 3)
+EX_VARIANT(exans_decode_records_3, false, 3)
