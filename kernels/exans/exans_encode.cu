@@ -18,9 +18,10 @@
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
 //         filled from 16-byte loads (EE_HIST_BATCH per lane, the next batch issued before
 //         the current one's updates) when H D is a multiple of 8 and words is 16-byte
-//         aligned, else word by word; its argmax (smallest exponent on a tie) is the
-//         center (spec 2); the histogram is folded, shifted by the center, into the
-//         block's symbol histogram;
+//         aligned (each chunk's 8 sign+mantissa bytes also go to the block's plane in
+//         scratch, 8-byte stores), else word by word; its argmax (smallest exponent on a
+//         tie) is the center (spec 2); the histogram is folded, shifted by the center,
+//         into the block's symbol histogram;
 //      b. every warp prefetches its first round of (c) into L2; the gain table is copied
 //         into shared memory (the histograms' pool, free until c), then warp 0 quantizes
 //         the histogram to 2^12 exactly like Model::quantize (spec 5.2): floor-scaled
@@ -53,8 +54,9 @@
 //      offsets (spec 8); writes the container header, the index and the zero gap.
 //   3. exans_encode_records, one 256-thread CTA per record: writes the record at its
 //      offset, every padding byte included, and the zero gap up to the next record,
-//      16 bytes per store; the sign+mantissa plane from 16-byte loads when H D is a
-//      multiple of 8 and words is 16-byte aligned.
+//      16 bytes per store; the sign+mantissa plane copied from the one step 1 wrote
+//      when H D is a multiple of 8 and words is 16-byte aligned (1 byte per value read
+//      instead of the 2-byte words: this kernel is DRAM-bound), else from the words.
 #include "../common/bf16_field.cuh"
 
 #define EE_THREADS 256
@@ -222,6 +224,14 @@ __device__ __forceinline__ void ee_hist2(uint32_t* s_hist, uint32_t v, uint32_t 
     atomicAdd(&s_hist[((v >> 23) & 0xffu) * EE_COPIES + copy], 1u);
 }
 
+// The sign+mantissa bytes of the four BF16 words packed in a and b, little-endian.
+__device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
+    // Per word: (w >> 8) & 0x80 | w & 0x7f, i.e. bit 15 -> bit 7, bits 0..6 kept.
+    const uint32_t pa = ((a >> 8) & 0x00800080u) | (a & 0x007f007fu);  // bytes 0 and 2
+    const uint32_t pb = ((b >> 8) & 0x00800080u) | (b & 0x007f007fu);
+    return __byte_perm(pa, pb, 0x6420);
+}
+
 // The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
 // (lane) j: row groups of 32 words, the column XOR-swizzled by SPLIT rg mod 32 so that
 // neither the staging stores (for one u: row groups 32 u / SPLIT + sl, sl < 32 / SPLIT,
@@ -297,7 +307,7 @@ __device__ __forceinline__ void ee_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
-    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch) {
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sm_out) {
     // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
     // staging (EE_ROUND rows of 32 lanes' bytes per warp, 4 KiB each).
     __shared__ __align__(16) uint32_t s_pool[EE_WARPS * 256 * EE_COPIES];
@@ -328,6 +338,7 @@ __device__ __forceinline__ void ee_encode_blocks(
         const u64 scratch_base = base * groups;
         uint8_t* centers = centers_out + (u64)blk * groups;
         const uint8_t* cen = groups <= EE_SHARED_GROUPS ? s_centers : centers;
+        uint8_t* const sm_plane = sm_out + scratch_base;  // the block's plane (vec only)
 
         // (a) centers and the symbol histogram.
         for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EE_THREADS)
@@ -362,6 +373,12 @@ __device__ __forceinline__ void ee_encode_blocks(
                             ee_hist2(s_hist, cur[b].y, copy);
                             ee_hist2(s_hist, cur[b].z, copy);
                             ee_hist2(s_hist, cur[b].w, copy);
+                            // The chunk's 8 sign+mantissa bytes into the block's plane, for
+                            // exans_encode_records (1 byte per value there instead of
+                            // reading the 2-byte words again); 8-byte aligned: per_group
+                            // and scratch_base are multiples of 8.
+                            *(uint2*)(sm_plane + g * per_group + 8 * (v + b * EE_LANES)) =
+                                make_uint2(ee_sm4(cur[b].x, cur[b].y), ee_sm4(cur[b].z, cur[b].w));
                         }
                         cur[b] = nxt[b];
                     }
@@ -679,9 +696,10 @@ __device__ __forceinline__ void ee_encode_blocks(
     const uint16_t *__restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,        \
         uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64 *__restrict__ gain,             \
         uint8_t *__restrict__ centers_out, uint16_t *__restrict__ freqs_out, uint32_t *__restrict__ dir_out, \
-        u64 *__restrict__ lens_out, uint16_t *__restrict__ scratch
-#define EE_BLOCKS_ARGS \
-    words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, gain, centers_out, freqs_out, dir_out, lens_out, scratch
+        u64 *__restrict__ lens_out, uint16_t *__restrict__ scratch, uint8_t *__restrict__ sm_out
+#define EE_BLOCKS_ARGS                                                                                        \
+    words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, gain, centers_out, freqs_out, dir_out, lens_out, \
+        scratch, sm_out
 
 extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(EE_BLOCKS_PARAMS) {
     ee_encode_blocks<4>(EE_BLOCKS_ARGS);
@@ -772,19 +790,14 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
     return w;
 }
 
-// The sign+mantissa bytes of the four BF16 words packed in a and b, little-endian.
-__device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
-    // Per word: (w >> 8) & 0x80 | w & 0x7f, i.e. bit 15 -> bit 7, bits 0..6 kept.
-    const uint32_t pa = ((a >> 8) & 0x00800080u) | (a & 0x007f007fu);  // bytes 0 and 2
-    const uint32_t pb = ((b >> 8) & 0x00800080u) | (b & 0x007f007fu);
-    return __byte_perm(pa, pb, 0x6420);
-}
-
-extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
+// At most 48 registers (5 CTAs per SM), as before the plane copy: left alone, ptxas
+// takes 56 for it, and this kernel lives on bytes in flight.
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const uint8_t* __restrict__ centers_in,
     const uint16_t* __restrict__ freqs_in, const uint32_t* __restrict__ dir_in, const u64* __restrict__ lens,
-    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, uint8_t* __restrict__ out) {
+    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sm_in,
+    uint8_t* __restrict__ out) {
     __shared__ uint32_t s_entry[256];  // symbol | freq << 8, by rank
     __shared__ uint32_t s_warp[EE_WARPS];
     __shared__ uint32_t s_k;
@@ -917,25 +930,23 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
             at = ee_align16(at + 2ull * count);
         }
         if (vec) {
-            // 16 values per chunk from two 16-byte loads: per_group is a multiple of 8, so
-            // each half lies in one group; n is a multiple of 8, so only the last chunk's
-            // second half can lie past the end (zero: the gap to the next record).
-            const uint32_t chunks = ((uint32_t)n + 15) / 16, pg = (uint32_t)per_group;
+            // The plane exans_encode_blocks wrote under the same condition, 16 bytes per
+            // chunk (the block's plane starts at scratch_base, a multiple of 16: H D is a
+            // multiple of 8 and 2L even). n is a multiple of 8, so only the last chunk can
+            // end past n, by 8 bytes: those are zero (the gap to the next record) and not
+            // read (they would be the next block's plane, or past the buffer).
+            const uint32_t chunks = ((uint32_t)n + 15) / 16;
+            const uint4* const from = (const uint4*)(sm_in + scratch_base);
             uint4* to = (uint4*)(rec + sm);
-#pragma unroll 2
             for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
-                const uint32_t k0 = c * 16;
-                const uint32_t g = k0 / pg, r = k0 - g * pg;
-                // The second half: 8 words on, in the next group when r + 8 = pg; past n
-                // it reloads the first half (in bounds) and is zeroed.
-                const bool has_b = k0 + 8 < (uint32_t)n;
-                const bool next = r + 8 == pg;
-                const uint32_t g2 = has_b && next ? g + 1 : g;
-                const uint32_t r2 = has_b ? (next ? 0 : r + 8) : r;
-                const uint4 a = __ldg((const uint4*)(words + (u64)g * thd + base + r));
-                uint4 b2 = __ldg((const uint4*)(words + (u64)g2 * thd + base + r2));
-                if (!has_b) b2 = make_uint4(0, 0, 0, 0);
-                to[c] = make_uint4(ee_sm4(a.x, a.y), ee_sm4(a.z, a.w), ee_sm4(b2.x, b2.y), ee_sm4(b2.z, b2.w));
+                uint4 v;
+                if (16 * c + 16 <= (uint32_t)n) {
+                    v = __ldg(from + c);
+                } else {
+                    const uint2 h = __ldg((const uint2*)(from + c));
+                    v = make_uint4(h.x, h.y, 0, 0);
+                }
+                to[c] = v;
             }
             __syncthreads();
             continue;
