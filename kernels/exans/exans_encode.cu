@@ -115,7 +115,8 @@ extern "C" __global__ void exans_encode_gain_table(u64* __restrict__ gain) {
 // x / freq for every x < 2^32 by a multiply-high (libdivide's branch-free u32 scheme):
 // freq = 2^k, k >= 1: magic 0, shift k - 1; otherwise k = floor(log2 freq), magic =
 // 1 + 2 floor(2^(32+k) / freq) (+1 if twice the remainder >= freq), mod 2^32, shift k.
-// freq = 1 is selected around it. The kernel packs shift into bits 28..31 of the entry.
+// q = (t + ((x - t) >> 1)) >> shift with t = umulhi(magic, x) (ee_step). freq = 1 has
+// no such divider; the step's table entry handles it (see where s_tab is filled).
 __device__ __forceinline__ void ee_divider(uint32_t freq, uint32_t& magic, uint32_t& shift) {
     magic = 0;
     shift = 0;
@@ -132,12 +133,6 @@ __device__ __forceinline__ void ee_divider(uint32_t freq, uint32_t& magic, uint3
     if (rem + rem >= freq) m += 1;
     magic = m + 1;
     shift = k;
-}
-
-__device__ __forceinline__ uint32_t ee_divide(uint32_t x, uint32_t freq, uint32_t magic, uint32_t shift) {
-    const uint32_t t = __umulhi(magic, x);
-    const uint32_t q = (t + ((x - t) >> 1)) >> shift;
-    return freq == 1 ? x : q;
 }
 
 // Warp argmax in the quantizer's order: larger weight first, then the smaller symbol.
