@@ -683,10 +683,13 @@ __device__ __forceinline__ void ee_encode_blocks(
     }
 }
 
-// Two register budgets of the same code, so that one device run measures both (the
-// host picks one, gpu_encode.rs): 64 registers, 4 CTAs (32 warps) per SM; or at most 48
-// registers (a few spills, none in the step loop), so that 5 CTAs (40 warps) fit the
-// register file, and 5 x 41 KB of shared memory fit the SM's 228 KB.
+// Three builds of the same code, so that one device run measures each (the host picks
+// one, gpu_encode.rs): 4 staging windows at a time, 64 registers, 4 CTAs (32 warps) per
+// SM (its spills, as ptxas 13 builds it for sm_90, lie outside the loops but for the
+// quantizer's floor-scaled start); 2 windows, same budget; 2 windows in at most 48
+// registers, so that 5 CTAs (40 warps) fit the register file and 5 x 41 KB of shared
+// memory the SM's 228 KB, at the price of spills in the loops (two local loads per 4
+// steps, a few per staging iteration).
 #define EE_BLOCKS_PARAMS                                                                              \
     const uint16_t *__restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,        \
         uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64 *__restrict__ gain,             \
