@@ -47,7 +47,8 @@
 //         (ee_divider: x / freq as a multiply-high, exact for every u32 x), the emit
 //         threshold freq 2^20 with the divider's shift in its low 5 bits, cdf as a bias
 //         and 2^12 - freq, with freq = 1 folded in by ryg_rans's bias trick (no select);
-//         the steps where every lane is active run without the per-lane activity test;
+//         the row groups where every lane is active run in a loop of their own, without
+//         the per-lane activity test, their four table entries loaded first;
 //      d. thread 0 derives the record length (spec 4), or the raw length when the coded
 //         record would not be smaller (spec 7).
 //   2. exans_encode_index, one CTA: exclusive scan of align16(record_len) -> record
@@ -246,14 +247,14 @@ __device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
 //   x'     = (q << 12) + (x - q freq) + cdf = x + tab.z + q tab.w, tab.w = 2^12 - freq.
 // A word shed in this step goes to stk[-(its index among this step's words)]; stk then
 // moves down past them (stk = region + np - 1 - words so far).
+// ALL: the entry tab is given (loaded ahead by the caller), not looked up.
 template <bool ALL>
-__device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint32_t gt, const uint4* s_tab, uint16_t*& stk,
-                                        uint32_t& x) {
+__device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint4 tab, uint32_t gt, const uint4* s_tab,
+                                        uint16_t*& stk, uint32_t& x) {
     if (ALL) active = true;
-    uint4 tab = make_uint4(0, 0, 0, 0);
     bool emit = false;
     if (active) {
-        tab = s_tab[sym];
+        if (!ALL) tab = s_tab[sym];
         emit = (x | 31u) >= tab.y;
     }
     const uint32_t b = __ballot_sync(0xffffffffu, emit);
@@ -270,28 +271,38 @@ __device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint32_t gt, 
 }
 
 // The round's steps t = t_lo + rows - 1 .. t_lo (row t - t_lo), a row group (one staging
-// word, 4 steps) at a time; the groups where every lane is active (t < minlen) skip
-// the per-lane activity test.
+// word, 4 steps) at a time. Row group rg has every lane active (4 rg + 4 <= rows and
+// t_lo + 4 rg + 4 <= minlen) exactly when rg < all, so the groups from the top down to
+// all take the per-lane activity test and the rest run in a loop of their own, without
+// it and without the per-group test.
 template <uint32_t SPLIT>
 __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t minlen, uint32_t len,
                                          uint32_t lane, uint32_t gt, const uint32_t* stage32,
                                          const uint4* s_tab, uint16_t*& stk, uint32_t& x) {
+    const uint32_t all = min(rows / 4, minlen > t_lo ? (minlen - t_lo) / 4 : 0u);
+    uint32_t rg = (rows + 3) / 4;
 #pragma unroll 1
-    for (uint32_t rg = (rows + 3) / 4; rg-- > 0;) {
+    while (rg > all) {
+        --rg;
         const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
         const uint32_t t0 = t_lo + 4 * rg;
-        if (4 * rg + 4 <= rows && t0 + 4 <= minlen) {
-            ee_step<true>(true, wv >> 24, gt, s_tab, stk, x);
-            ee_step<true>(true, (wv >> 16) & 255u, gt, s_tab, stk, x);
-            ee_step<true>(true, (wv >> 8) & 255u, gt, s_tab, stk, x);
-            ee_step<true>(true, wv & 255u, gt, s_tab, stk, x);
-        } else {
 #pragma unroll
-            for (int e = 3; e >= 0; --e) {
-                if (4 * rg + e < rows)
-                    ee_step<false>(t0 + e < len, (wv >> (8 * e)) & 255u, gt, s_tab, stk, x);
-            }
+        for (int e = 3; e >= 0; --e) {
+            if (4 * rg + e < rows)
+                ee_step<false>(t0 + e < len, (wv >> (8 * e)) & 255u, make_uint4(0, 0, 0, 0), gt, s_tab, stk, x);
         }
+    }
+#pragma unroll 1
+    while (rg > 0) {
+        --rg;
+        const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
+        // The four entries first: their loads overlap the steps' dependent chain on x.
+        const uint4 a = s_tab[wv >> 24], b = s_tab[(wv >> 16) & 255u], c = s_tab[(wv >> 8) & 255u],
+                    d = s_tab[wv & 255u];
+        ee_step<true>(true, 0, a, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, b, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, c, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, d, gt, s_tab, stk, x);
     }
 }
 
