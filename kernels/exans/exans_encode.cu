@@ -10,40 +10,54 @@
 // Four launches on one stream, no host synchronisation:
 //   0. exans_encode_gain_table: gain[f] = LOG2[f+1] - LOG2[f] (spec 5.3), f = 1..4095,
 //      computed with the reference's 64-bit integer squaring (bit-identical).
-//   1. exans_encode_blocks, one 256-thread CTA per block:
+//   1. exans_encode_blocks, one 256-thread CTA per block (three builds of one body,
+//      chosen on the host, gpu_encode.rs: SPLIT = 4 staging windows at a time and 64
+//      registers; _split2: SPLIT = 2, 64 registers; _occ5: SPLIT = 2, at most 48
+//      registers, 5 CTAs per SM instead of 4):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
-//         filled from 16-byte loads (the next one issued before the current one's 8
-//         updates) when H D is a multiple of 8 and words is 16-byte aligned, else word by
-//         word; its argmax (smallest exponent on a tie) is the center (spec 2); the
-//         histogram is folded, shifted by the center, into the block's symbol histogram;
-//      b. the gain table is copied into shared memory (the histograms' pool, free until
-//         c), then warp 0 quantizes the histogram to 2^12 exactly like Model::quantize
-//         (spec 5.2): floor-scaled start, add best free / remove worst held slot, then
-//         exchange while a free slot outranks a held one (warp argmax/argmin over 256
-//         symbols by the (count x gain, symbol) total order);
+//         filled from 16-byte loads (EE_HIST_BATCH per lane, the next batch issued before
+//         the current one's updates) when H D is a multiple of 8 and words is 16-byte
+//         aligned (each chunk's 8 sign+mantissa bytes also go to the block's plane in
+//         scratch, 8-byte stores), else word by word; its argmax (smallest exponent on a
+//         tie) is the center (spec 2); the histogram is folded, shifted by the center,
+//         into the block's symbol histogram;
+//      b. every warp prefetches its first round of (c) into L2; the gain table is copied
+//         into shared memory (the histograms' pool, free until c), then warp 0 quantizes
+//         the histogram to 2^12 exactly like Model::quantize (spec 5.2): floor-scaled
+//         start, add best free / remove worst held slot, then exchange while a free slot
+//         outranks a held one (warp argmax/argmin over 256 symbols by the (count x gain,
+//         symbol) total order);
 //      c. warp p encodes partition p (spec 6): lane j is rANS lane j, steps t = m-1..0,
 //         in rounds of EE_ROUND steps. Each round the warp first stages the round's
 //         symbols C = (E + 127 - center) mod 256, 4 steps per word, in its 4 KiB of the
 //         pool: lane j's window (EE_ROUND consecutive words of the stream) is read by
-//         EE_WIN_LANES lanes, EE_SPLIT windows at a time, EE_ROUND / EE_WIN_LANES loads in flight per
-//         lane (the next round's windows are prefetched into L2); then every step reads
-//         its symbol from shared memory (conflict-free by an XOR swizzle), not global.
+//         32 / SPLIT lanes, SPLIT windows at a time, 4 SPLIT loads in flight per lane
+//         (the next round's windows are prefetched into L2); a window that runs into
+//         the next group takes the same loads, its rows past the boundary shifted to
+//         that group and centered by it (word by word only for groups shorter than a
+//         round); then every step reads its symbol from shared memory (conflict-free by
+//         an XOR swizzle), not global.
 //         The lanes that shed a word in step t push it in descending lane order, so its
-//         stack index is tail + popc(ballot & lanemask_gt); the word is stored at
-//         scratch[partition end - 1 - index], which leaves the reversed stream
-//         contiguous at the end of the partition's scratch slice (count_p <= n_p);
-//         x / freq is a multiply-high by a per-symbol magic (ee_divider), exact for
-//         every u32 x; the steps where every lane is active run without the per-lane
-//         activity test;
+//         stack index is (words so far) + popc(ballot & lanemask_gt); the word is stored
+//         at scratch[partition end - 1 - index] (a pointer that moves down by popc(ballot)
+//         per step), which leaves the reversed stream contiguous at the end of the
+//         partition's scratch slice (count_p <= n_p). A step is one 16-byte table load
+//         and about eight ALU operations: the entry holds the divider's magic
+//         (ee_divider: x / freq as a multiply-high, exact for every u32 x), the emit
+//         threshold freq 2^20 with the divider's shift in its low 5 bits, cdf as a bias
+//         and 2^12 - freq, with freq = 1 folded in by ryg_rans's bias trick (no select);
+//         the row groups where every lane is active run in a loop of their own, without
+//         the per-lane activity test, their four table entries loaded first;
 //      d. thread 0 derives the record length (spec 4), or the raw length when the coded
 //         record would not be smaller (spec 7).
 //   2. exans_encode_index, one CTA: exclusive scan of align16(record_len) -> record
 //      offsets (spec 8); writes the container header, the index and the zero gap.
 //   3. exans_encode_records, one 256-thread CTA per record: writes the record at its
 //      offset, every padding byte included, and the zero gap up to the next record,
-//      16 bytes per store; the sign+mantissa plane from 16-byte loads when H D is a
-//      multiple of 8 and words is 16-byte aligned.
+//      16 bytes per store; the sign+mantissa plane copied from the one step 1 wrote
+//      when H D is a multiple of 8 and words is 16-byte aligned (1 byte per value read
+//      instead of the 2-byte words: this kernel is DRAM-bound), else from the words.
 #include "../common/bf16_field.cuh"
 
 #define EE_THREADS 256
@@ -64,8 +78,7 @@
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 #define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
-#define EE_SPLIT 2  // windows staged at once (one per EE_WIN_LANES lanes)
-#define EE_WIN_LANES (EE_LANES / EE_SPLIT)  // must be a multiple of 4 (the swizzle's granule)
+#define EE_HIST_BATCH 4  // 16-byte histogram loads per lane in flight (x2: the next batch too)
 #define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
 typedef unsigned long long u64;
@@ -103,7 +116,8 @@ extern "C" __global__ void exans_encode_gain_table(u64* __restrict__ gain) {
 // x / freq for every x < 2^32 by a multiply-high (libdivide's branch-free u32 scheme):
 // freq = 2^k, k >= 1: magic 0, shift k - 1; otherwise k = floor(log2 freq), magic =
 // 1 + 2 floor(2^(32+k) / freq) (+1 if twice the remainder >= freq), mod 2^32, shift k.
-// freq = 1 is selected around it. The kernel packs shift into bits 28..31 of the entry.
+// q = (t + ((x - t) >> 1)) >> shift with t = umulhi(magic, x) (ee_step). freq = 1 has
+// no such divider; the step's table entry handles it (see where s_tab is filled).
 __device__ __forceinline__ void ee_divider(uint32_t freq, uint32_t& magic, uint32_t& shift) {
     magic = 0;
     shift = 0;
@@ -120,12 +134,6 @@ __device__ __forceinline__ void ee_divider(uint32_t freq, uint32_t& magic, uint3
     if (rem + rem >= freq) m += 1;
     magic = m + 1;
     shift = k;
-}
-
-__device__ __forceinline__ uint32_t ee_divide(uint32_t x, uint32_t freq, uint32_t magic, uint32_t shift) {
-    const uint32_t t = __umulhi(magic, x);
-    const uint32_t q = (t + ((x - t) >> 1)) >> shift;
-    return freq == 1 ? x : q;
 }
 
 // Warp argmax in the quantizer's order: larger weight first, then the smaller symbol.
@@ -212,72 +220,100 @@ __device__ __forceinline__ void ee_hist2(uint32_t* s_hist, uint32_t v, uint32_t 
     atomicAdd(&s_hist[((v >> 23) & 0xffu) * EE_COPIES + copy], 1u);
 }
 
-// The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
-// (lane) j: row groups of 32 words, the column XOR-swizzled by 2 rg mod 32 so that
-// neither the staging stores (16 row groups of a window, two windows j, j ^ 1) nor the
-// step loads (one row group, 32 columns) conflict.
-__device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
-    return rg * EE_LANES + (j ^ ((2u * rg) & 31u));
+// The sign+mantissa bytes of the four BF16 words packed in a and b, little-endian.
+__device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
+    // Per word: (w >> 8) & 0x80 | w & 0x7f, i.e. bit 15 -> bit 7, bits 0..6 kept.
+    const uint32_t pa = ((a >> 8) & 0x00800080u) | (a & 0x007f007fu);  // bytes 0 and 2
+    const uint32_t pb = ((b >> 8) & 0x00800080u) | (b & 0x007f007fu);
+    return __byte_perm(pa, pb, 0x6420);
 }
 
-// One rANS step (spec 6) of symbol sym; ALL: every lane is active.
+// The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
+// (lane) j: row groups of 32 words, the column XOR-swizzled by SPLIT rg mod 32 so that
+// neither the staging stores (for one u: row groups 32 u / SPLIT + sl, sl < 32 / SPLIT,
+// of SPLIT windows jj + d, d < SPLIT, jj a multiple of SPLIT: banks (jj ^ SPLIT sl) + d,
+// all distinct) nor the step loads (one row group, 32 columns) conflict.
+template <uint32_t SPLIT>
+__device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
+    return rg * EE_LANES + (j ^ ((SPLIT * rg) & 31u));
+}
+
+// One rANS step (spec 6) of symbol sym; ALL: every lane is active. The symbol's s_tab
+// entry (see the table's construction) holds the step pre-digested so that the common
+// case is one 16-byte shared load and eight ALU operations:
+//   emit  <=> x >= freq 2^20 <=> (x | 31) >= tab.y (freq 2^20 is a multiple of 32);
+//   q      = x / freq: multiply-high by tab.x, shift by tab.y mod 32 (a funnel shift
+//            takes its amount mod 32, so the shift rides in tab.y's low 5 bits);
+//   x'     = (q << 12) + (x - q freq) + cdf = x + tab.z + q tab.w, tab.w = 2^12 - freq.
+// A word shed in this step goes to stk[-(its index among this step's words)]; stk then
+// moves down past them (stk = region + np - 1 - words so far).
+// ALL: the entry tab is given (loaded ahead by the caller), not looked up.
 template <bool ALL>
-__device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint32_t gt, const uint4* s_tab,
-                                        uint16_t* region, uint32_t top, uint32_t& x, uint32_t& tail) {
+__device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint4 tab, uint32_t gt, const uint4* s_tab,
+                                        uint16_t*& stk, uint32_t& x) {
     if (ALL) active = true;
-    uint32_t freq = 1, cdf = 0, magic = 0, shift = 0;
     bool emit = false;
     if (active) {
-        const uint4 tab = s_tab[sym];
-        magic = tab.x;
-        freq = tab.y;
-        cdf = tab.z;
-        shift = tab.w;
-        emit = (x >> (32 - EE_PRECISION)) >= freq;  // x >= freq 2^20, as integers
+        if (!ALL) tab = s_tab[sym];
+        emit = (x | 31u) >= tab.y;
     }
     const uint32_t b = __ballot_sync(0xffffffffu, emit);
     if (emit) {
-        region[top - (tail + __popc(b & gt))] = (uint16_t)x;  // 32-bit index: one wide multiply-add
+        stk[-(int)__popc(b & gt)] = (uint16_t)x;
         x >>= 16;
     }
-    tail += __popc(b);
+    stk -= __popc(b);
     if (active) {
-        const uint32_t q = ee_divide(x, freq, magic, shift);
-        x = (q << EE_PRECISION) + (x - q * freq) + cdf;
+        const uint32_t t = __umulhi(tab.x, x);
+        const uint32_t q = __funnelshift_r(t + ((x - t) >> 1), 0u, tab.y);
+        x += tab.z + q * tab.w;
     }
 }
 
 // The round's steps t = t_lo + rows - 1 .. t_lo (row t - t_lo), a row group (one staging
-// word, 4 steps) at a time; the groups where every lane is active (t < minlen) skip
-// the per-lane activity test.
+// word, 4 steps) at a time. Row group rg has every lane active (4 rg + 4 <= rows and
+// t_lo + 4 rg + 4 <= minlen) exactly when rg < all, so the groups from the top down to
+// all take the per-lane activity test and the rest run in a loop of their own, without
+// it and without the per-group test.
+template <uint32_t SPLIT>
 __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t minlen, uint32_t len,
                                          uint32_t lane, uint32_t gt, const uint32_t* stage32,
-                                         const uint4* s_tab, uint16_t* region, uint32_t top, uint32_t& x,
-                                         uint32_t& tail) {
+                                         const uint4* s_tab, uint16_t*& stk, uint32_t& x) {
+    const uint32_t all = min(rows / 4, minlen > t_lo ? (minlen - t_lo) / 4 : 0u);
+    uint32_t rg = (rows + 3) / 4;
 #pragma unroll 1
-    for (uint32_t rg = (rows + 3) / 4; rg-- > 0;) {
-        const uint32_t wv = stage32[ee_stage_word(rg, lane)];
+    while (rg > all) {
+        --rg;
+        const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
         const uint32_t t0 = t_lo + 4 * rg;
-        if (4 * rg + 4 <= rows && t0 + 4 <= minlen) {
-            ee_step<true>(true, wv >> 24, gt, s_tab, region, top, x, tail);
-            ee_step<true>(true, (wv >> 16) & 255u, gt, s_tab, region, top, x, tail);
-            ee_step<true>(true, (wv >> 8) & 255u, gt, s_tab, region, top, x, tail);
-            ee_step<true>(true, wv & 255u, gt, s_tab, region, top, x, tail);
-        } else {
 #pragma unroll
-            for (int e = 3; e >= 0; --e) {
-                if (4 * rg + e < rows)
-                    ee_step<false>(t0 + e < len, (wv >> (8 * e)) & 255u, gt, s_tab, region, top, x, tail);
-            }
+        for (int e = 3; e >= 0; --e) {
+            if (4 * rg + e < rows)
+                ee_step<false>(t0 + e < len, (wv >> (8 * e)) & 255u, make_uint4(0, 0, 0, 0), gt, s_tab, stk, x);
         }
+    }
+#pragma unroll 1
+    while (rg > 0) {
+        --rg;
+        const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
+        // The four entries first: their loads overlap the steps' dependent chain on x.
+        const uint4 a = s_tab[wv >> 24], b = s_tab[(wv >> 16) & 255u], c = s_tab[(wv >> 8) & 255u],
+                    d = s_tab[wv & 255u];
+        ee_step<true>(true, 0, a, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, b, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, c, gt, s_tab, stk, x);
+        ee_step<true>(true, 0, d, gt, s_tab, stk, x);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
+// The body of the exans_encode_blocks kernels (below); SPLIT: windows staged at once
+// in (c), EE_LANES / SPLIT lanes each (a multiple of 4, the swizzle's granule).
+template <uint32_t SPLIT>
+__device__ __forceinline__ void ee_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
-    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch) {
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sm_out) {
     // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
     // staging (EE_ROUND rows of 32 lanes' bytes per warp, 4 KiB each).
     __shared__ __align__(16) uint32_t s_pool[EE_WARPS * 256 * EE_COPIES];
@@ -288,7 +324,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
     static_assert(EE_WARPS * EE_ROUND * EE_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
-    static_assert(EE_ROUND % (4 * EE_WIN_LANES) == 0, "whole row groups per staging lane");
+    constexpr uint32_t WIN_LANES = EE_LANES / SPLIT;
+    static_assert(WIN_LANES % 4 == 0 && EE_ROUND % (4 * WIN_LANES) == 0, "whole row groups per staging lane");
 
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const u64 hd = (u64)kv_heads * head_dim;
@@ -307,6 +344,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         const u64 scratch_base = base * groups;
         uint8_t* centers = centers_out + (u64)blk * groups;
         const uint8_t* cen = groups <= EE_SHARED_GROUPS ? s_centers : centers;
+        uint8_t* const sm_plane = sm_out + scratch_base;  // the block's plane (vec only)
 
         // (a) centers and the symbol histogram.
         for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EE_THREADS)
@@ -317,20 +355,39 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             const uint16_t* src = words + g * thd + base;
             const uint32_t copy = lane & (EE_COPIES - 1);
             if (vec) {
-                // 16 bytes per lane per step, the next step's load issued before this
-                // step's 8 histogram updates.
+                // EE_HIST_BATCH 16-byte loads per lane per step (chunks v + 32 b), the next
+                // step's batch issued before this step's updates: the loads' latency was
+                // this loop's main stall with one load in flight. Chunks past n8 are not
+                // loaded and not counted.
                 const uint4* src4 = (const uint4*)src;
                 const uint32_t n8 = (uint32_t)(per_group >> 3);
-                uint4 cur = make_uint4(0, 0, 0, 0);
-                if (lane < n8) cur = src4[lane];
-                for (uint32_t v = lane; v < n8; v += EE_LANES) {
-                    uint4 nxt = make_uint4(0, 0, 0, 0);
-                    if (v + EE_LANES < n8) nxt = src4[v + EE_LANES];
-                    ee_hist2(s_hist, cur.x, copy);
-                    ee_hist2(s_hist, cur.y, copy);
-                    ee_hist2(s_hist, cur.z, copy);
-                    ee_hist2(s_hist, cur.w, copy);
-                    cur = nxt;
+                uint4 cur[EE_HIST_BATCH];
+#pragma unroll
+                for (uint32_t b = 0; b < EE_HIST_BATCH; ++b)
+                    cur[b] = lane + b * EE_LANES < n8 ? src4[lane + b * EE_LANES] : make_uint4(0, 0, 0, 0);
+                for (uint32_t v = lane; v < n8; v += EE_HIST_BATCH * EE_LANES) {
+                    uint4 nxt[EE_HIST_BATCH];
+#pragma unroll
+                    for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
+                        const uint32_t i = v + (EE_HIST_BATCH + b) * EE_LANES;
+                        nxt[b] = i < n8 ? src4[i] : make_uint4(0, 0, 0, 0);
+                    }
+#pragma unroll
+                    for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
+                        if (v + b * EE_LANES < n8) {
+                            ee_hist2(s_hist, cur[b].x, copy);
+                            ee_hist2(s_hist, cur[b].y, copy);
+                            ee_hist2(s_hist, cur[b].z, copy);
+                            ee_hist2(s_hist, cur[b].w, copy);
+                            // The chunk's 8 sign+mantissa bytes into the block's plane, for
+                            // exans_encode_records (1 byte per value there instead of
+                            // reading the 2-byte words again); 8-byte aligned: per_group
+                            // and scratch_base are multiples of 8.
+                            *(uint2*)(sm_plane + g * per_group + 8 * (v + b * EE_LANES)) =
+                                make_uint2(ee_sm4(cur[b].x, cur[b].y), ee_sm4(cur[b].z, cur[b].w));
+                        }
+                        cur[b] = nxt[b];
+                    }
                 }
             } else {
                 for (u64 r = lane; r < per_group; r += EE_LANES)
@@ -377,6 +434,27 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                 if (h[q]) atomicAdd(&s_counts[(e + EE_CENTER_SYMBOL - center) & 255u], h[q]);
             }
             __syncwarp();
+        }
+        // The first round of (c)'s windows (see there) into L2 while warp 0 quantizes: the
+        // round loop prefetches each next round, but nothing covered the first one. A hint
+        // only, for the windows that lie in one group (so every address is a word of the
+        // cache): three addresses at most 128 bytes apart touch every line.
+        {
+            const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
+            const uint32_t np = (uint32_t)(pe - ps), m = (np + EE_LANES - 1) / EE_LANES;
+            const uint32_t lo = lane * m, len = lo < np ? min(m, np - lo) : 0;
+            const uint32_t t_lo = m > EE_ROUND ? m - EE_ROUND : 0;
+            if (len > t_lo) {
+                const uint32_t wl = len - t_lo;  // min(t_hi = m, len) - t_lo, len <= m
+                const uint32_t k0 = (uint32_t)ps + lo + t_lo, pg = (uint32_t)per_group;
+                const uint32_t g0 = k0 / pg, r0 = k0 - g0 * pg;
+                if (r0 + wl <= pg) {
+                    const uint16_t* const wp = words + (u64)g0 * thd + base + r0;
+                    ee_prefetch_l2(wp);
+                    ee_prefetch_l2(wp + wl / 2);
+                    ee_prefetch_l2(wp + wl - 1);
+                }
+            }
         }
         __syncthreads();
         // The gain table into the pool (free from here until (c)), for the quantizer.
@@ -451,17 +529,32 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         }
         __syncthreads();
         {
+            // The step's entry (ee_step): (magic, freq 2^20 | shift, bias, 2^12 - freq).
+            // freq = 1 has no multiply-high divider; magic 2^32 - 1, shift 0 give q = x - 1
+            // (x >= 2^16 > 0), and bias cdf + 2^12 - 1 makes x + bias + q (2^12 - 1) =
+            // 2^12 x + cdf (ryg_rans's trick), so the step needs no select. freq = 2^12
+            // (the only symbol, k = 1) would wrap freq 2^20 to 0: its threshold is
+            // 2^32 - 32 | shift, never reached, since such a step maps x to x and x stays
+            // at 2^16. Absent symbols (freq 0) are never looked up.
             uint32_t magic, shift;
             const uint32_t ent = s_enc[tid];
-            ee_divider(ent & 0xffffu, magic, shift);
-            s_tab[tid] = make_uint4(magic, ent & 0xffffu, (ent >> 16) & 0xfffu, shift);
+            const uint32_t freq = ent & 0xffffu, cdf = (ent >> 16) & 0xfffu;
+            ee_divider(freq, magic, shift);
+            uint32_t bias = cdf;
+            if (freq == 1) {
+                magic = 0xffffffffu;
+                shift = 0;
+                bias += EE_SLOTS - 1;
+            }
+            const uint32_t thr = (freq >= EE_SLOTS ? 0xffffffe0u : freq << (32 - EE_PRECISION)) | shift;
+            s_tab[tid] = make_uint4(magic, thr, bias, EE_SLOTS - freq);
         }
         __syncthreads();
 
         // (c) warp p encodes partition p, in rounds of EE_ROUND steps t = t_hi-1 .. t_lo:
         // the warp first stages the round's symbols C = (E + 127 - center) mod 256 in
         // shared memory (lane j's window of stream indices ps + j m + [t_lo, t_hi) is read
-        // by EE_WIN_LANES lanes), the 4 symbols of rows 4 rg .. 4 rg + 3 (row = t - t_lo)
+        // by WIN_LANES lanes), the 4 symbols of rows 4 rg .. 4 rg + 3 (row = t - t_lo)
         // of column j packed in staging word ee_stage_word(rg, j); then each lane steps
         // through its column, one 32-bit shared load per 4 steps.
         {
@@ -472,10 +565,12 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
             const uint32_t len = lo < np ? min(m, np - lo) : 0;
             const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
             uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EE_LANES);
-            uint32_t x = EE_STATE_LOWER, tail = 0;
-            // The partition's scratch slice; the stack's word k at region[top - k].
+            uint32_t x = EE_STATE_LOWER;
+            // The partition's scratch slice; the stack's word k at region[np - 1 - k], so
+            // the next word's slot is stk = region + np - 1 - (words so far). stk is only
+            // dereferenced at a word's slot (index < count <= np).
             uint16_t* const region = scratch + scratch_base + ps;
-            const uint32_t top = np - 1;
+            uint16_t* stk = region + np - 1;
             const uint32_t gt = ee_lanemask_gt();
             const uint32_t minlen = __shfl_sync(0xffffffffu, len, EE_LANES - 1);  // len falls with lane
             for (uint32_t t_hi = m; t_hi > 0;) {
@@ -494,57 +589,91 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
                     ee_prefetch_l2(wp - 1);
                 }
                 __syncwarp();
-                // EE_SPLIT windows at a time, EE_WIN_LANES lanes each: EE_ROUND / EE_WIN_LANES
+                // SPLIT windows at a time, WIN_LANES lanes each: EE_ROUND / WIN_LANES
                 // loads in flight per lane.
-                const uint32_t sl = lane % EE_WIN_LANES;
+                const uint32_t sl = lane % WIN_LANES;
 #pragma unroll 1
-                for (uint32_t jj = 0; jj < EE_LANES; jj += EE_SPLIT) {
-                    const uint32_t j = jj + lane / EE_WIN_LANES;  // this lane's window
+                for (uint32_t jj = 0; jj < EE_LANES; jj += SPLIT) {
+                    const uint32_t j = jj + lane / WIN_LANES;  // this lane's window
                     const uint32_t wl = __shfl_sync(0xffffffffu, wlen, j);
                     const uint32_t gj = __shfl_sync(0xffffffffu, g0, j);
                     const uint32_t rj = __shfl_sync(0xffffffffu, r0, j);
-                    const uint16_t* const wpj = (const uint16_t*)__shfl_sync(0xffffffffu, (unsigned long long)wp, j);
+                    // Window j's first word (wp of lane j), from its group and row: two
+                    // fewer shuffles and no 64-bit pointer live through the loop.
+                    const uint16_t* const wpj = words + (u64)gj * thd + base + rj;
                     if (rj + EE_ROUND <= pg) {
                         // A whole round's words from rj on lie in group gj: the loads need
                         // no predicate (the ones past wl are dropped). The lane takes row
-                        // groups rg = u EE_WIN_LANES + sl, rows 4 rg .. 4 rg + 3, and stores
+                        // groups rg = u WIN_LANES + sl, rows 4 rg .. 4 rg + 3, and stores
                         // each group's 4 symbols as one word.
                         const uint32_t cj = EE_CENTER_SYMBOL - cen[gj];
                         const uint16_t* const from = wpj + 4 * sl;
                         const int rem = (int)wl - (int)(4 * sl);
-                        uint32_t w[EE_ROUND / EE_WIN_LANES];
+                        uint32_t w[EE_ROUND / WIN_LANES];
 #pragma unroll
-                        for (uint32_t v = 0; v < EE_ROUND / EE_WIN_LANES; ++v)
-                            w[v] = __ldg(from + (v >> 2) * 4 * EE_WIN_LANES + (v & 3));
+                        for (uint32_t v = 0; v < EE_ROUND / WIN_LANES; ++v)
+                            w[v] = __ldg(from + (v >> 2) * 4 * WIN_LANES + (v & 3));
 #pragma unroll
-                        for (uint32_t u = 0; u < EE_ROUND / (4 * EE_WIN_LANES); ++u) {
-                            if ((int)(4 * u * EE_WIN_LANES) < rem) {
-                                const uint32_t rg = u * EE_WIN_LANES + sl;
+                        for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u) {
+                            if ((int)(4 * u * WIN_LANES) < rem) {
+                                const uint32_t rg = u * WIN_LANES + sl;
                                 const uint32_t packed = ((kv_exponent_of(w[4 * u]) + cj) & 255u) |
                                                         ((kv_exponent_of(w[4 * u + 1]) + cj) & 255u) << 8 |
                                                         ((kv_exponent_of(w[4 * u + 2]) + cj) & 255u) << 16 |
                                                         (kv_exponent_of(w[4 * u + 3]) + cj) << 24;
-                                stage32[ee_stage_word(rg, j)] = packed;
+                                stage32[ee_stage_word<SPLIT>(rg, j)] = packed;
+                            }
+                        }
+                    } else if (pg >= EE_ROUND) {
+                        // The window runs into group gj + 1 at row split = pg - rj (a window
+                        // of at most EE_ROUND <= pg words crosses one boundary at most): the
+                        // rows from there on are read thd - pg words further on and take
+                        // that group's center. Same lanes and rows as above, but the rows
+                        // past wl are not loaded: group gj + 1 may lie past the cache. When
+                        // wl = 0, rj may exceed pg; nothing is loaded or stored then.
+                        const uint32_t split = pg - rj;
+                        const u64 jump = thd - pg;
+                        const uint32_t c0 = EE_CENTER_SYMBOL - cen[gj];
+                        const uint32_t c1 = split < wl ? EE_CENTER_SYMBOL - cen[gj + 1] : 0u;
+                        const int rem = (int)wl - (int)(4 * sl);
+                        uint32_t w[EE_ROUND / WIN_LANES];
+#pragma unroll
+                        for (uint32_t v = 0; v < EE_ROUND / WIN_LANES; ++v) {
+                            const uint32_t i = (v >> 2) * 4 * WIN_LANES + 4 * sl + (v & 3);
+                            w[v] = i < wl ? __ldg(wpj + i + (i >= split ? jump : 0ull)) : 0u;
+                        }
+#pragma unroll
+                        for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u) {
+                            if ((int)(4 * u * WIN_LANES) < rem) {
+                                const uint32_t rg = u * WIN_LANES + sl;
+                                uint32_t packed = 0;
+#pragma unroll
+                                for (uint32_t e = 0; e < 4; ++e) {
+                                    const uint32_t c = 4 * rg + e >= split ? c1 : c0;
+                                    packed |= ((kv_exponent_of(w[4 * u + e]) + c) & 255u) << (8 * e);
+                                }
+                                stage32[ee_stage_word<SPLIT>(rg, j)] = packed;
                             }
                         }
                     } else {
-                        // Near a group's end (or a tiny group): word by word.
-                        for (uint32_t i = sl; i < wl; i += EE_WIN_LANES) {
+                        // Tiny groups (fewer words than a round): word by word.
+                        for (uint32_t i = sl; i < wl; i += WIN_LANES) {
                             uint32_t gg = gj, rr = rj + i;
                             if (rr >= pg) {
                                 gg += rr / pg;
                                 rr %= pg;
                             }
                             const uint32_t w = words[(u64)gg * thd + base + rr];
-                            ((uint8_t*)stage32)[4 * ee_stage_word(i >> 2, j) + (i & 3u)] =
+                            ((uint8_t*)stage32)[4 * ee_stage_word<SPLIT>(i >> 2, j) + (i & 3u)] =
                                 (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[gg]);
                         }
                     }
                 }
                 __syncwarp();
-                ee_steps(t_hi - t_lo, t_lo, minlen, len, lane, gt, stage32, s_tab, region, top, x, tail);
+                ee_steps<SPLIT>(t_hi - t_lo, t_lo, minlen, len, lane, gt, stage32, s_tab, stk, x);
                 t_hi = t_lo;
             }
+            const uint32_t tail = (uint32_t)((region + np) - (stk + 1));  // the words pushed
             dir_out[(u64)blk * EE_DIRECTORY_WORDS + EE_PARTITIONS + warp * EE_LANES + lane] = x;
             if (lane == 0) {
                 dir_out[(u64)blk * EE_DIRECTORY_WORDS + warp] = tail;
@@ -563,6 +692,34 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_blocks(
         }
         __syncthreads();
     }
+}
+
+// Three builds of the same code, so that one device run measures each (the host picks
+// one, gpu_encode.rs): 4 staging windows at a time, 64 registers, 4 CTAs (32 warps) per
+// SM (its spills, as ptxas 13 builds it for sm_90, lie outside the loops but for the
+// quantizer's floor-scaled start); 2 windows, same budget; 2 windows in at most 48
+// registers, so that 5 CTAs (40 warps) fit the register file and 5 x 41 KB of shared
+// memory the SM's 228 KB, at the price of spills in the loops (two local loads per 4
+// steps, a few per staging iteration).
+#define EE_BLOCKS_PARAMS                                                                              \
+    const uint16_t *__restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,        \
+        uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64 *__restrict__ gain,             \
+        uint8_t *__restrict__ centers_out, uint16_t *__restrict__ freqs_out, uint32_t *__restrict__ dir_out, \
+        u64 *__restrict__ lens_out, uint16_t *__restrict__ scratch, uint8_t *__restrict__ sm_out
+#define EE_BLOCKS_ARGS                                                                                        \
+    words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, gain, centers_out, freqs_out, dir_out, lens_out, \
+        scratch, sm_out
+
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(EE_BLOCKS_PARAMS) {
+    ee_encode_blocks<4>(EE_BLOCKS_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks_split2(EE_BLOCKS_PARAMS) {
+    ee_encode_blocks<2>(EE_BLOCKS_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_blocks_occ5(EE_BLOCKS_PARAMS) {
+    ee_encode_blocks<2>(EE_BLOCKS_ARGS);
 }
 
 // One CTA: record offsets, the container header, the index and the gap after it.
@@ -642,19 +799,14 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
     return w;
 }
 
-// The sign+mantissa bytes of the four BF16 words packed in a and b, little-endian.
-__device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
-    // Per word: (w >> 8) & 0x80 | w & 0x7f, i.e. bit 15 -> bit 7, bits 0..6 kept.
-    const uint32_t pa = ((a >> 8) & 0x00800080u) | (a & 0x007f007fu);  // bytes 0 and 2
-    const uint32_t pb = ((b >> 8) & 0x00800080u) | (b & 0x007f007fu);
-    return __byte_perm(pa, pb, 0x6420);
-}
-
-extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
+// At most 48 registers (5 CTAs per SM), as before the plane copy: left alone, ptxas
+// takes 56 for it, and this kernel lives on bytes in flight.
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const uint8_t* __restrict__ centers_in,
     const uint16_t* __restrict__ freqs_in, const uint32_t* __restrict__ dir_in, const u64* __restrict__ lens,
-    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, uint8_t* __restrict__ out) {
+    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sm_in,
+    uint8_t* __restrict__ out) {
     __shared__ uint32_t s_entry[256];  // symbol | freq << 8, by rank
     __shared__ uint32_t s_warp[EE_WARPS];
     __shared__ uint32_t s_k;
@@ -787,25 +939,23 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_records(
             at = ee_align16(at + 2ull * count);
         }
         if (vec) {
-            // 16 values per chunk from two 16-byte loads: per_group is a multiple of 8, so
-            // each half lies in one group; n is a multiple of 8, so only the last chunk's
-            // second half can lie past the end (zero: the gap to the next record).
-            const uint32_t chunks = ((uint32_t)n + 15) / 16, pg = (uint32_t)per_group;
+            // The plane exans_encode_blocks wrote under the same condition, 16 bytes per
+            // chunk (the block's plane starts at scratch_base, a multiple of 16: H D is a
+            // multiple of 8 and 2L even). n is a multiple of 8, so only the last chunk can
+            // end past n, by 8 bytes: those are zero (the gap to the next record) and not
+            // read (they would be the next block's plane, or past the buffer).
+            const uint32_t chunks = ((uint32_t)n + 15) / 16;
+            const uint4* const from = (const uint4*)(sm_in + scratch_base);
             uint4* to = (uint4*)(rec + sm);
-#pragma unroll 2
             for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
-                const uint32_t k0 = c * 16;
-                const uint32_t g = k0 / pg, r = k0 - g * pg;
-                // The second half: 8 words on, in the next group when r + 8 = pg; past n
-                // it reloads the first half (in bounds) and is zeroed.
-                const bool has_b = k0 + 8 < (uint32_t)n;
-                const bool next = r + 8 == pg;
-                const uint32_t g2 = has_b && next ? g + 1 : g;
-                const uint32_t r2 = has_b ? (next ? 0 : r + 8) : r;
-                const uint4 a = __ldg((const uint4*)(words + (u64)g * thd + base + r));
-                uint4 b2 = __ldg((const uint4*)(words + (u64)g2 * thd + base + r2));
-                if (!has_b) b2 = make_uint4(0, 0, 0, 0);
-                to[c] = make_uint4(ee_sm4(a.x, a.y), ee_sm4(a.z, a.w), ee_sm4(b2.x, b2.y), ee_sm4(b2.z, b2.w));
+                uint4 v;
+                if (16 * c + 16 <= (uint32_t)n) {
+                    v = __ldg(from + c);
+                } else {
+                    const uint2 h = __ldg((const uint2*)(from + c));
+                    v = make_uint4(h.x, h.y, 0, 0);
+                }
+                to[c] = v;
             }
             __syncthreads();
             continue;

@@ -9,8 +9,9 @@
 //! 1. `exans_encode_gain_table` computes the quantizer's Q32 `log2` gains (spec §5.3)
 //!    with the reference's integer squaring, bit for bit;
 //! 2. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
-//!    (16-byte coalesced loads when `H D` is a multiple of 8), folds the group histograms
-//!    into the block's symbol histogram, quantizes it exactly like `Model::quantize` (one
+//!    (16-byte coalesced loads when `H D` is a multiple of 8, which also write the
+//!    block's sign+mantissa plane to scratch), folds the group histograms into the
+//!    block's symbol histogram, quantizes it exactly like `Model::quantize` (one
 //!    warp, gains in shared memory), encodes partition p with warp p (one rANS lane per
 //!    thread, steps backward in rounds whose symbols are first staged in shared memory
 //!    with coalesced loads, words placed by ballot/popc in the reversed stack order) into
@@ -18,7 +19,8 @@
 //! 3. `exans_encode_index` (one CTA) scans the record lengths into the offsets of spec
 //!    §8 and writes the container header and index;
 //! 4. `exans_encode_records` (one CTA per record) writes each record at its offset,
-//!    padding included.
+//!    padding included (the sign+mantissa plane copied from the one step 2 wrote, when
+//!    it wrote one).
 //!
 //! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
 //! reads it.
@@ -96,8 +98,9 @@ pub fn max_container_len(shape: KvShape, block_tokens: usize) -> Result<usize, E
     Ok(Geometry::new(shape, block_tokens)?.max_len())
 }
 
-/// Device scratch for [`encode_device`]: about two bytes per value (the word streams
-/// before they move into place) plus about 1.6 KiB per block. Reusable for any cache of
+/// Device scratch for [`encode_device`]: about three bytes per value (the word streams
+/// before they move into place, and the sign+mantissa planes) plus about 1.6 KiB per
+/// block. Reusable for any cache of
 /// at most the values, blocks and layers it was sized for.
 pub struct EncodeWorkspace {
     /// The quantizer's gains (spec §5.3), [`GAIN_LEN`] entries.
@@ -115,6 +118,10 @@ pub struct EncodeWorkspace {
     /// Each partition's word stream, at the end of the partition's slice of the block's
     /// `N` slots (block i at `i B H D 2L`).
     scratch: CudaSlice<u16>,
+    /// Each block's sign+mantissa plane (`N` bytes at `i B H D 2L`), written with the
+    /// histograms when `H D` is a multiple of 8, so that the record writer reads one
+    /// byte per value instead of the two-byte words.
+    sm: CudaSlice<u8>,
     capacity_values: usize,
     capacity_blocks: usize,
     capacity_centers: usize,
@@ -143,6 +150,7 @@ impl EncodeWorkspace {
             lens: stream.alloc_zeros(blocks)?,
             offsets: stream.alloc_zeros(blocks + 1)?,
             scratch: stream.alloc_zeros(values)?,
+            sm: stream.alloc_zeros(values)?,
             capacity_values: values,
             capacity_blocks: blocks,
             capacity_centers: centers,
@@ -178,6 +186,23 @@ impl EncodeWorkspace {
             });
         }
         Ok(())
+    }
+}
+
+/// Environment variable that picks the `exans_encode_blocks` build, so that one device
+/// run can time each (they write the same bytes): `split2` selects
+/// `exans_encode_blocks_split2` (two staging windows at a time instead of four, 64
+/// registers), `occ5` selects `exans_encode_blocks_occ5` (two windows, at most 48
+/// registers so that 5 CTAs fit an SM instead of 4); anything else or unset the default
+/// `exans_encode_blocks` (four windows, 64 registers).
+pub const BLOCKS_KERNEL_ENV: &str = "KVCODEC_EXANS_ENCODE_BLOCKS";
+
+/// The `exans_encode_blocks` entry point [`BLOCKS_KERNEL_ENV`] selects.
+fn blocks_kernel() -> &'static str {
+    match std::env::var(BLOCKS_KERNEL_ENV).as_deref() {
+        Ok("split2") => "exans_encode_blocks_split2",
+        Ok("occ5") => "exans_encode_blocks_occ5",
+        _ => "exans_encode_blocks",
     }
 }
 
@@ -244,7 +269,7 @@ pub fn encode_device(
     // slice's length.
     unsafe { launch.launch(cfg) }?;
 
-    let f = gpu.function(&MODULE, "exans_encode_blocks")?;
+    let f = gpu.function(&MODULE, blocks_kernel())?;
     let mut launch = stream.launch_builder(&f);
     launch
         .arg(words)
@@ -259,14 +284,19 @@ pub fn encode_device(
         .arg(&mut workspace.freqs)
         .arg(&mut workspace.directory)
         .arg(&mut workspace.lens)
-        .arg(&mut workspace.scratch);
-    // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
+        .arg(&mut workspace.scratch)
+        .arg(&mut workspace.sm);
+    // SAFETY: the arguments match exans_encode_blocks{,_split2,_occ5} (one body, three
+    // builds): (words: *const u16, layers,
     // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks: u32, gain: *const u64,
-    // centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut u64, scratch: *mut u16).
+    // centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut u64, scratch: *mut u16,
+    // sm: *mut u8).
     // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
     // words.len() (checked above), and gain[f] for 1 <= f <= 4095. Block i writes only
     // its own slots: centers[i 2L ..][..2L], freqs[i 256 ..][..256], dir[i 264 ..][..264],
-    // lens[i] and scratch[i B H D 2L ..][..N_i], all inside the workspace (check_fits).
+    // lens[i], scratch[i B H D 2L ..][..N_i] and sm[i B H D 2L ..][..N_i] (u64 stores,
+    // only when H D is a multiple of 8: 8-byte aligned), all inside the workspace
+    // (check_fits: both hold total_values() elements).
     unsafe { launch.launch(per_block) }?;
 
     let f = gpu.function(&MODULE, "exans_encode_index")?;
@@ -304,13 +334,17 @@ pub fn encode_device(
         .arg(&workspace.lens)
         .arg(&workspace.offsets)
         .arg(&workspace.scratch)
+        .arg(&workspace.sm)
         .arg(&mut *out);
     // SAFETY: the arguments match exans_encode_records(words, layers, kv_heads, head_dim,
-    // block_tokens, tokens, blocks, centers, freqs, dir, lens, offsets, scratch, out). It
-    // reads what exans_encode_blocks wrote for each block (same slots as above) and the
-    // words it read; record i is written in [offsets[i], offsets[i + 1]), and each record
-    // is at most raw-sized, so offsets[blocks] <= max_len <= out.len(); every record
-    // starts 16-byte aligned (spec §8), so its u32 and 16-byte stores are aligned.
+    // block_tokens, tokens, blocks, centers, freqs, dir, lens, offsets, scratch, sm, out).
+    // It reads what exans_encode_blocks wrote for each block (same slots as above; sm
+    // only under the same H D condition, in 16-byte loads: i B H D 2L is then a multiple
+    // of 16, and the last chunk's half past N_i is not read) and the words it read
+    // (raw records, or H D not a multiple of 8); record i is written in [offsets[i],
+    // offsets[i + 1]), and each record is at most raw-sized, so offsets[blocks] <= max_len
+    // <= out.len(); every record starts 16-byte aligned (spec §8), so its u32 and 16-byte
+    // stores are aligned.
     unsafe { launch.launch(per_block) }?;
     workspace.last_blocks = Some(g.blocks);
     Ok(())
