@@ -193,51 +193,142 @@ __device__ __forceinline__ uint32_t ex_ballot(bool p) {
     return b;
 }
 
-// One round of EX_ROUND decode steps of warp `p`'s partition, steps t0 .. t0 + EX_ROUND - 1
-// (spec 6.2): byte i % 4 of syms[i / 4] gets step t0 + i's symbol (unspecified for a lane
-// that has no symbol in that step). kAll: every lane decodes in every step of the round,
-// so the per-lane activity test is compiled out. Per step and lane: the table lookup, the
-// state update x = freq * (x >> n) + bias, the symbol packed by one byte permute, and the
-// renormalisation, which takes the lanes' words in ascending lane order straight from
-// the ring (ballot, then popc of the lower lanes' bits). Every lane reads a ring word,
-// needed or not, so the step has no branch. `pos` counts the partition's words consumed.
-template <bool kWide, bool kAll>
-__device__ __forceinline__ void ex_decode_round(uint32_t& x, unsigned& pos, uint32_t (&syms)[EX_ROUND / 4],
-                                                const void* table, uint32_t ring, uint32_t mask,
-                                                unsigned precision, uint32_t lanes_below, unsigned t0,
-                                                unsigned run) {
-    uint32_t pos2 = 2u * pos;                           // bytes into the (unwrapped) stream
-#pragma unroll
-    for (int i = 0; i < EX_ROUND; ++i) {
-        const bool active = kAll || t0 + i < run;
-        uint32_t e = 0;
-        if (active) {
-            const uint32_t q = x >> precision;
-            if (kWide) {
-                const uint2 slot = static_cast<const uint2*>(table)[x & mask];
-                e = slot.x;
-                x = (e & 0x1fffu) * q + slot.y;  // freq * (x >> n) + bias
-            } else {
-                e = static_cast<const uint32_t*>(table)[x & mask];
-                // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
-                x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
-            }
-        }
-        // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
-        constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
-        syms[i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
-        const bool need = active && x < EX_STATE_LOWER;
-        const uint32_t ballot = ex_ballot(need);
-        const uint32_t at = ring | ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
-        uint16_t w;
-        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
-        x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
-        pos2 += 2u * __popc(ballot);
-    }
-    pos = pos2 / 2u;
+// One lane's view of one partition (spec 6.2) while the partition is decoded.
+struct ExLane {
+    uint32_t x;             // rANS state
+    unsigned pos;           // words of the partition consumed (warp-uniform)
+    unsigned run;           // symbols this lane decodes
+    unsigned count;         // words in the partition's stream
+    unsigned total_chunks;  // 16-byte chunks of the stream
+    unsigned done;          // chunks requested (warp-uniform)
+    unsigned done_old;      // chunks requested before the newest cp.async group
+    uint32_t ring;          // the partition's word ring (shared address)
+    const uint4* chunks;    // the stream
+    unsigned g, r;          // group of the next value, and its offset in the group
+    uint32_t center;        // that group's center
+    uint16_t* dst;          // where the next value goes
+    const uint8_t* src;     // the lane's first sign+mantissa byte
+};
+
+// Requests the stream chunks [from, to) of `lane`'s partition into its ring (one 16-byte
+// cp.async per chunk, lanes striding).
+__device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsigned to, unsigned lane) {
+    for (unsigned c = from + lane; c < to; c += EX_LANES)
+        ex_cp_async16(l.ring | ((16u * c) & (EX_RING_BYTES - 1)), l.chunks + c);
 }
 
-template <bool kWide>
+// One round of EX_ROUND decode steps of the warp's kPer partitions, steps t0 .. t0 +
+// EX_ROUND - 1 (spec 6.2): byte i % 4 of syms[j][i / 4] gets partition j's step t0 + i
+// symbol (unspecified for a lane that has no symbol in that step). kAll: every lane
+// decodes in every step of the round, so the per-lane activity test is compiled out. Per
+// step, lane and partition: the table lookup, the state update x = freq * (x >> n) +
+// bias, the symbol packed by one byte permute, and the renormalisation, which takes the
+// lanes' words in ascending lane order straight from the ring (ballot, then popc of the
+// lower lanes' bits). Every lane reads a ring word, needed or not, so the step has no
+// branch. The kPer partitions' steps interleave: their chains are independent.
+template <bool kWide, bool kAll, int kPer>
+__device__ __forceinline__ void ex_decode_round(ExLane (&L)[kPer], uint32_t (&syms)[kPer][EX_ROUND / 4],
+                                                const void* table, uint32_t mask, unsigned precision,
+                                                uint32_t lanes_below, unsigned t0) {
+    uint32_t pos2[kPer];  // bytes into each (unwrapped) stream
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) pos2[j] = 2u * L[j].pos;
+#pragma unroll
+    for (int i = 0; i < EX_ROUND; ++i) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            uint32_t& x = L[j].x;
+            const bool active = kAll || t0 + i < L[j].run;
+            uint32_t e = 0;
+            if (active) {
+                const uint32_t q = x >> precision;
+                if (kWide) {
+                    const uint2 slot = static_cast<const uint2*>(table)[x & mask];
+                    e = slot.x;
+                    x = (e & 0x1fffu) * q + slot.y;  // freq * (x >> n) + bias
+                } else {
+                    e = static_cast<const uint32_t*>(table)[x & mask];
+                    // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
+                    x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
+                }
+            }
+            // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
+            constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
+            syms[j][i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[j][i / 4], e, kKeepAndInsert[i % 4]);
+            const bool need = active && x < EX_STATE_LOWER;
+            const uint32_t ballot = ex_ballot(need);
+            const uint32_t at =
+                L[j].ring | ((pos2[j] + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
+            uint16_t w;
+            asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
+            x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
+            pos2[j] += 2u * __popc(ballot);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) L[j].pos = pos2[j] / 2u;
+}
+
+// Joins a round's symbols with their sign+mantissa bytes and writes them: as 16-byte
+// chunks when `whole` (sm holds the round's sign+mantissa bytes), else value by value.
+// Advances the lane's output position, group and center.
+__device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, const uint4 (&sm)[EX_ROUND / 16],
+                                               const uint32_t (&syms)[EX_ROUND / 4], unsigned t0,
+                                               unsigned group_len, unsigned long long group_jump,
+                                               const uint8_t* rp) {
+    if (t0 >= l.run) return;
+    if (whole) {
+        // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits,
+        // then flip the top bit by the carry-less sum of the top bits.
+        const uint32_t c4 = ((l.center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
+        const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
+#pragma unroll
+        for (int c = 0; c < EX_ROUND / 16; ++c) {
+            uint32_t e4[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t s = syms[4 * c + j];
+                e4[j] = ((s & 0x7f7f7f7fu) + c4_low) ^ ((s & 0x80808080u) ^ c4_top);
+            }
+            const uint2 a = kv_join_quad(e4[0], sm[c].x);
+            const uint2 b = kv_join_quad(e4[1], sm[c].y);
+            const uint2 d = kv_join_quad(e4[2], sm[c].z);
+            const uint2 h = kv_join_quad(e4[3], sm[c].w);
+            reinterpret_cast<uint4*>(l.dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
+            reinterpret_cast<uint4*>(l.dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
+        }
+        l.dst += EX_ROUND;
+        l.r += EX_ROUND;
+        if (l.r == group_len) {
+            l.r = 0;
+            ++l.g;
+            l.dst += group_jump;
+            if (t0 + EX_ROUND < l.run) l.center = rp[EX_HEADER_LEN + l.g];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EX_ROUND; ++i) {
+            const unsigned t = t0 + i;
+            if (t < l.run) {
+                const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
+                const uint32_t exponent = (sym + l.center - EX_CENTER_SYMBOL) & 0xffu;
+                *l.dst++ = (uint16_t)kv_join(exponent, l.src[t]);
+                if (++l.r == group_len) {
+                    l.r = 0;
+                    ++l.g;
+                    l.dst += group_jump;
+                    if (t + 1 < l.run) l.center = rp[EX_HEADER_LEN + l.g];
+                }
+            }
+        }
+    }
+}
+
+// The decoder body. kWide: 8-byte decode table (see ex_smem). kPer: partitions per warp,
+// 1 or 2 (the CTA has 8 / kPer warps); with 2, every lane runs two independent rANS
+// states, one of partition w and one of partition w + 8 / kPer, whose steps interleave so
+// that one's table and ring loads are in flight while the other computes.
+template <bool kWide, int kPer>
 __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ container,
                                                   unsigned long long container_len,
                                                   const unsigned long long* __restrict__ offsets,
@@ -245,10 +336,12 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                                                   unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
                                                   unsigned long long tokens, uint16_t* __restrict__ out,
                                                   unsigned* __restrict__ status) {
+    constexpr unsigned kWarps = EX_PARTITIONS / kPer;
+    constexpr unsigned kThreads = kWarps * 32;
+    constexpr unsigned kEntries = EX_MAX_SYMBOLS / kThreads;  // model entries per thread
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
     __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // the slot's word without the bias (see ex_smem)
-    __shared__ uint32_t entry_symbol[EX_MAX_SYMBOLS];
-    __shared__ uint32_t warp_sums[EX_THREADS / 32];
+    __shared__ uint32_t warp_sums[kWarps];
     __shared__ ExRecord rs;
 
     const unsigned tid = threadIdx.x;
@@ -257,6 +350,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                             (EX_RING_BYTES - 1u)) & ~(EX_RING_BYTES - 1u);
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
+    const uint32_t lanes_below = (1u << lane) - 1u;
     const unsigned long long hd = (unsigned long long)kv_heads * head_dim;
     const unsigned long long tensor_values = tokens * hd;  // T H D: one group's stride in `out`
 
@@ -280,23 +374,33 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             // and the container are 16-byte aligned).
             const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EX_HEADER_LEN);
             for (unsigned g = 0; g < rs.groups; ++g) {
-                for (unsigned long long i = tid; i < per_group; i += EX_THREADS)
+                for (unsigned long long i = tid; i < per_group; i += kThreads)
                     out[g * tensor_values + out_block + i] = src[g * per_group + i];
             }
             continue;
         }
 
-        // ---- Model: one entry per thread, cdf by a block-wide exclusive scan. ----
+        // ---- Model: kEntries consecutive entries per thread, cdf by a block scan. ----
         const unsigned k = rs.symbols;
         const unsigned precision = rs.precision;
-        uint32_t freq = 0, symbol = 0;
-        if (tid < k) {
-            const uint8_t* e = rp + rs.model_offset + 2 + 3 * tid;
-            symbol = e[0];
-            freq = ex_u16(e + 1);
-            entry_symbol[tid] = symbol;
+        uint32_t freqs[kEntries], symbols[kEntries], local = 0;
+        bool bad = false;
+#pragma unroll
+        for (unsigned j = 0; j < kEntries; ++j) {
+            const unsigned i = tid * kEntries + j;
+            freqs[j] = 0;
+            symbols[j] = 0;
+            if (i < k) {
+                const uint8_t* e = rp + rs.model_offset + 2 + 3 * i;
+                symbols[j] = e[0];
+                freqs[j] = ex_u16(e + 1);
+                bad = bad || freqs[j] == 0;
+                // Strictly ascending symbols: entry i - 1 is read straight from the record.
+                if (i > 0) bad = bad || rp[rs.model_offset + 2 + 3 * (i - 1)] >= symbols[j];
+            }
+            local += freqs[j];
         }
-        uint32_t incl = freq;
+        uint32_t incl = local;
 #pragma unroll
         for (int d = 1; d < 32; d *= 2) {
             const uint32_t v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -304,18 +408,22 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         }
         if (lane == 31) warp_sums[warp] = incl;
         __syncthreads();
-        uint32_t before = 0, total = 0;
-        for (unsigned w = 0; w < EX_THREADS / 32; ++w) {
-            if (w < warp) before += warp_sums[w];
+        uint32_t cdf = 0, total = 0;
+        for (unsigned w = 0; w < kWarps; ++w) {
+            if (w < warp) cdf += warp_sums[w];
             total += warp_sums[w];
         }
-        const uint32_t cdf = before + incl - freq;
-        bool bad = false;
-        if (tid < k) {
-            entry_cdf[tid] = cdf;
-            // freq <= 2^12 once the sum is checked below.
-            entry_base[tid] = kWide ? freq | (symbol << 24) : (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
-            bad = freq == 0 || (tid > 0 && entry_symbol[tid - 1] >= symbol);
+        cdf += incl - local;  // the cdf of this thread's first entry
+#pragma unroll
+        for (unsigned j = 0; j < kEntries; ++j) {
+            const unsigned i = tid * kEntries + j;
+            if (i < k) {
+                entry_cdf[i] = cdf;
+                // freq <= 2^12 once the sum is checked below.
+                entry_base[i] = kWide ? freqs[j] | (symbols[j] << 24)
+                                      : (symbols[j] << 24) | (((freqs[j] - 1) & 0xfffu) << 12);
+            }
+            cdf += freqs[j];
         }
         // freq < 2^16 and k <= 256: the sum fits u32.
         bad = bad || total != (1u << precision);
@@ -326,7 +434,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
         // A valid model has cdf[0] = 0 and strictly increasing cdfs.
         const unsigned slots = 1u << precision;
-        for (unsigned x = tid; x < slots; x += EX_THREADS) {
+        for (unsigned x = tid; x < slots; x += kThreads) {
             unsigned lo = 0, hi = k - 1;
             while (lo < hi) {
                 const unsigned mid = (lo + hi + 1) / 2;
@@ -339,152 +447,131 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         }
         __syncthreads();
 
-        // ---- Partition `warp`: 32 lanes, step-major. ----
+        // ---- Partitions warp + kWarps * j: 32 lanes each, step-major. ----
         // N < 2^32 (a u32 header field), so every count below fits 32 bits; only output
         // addresses need 64.
-        const unsigned p = warp;
-        const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
-        const unsigned p_end = (unsigned)((p + 1) * n / EX_PARTITIONS);
-        const unsigned p_len = p_end - p_start;
-        const unsigned m = (p_len + EX_LANES - 1) / EX_LANES;
-        // Lanes 0..full own m symbols; lane `full` owns rem when rem > 0; the rest none.
-        const unsigned full = m ? p_len / m : 0;
-        const unsigned rem = m ? p_len % m : 0;
-        const unsigned run = lane < full ? m : (lane == full ? rem : 0);
-        uint32_t x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
-        if (__any_sync(0xffffffffu, x < EX_STATE_LOWER)) {
+        const uint32_t mask = slots - 1;
+        const unsigned group_len = (unsigned)per_group;
+        const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
+        ExLane L[kPer];
+        unsigned m = 0, all_active = ~0u, x_bad = 0;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            ExLane& l = L[j];
+            const unsigned p = warp + kWarps * j;
+            const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
+            const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
+            const unsigned pm = (p_len + EX_LANES - 1) / EX_LANES;
+            // Lanes 0..full own pm symbols; lane `full` owns rem when rem > 0; the rest none.
+            const unsigned full = pm ? p_len / pm : 0;
+            const unsigned rem = pm ? p_len % pm : 0;
+            l.run = lane < full ? pm : (lane == full ? rem : 0);
+            m = max(m, pm);
+            all_active = min(all_active, l.run);
+            l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
+            x_bad |= l.x < EX_STATE_LOWER;
+            l.pos = 0;
+            l.count = rs.counts[p];
+            l.total_chunks = (l.count + 7u) / 8u;
+            l.done = l.done_old = 0;
+            // The stream is staged through the partition's ring in 16-byte chunks (the
+            // stream is 16-byte aligned and padded to 16 inside the record, so chunk
+            // c < ceil(count/8) is inside the record): word i sits at ring[i % EX_RING].
+            // Before a round every word it can read is in the ring (loaded synchronously if
+            // the lookahead fell short); then the chunks up to pos + EX_RING, whose slots
+            // hold only words below pos, are requested asynchronously for the next rounds.
+            // A lane that renormalises reads its word straight from the ring. Past `count`
+            // the ring holds stale words: only an invalid record reads them, and the final
+            // check flags it (pos > count).
+            l.ring = rings + p * EX_RING_BYTES;
+            l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
+            // This lane's first value v0, its group g, offset r in the group, output
+            // address and sign+mantissa bytes.
+            const unsigned v0 = p_start + lane * pm;
+            l.g = l.r = 0;
+            l.center = 0;
+            l.dst = out;
+            if (l.run > 0) {
+                l.g = v0 / group_len;
+                l.r = v0 % group_len;
+                l.dst = out + (l.g * tensor_values + out_block + l.r);
+                l.center = rp[EX_HEADER_LEN + l.g];
+            }
+            l.src = rp + rs.sign_mantissa + v0;
+        }
+        if (__any_sync(0xffffffffu, x_bad)) {
             if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
             continue;  // warp-uniform; no block barrier until the next record
         }
-        const uint16_t* words = reinterpret_cast<const uint16_t*>(rp + rs.streams[p]);
-        const unsigned count = rs.counts[p];
-        const uint32_t mask = slots - 1;
-        const uint32_t lanes_below = (1u << lane) - 1u;
-        const unsigned group_len = (unsigned)per_group;
-
-        // This lane's first value v0, its group g, offset r in the group, output address
-        // and sign+mantissa bytes.
-        const unsigned v0 = p_start + lane * m;
-        unsigned g = 0, r = 0;
-        uint32_t center = 0;
-        uint16_t* dst = out;
-        if (run > 0) {
-            g = v0 / group_len;
-            r = v0 % group_len;
-            dst = out + (g * tensor_values + out_block + r);
-            center = rp[EX_HEADER_LEN + g];
-        }
-        const uint8_t* src = rp + rs.sign_mantissa + v0;
-        const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
-        unsigned pos = 0;  // words consumed by the partition (warp-uniform; <= p_len)
-        // The stream is staged through this warp's ring in 16-byte chunks (the stream is
-        // 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
-        // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
-        // word it can read is in the ring (loaded synchronously if the lookahead fell
-        // short); then the chunks up to pos + EX_RING, whose slots hold only words below
-        // pos, are requested asynchronously for the next rounds. A lane that renormalises
-        // reads its word straight from the ring. Past `count` the ring holds stale words:
-        // only an invalid record reads them, and the final check flags it (pos > count).
-        const uint32_t ring = rings + p * EX_RING_BYTES;
-        const uint4* const chunks = reinterpret_cast<const uint4*>(words);
-        const unsigned total_chunks = (count + 7u) / 8u;
-        unsigned done = 0;      // chunks requested (warp-uniform)
-        unsigned done_old = 0;  // chunks requested before the newest cp.async group
-        // Steps where all 32 lanes decode (every lane's run is at least this long) take
-        // the fast path, with no per-lane activity test; the rest the general one.
-        const unsigned all_active = __reduce_min_sync(0xffffffffu, run);
+        // Steps where all 32 lanes of every partition of the warp decode take the fast
+        // path, with no per-lane activity test; the rest the general one.
+        all_active = __reduce_min_sync(0xffffffffu, all_active);
         // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
         // whole 16-byte chunks when the round is full, inside one group and aligned;
         // otherwise value by value.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
-            __syncwarp();  // every lane's reads of the previous round are done with the ring
+            __syncwarp();  // every lane's reads of the previous round are done with the rings
             // The words this round can read are normally in groups older than the newest
             // (the previous round's lookahead, still in flight), so the wait skips it; if
             // they are not, they are requested now and every group is waited for.
-            const unsigned target = min((pos + EX_ROUND_WORDS + 7u) / 8u, total_chunks);
-            if (target > done_old) {  // warp-uniform
-                for (unsigned c = done + lane; c < target; c += EX_LANES)
-                    ex_cp_async16(ring | ((16u * c) & (EX_RING_BYTES - 1)), chunks + c);
-                if (done < target) done = target;
+            bool top_up = false;
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) {
+                ExLane& l = L[j];
+                const unsigned target = min((l.pos + EX_ROUND_WORDS + 7u) / 8u, l.total_chunks);
+                if (target > l.done_old) {  // warp-uniform
+                    ex_request(l, l.done, target, lane);
+                    l.done = max(l.done, target);
+                    top_up = true;
+                }
+            }
+            if (top_up) {
                 ex_cp_async_commit();
                 ex_cp_async_wait_all();
             } else {
                 ex_cp_async_wait_all_but_newest();
             }
             __syncwarp();
-            const unsigned ahead = min((pos + EX_RING) / 8u, total_chunks);
-            for (unsigned c = done + lane; c < ahead; c += EX_LANES)
-                ex_cp_async16(ring | ((16u * c) & (EX_RING_BYTES - 1)), chunks + c);
-            done_old = done;
-            if (done < ahead) done = ahead;
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) {
+                ExLane& l = L[j];
+                const unsigned ahead = min((l.pos + EX_RING) / 8u, l.total_chunks);
+                ex_request(l, l.done, ahead, lane);
+                l.done_old = l.done;
+                l.done = max(l.done, ahead);
+            }
             ex_cp_async_commit();
             // A full round inside one group, aligned, is stored as 16-byte chunks; its
             // sign+mantissa bytes are loaded now, so the load's latency hides behind the
             // round's decode steps.
-            const bool whole = t0 + EX_ROUND <= run && r + EX_ROUND <= group_len &&
-                               ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src + t0)) & 15u) == 0;
-            uint4 sm[EX_ROUND / 16];
+            bool whole[kPer];
+            uint4 sm[kPer][EX_ROUND / 16];
+            uint32_t syms[kPer][EX_ROUND / 4];
 #pragma unroll
-            for (int c = 0; c < EX_ROUND / 16; ++c)
-                sm[c] = whole ? reinterpret_cast<const uint4*>(src + t0)[c] : make_uint4(0, 0, 0, 0);
-            uint32_t syms[EX_ROUND / 4];
-            if (t0 + EX_ROUND <= all_active)
-                ex_decode_round<kWide, true>(x, pos, syms, ex_smem, ring, mask, precision, lanes_below, t0, run);
-            else
-                ex_decode_round<kWide, false>(x, pos, syms, ex_smem, ring, mask, precision, lanes_below, t0, run);
-            if (t0 >= run) continue;
-            if (whole) {
-                // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low
-                // 7 bits, then flip the top bit by the carry-less sum of the top bits.
-                const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
-                const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
+            for (int j = 0; j < kPer; ++j) {
+                const ExLane& l = L[j];
+                whole[j] = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&
+                           ((reinterpret_cast<uintptr_t>(l.dst) | reinterpret_cast<uintptr_t>(l.src + t0)) & 15u) == 0;
 #pragma unroll
-                for (int c = 0; c < EX_ROUND / 16; ++c) {
-                    uint32_t e4[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const uint32_t s = syms[4 * c + j];
-                        e4[j] = ((s & 0x7f7f7f7fu) + c4_low) ^ ((s & 0x80808080u) ^ c4_top);
-                    }
-                    const uint2 a = kv_join_quad(e4[0], sm[c].x);
-                    const uint2 b = kv_join_quad(e4[1], sm[c].y);
-                    const uint2 d = kv_join_quad(e4[2], sm[c].z);
-                    const uint2 h = kv_join_quad(e4[3], sm[c].w);
-                    reinterpret_cast<uint4*>(dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
-                    reinterpret_cast<uint4*>(dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
-                }
-                dst += EX_ROUND;
-                r += EX_ROUND;
-                if (r == group_len) {
-                    r = 0;
-                    ++g;
-                    dst += group_jump;
-                    if (t0 + EX_ROUND < run) center = rp[EX_HEADER_LEN + g];
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < EX_ROUND; ++i) {
-                    const unsigned t = t0 + i;
-                    if (t < run) {
-                        const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
-                        const uint32_t exponent = (sym + center - EX_CENTER_SYMBOL) & 0xffu;
-                        *dst++ = (uint16_t)kv_join(exponent, src[t]);
-                        if (++r == group_len) {
-                            r = 0;
-                            ++g;
-                            dst += group_jump;
-                            if (t + 1 < run) center = rp[EX_HEADER_LEN + g];
-                        }
-                    }
-                }
+                for (int c = 0; c < EX_ROUND / 16; ++c)
+                    sm[j][c] = whole[j] ? reinterpret_cast<const uint4*>(l.src + t0)[c] : make_uint4(0, 0, 0, 0);
             }
+            if (t0 + EX_ROUND <= all_active)
+                ex_decode_round<kWide, true, kPer>(L, syms, ex_smem, mask, precision, lanes_below, t0);
+            else
+                ex_decode_round<kWide, false, kPer>(L, syms, ex_smem, mask, precision, lanes_below, t0);
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) ex_store_round(L[j], whole[j], sm[j], syms[j], t0, group_len, group_jump, rp);
         }
-        ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
+        ex_cp_async_wait_all();  // nothing may land in a ring once the next record uses it
         unsigned flags = 0;
-        if (pos > count) flags |= EX_STATUS_EXHAUSTED;
-        if (__any_sync(0xffffffffu, x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
-        if (pos != count) flags |= EX_STATUS_UNCONSUMED;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            if (L[j].pos > L[j].count) flags |= EX_STATUS_EXHAUSTED;
+            if (__any_sync(0xffffffffu, L[j].x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
+            if (L[j].pos != L[j].count) flags |= EX_STATUS_UNCONSUMED;
+        }
         if (lane == 0 && flags) atomicOr(status, flags);
     }
 }
@@ -495,21 +582,24 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
                      unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
                      unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
-    ex_decode_records<false>(container, container_len, offsets, first_record, end_record, layers, kv_heads,
-                             head_dim, block_tokens, tokens, out, status);
+    ex_decode_records<false, 1>(container, container_len, offsets, first_record, end_record, layers, kv_heads,
+                                head_dim, block_tokens, tokens, out, status);
 }
 
 // Variants measured against it (same arguments; KVCODEC_EXANS_DECODE_KERNEL selects one):
-// the 8-byte table at 4 and at 3 CTAs per SM, and the 4-byte table at 3 CTAs per SM.
-#define EX_VARIANT(name, wide, ctas)                                                                            \
-    extern "C" __global__ void __launch_bounds__(EX_THREADS, ctas)                                              \
+// table width, partitions per warp (so threads per CTA: 256 / per) and CTAs per SM.
+#define EX_VARIANT(name, wide, per, ctas)                                                                       \
+    extern "C" __global__ void __launch_bounds__(EX_THREADS / per, ctas)                                        \
     name(const uint8_t* __restrict__ container, unsigned long long container_len,                               \
          const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,             \
          unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens, \
          uint16_t* __restrict__ out, unsigned* __restrict__ status) {                                           \
-        ex_decode_records<wide>(container, container_len, offsets, first_record, end_record, layers, kv_heads,  \
-                                head_dim, block_tokens, tokens, out, status);                                   \
+        ex_decode_records<wide, per>(container, container_len, offsets, first_record, end_record, layers,       \
+                                     kv_heads, head_dim, block_tokens, tokens, out, status);                    \
     }
-EX_VARIANT(exans_decode_records_wide, true, 4)
-EX_VARIANT(exans_decode_records_wide_3, true, 3)
-EX_VARIANT(exans_decode_records_3, false, 3)
+EX_VARIANT(exans_decode_records_3, false, 1, 3)
+EX_VARIANT(exans_decode_records_wide_3, true, 1, 3)
+EX_VARIANT(exans_decode_records_2x_4, false, 2, 4)
+EX_VARIANT(exans_decode_records_2x_5, false, 2, 5)
+EX_VARIANT(exans_decode_records_2x_6, false, 2, 6)
+EX_VARIANT(exans_decode_records_wide_2x_5, true, 2, 5)
