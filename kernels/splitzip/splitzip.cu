@@ -427,11 +427,89 @@ extern "C" __global__ void splitzip_check_body(const uint8_t* __restrict__ paylo
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoder, values: one CTA per tile. Every thread rebuilds 8 words from 4 bytes of codes
+// Decoder, values. A thread rebuilds 8 words at a time (a group) from 4 bytes of codes
 // (exponents looked up in registers with byte permutes) and 8 bytes of sign+mantissa,
-// patches its escaped values in registers (found by binary search in its chunk's escape
-// list, bounded even for a corrupt list) and stores 16 bytes once.
+// patches the group's escaped values in registers (found by binary search in its
+// chunk's escape list, bounded even for a corrupt list) and stores 16 bytes once; a
+// warp's stores cover 512 contiguous bytes. Four kernels with the same arguments write
+// the same words (gpu.rs picks one by KVCODEC_SPLITZIP_DECODE_KERNEL, for measurement):
+//   splitzip_decode_tiles           one CTA per tile, 6 CTAs per SM (the default);
+//   splitzip_decode_pipelined       a persistent grid (as many CTAs as fit, 4 per SM):
+//                                   each CTA loops over tiles and issues the next tile's
+//                                   loads (escape offsets included) before the current
+//                                   tile's stores, so its loads are always in flight
+//                                   instead of only at a CTA's start;
+//   splitzip_decode_wide            one CTA per tile (5 per SM), each lane loading 16 contiguous
+//                                   values (8-byte code and 16-byte sign+mantissa loads,
+//                                   half as many load instructions) and trading halves
+//                                   with one other lane by shuffles so that stores stay
+//                                   16 bytes per lane, contiguous across the warp;
+//   splitzip_decode_wide_pipelined  both.
 // ---------------------------------------------------------------------------------------
+
+// Group v0's codes and sign+mantissa: one load each when the group is whole (streaming:
+// every byte is read once), else byte loads of the values below n and zeros past it
+// (all zeros when v0 >= n).
+__device__ __forceinline__ void sz_load_group(const uint8_t* __restrict__ payload, const SzLayout& lay,
+                                              unsigned long long n, unsigned long long v0, uint32_t* codes,
+                                              uint2* sf) {
+    if (v0 + SZ_GROUP <= n) {
+        *codes = __ldcs(reinterpret_cast<const uint32_t*>(payload + lay.codes + v0 / 2));
+        *sf = __ldcs(reinterpret_cast<const uint2*>(payload + lay.sign_mantissa + v0));
+    } else {
+        uint32_t c = 0;
+        uint2 s = make_uint2(0, 0);
+        for (unsigned long long k = 0; v0 + k < n; ++k) {
+            if (k % 2 == 0) c |= (uint32_t)payload[lay.codes + (v0 + k) / 2] << (4 * k);
+            const uint32_t b = payload[lay.sign_mantissa + v0 + k];
+            if (k < 4) s.x |= b << (8 * k); else s.y |= b << (8 * (k - 4));
+        }
+        *codes = c;
+        *sf = s;
+    }
+}
+
+// Group v0 (< n) rebuilt from its codes and sign+mantissa, with its escapes patched from
+// its chunk's escape list [lo, hi) (used only when ordered and within E), stored once.
+__device__ __forceinline__ void sz_decode_group(const uint8_t* __restrict__ positions,
+                                                const uint8_t* __restrict__ esc_exponents,
+                                                unsigned long long escapes, unsigned chunk_size,
+                                                unsigned long long n, unsigned long long v0, uint32_t codes,
+                                                uint2 sf, unsigned long long lo, unsigned long long hi,
+                                                const uint4& codebook, uint16_t* __restrict__ out) {
+    uint32_t e_lo = kv_lookup16_quad(codes & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
+    uint32_t e_hi = kv_lookup16_quad(codes >> 16, codebook.x, codebook.y, codebook.z, codebook.w);
+    if (hi > lo && hi <= escapes) {
+        const unsigned start = (unsigned)(v0 & (chunk_size - 1));
+        unsigned long long a = lo, b = hi;
+        while (a < b) {
+            const unsigned long long mid = (a + b) / 2;
+            if (sz_position(positions, mid) < start) a = mid + 1; else b = mid;
+        }
+        for (int step = 0; step < 8 && a < hi; ++step, ++a) {
+            const unsigned pos = sz_position(positions, a);
+            if (pos < start || pos >= start + 8) break;
+            const unsigned k = pos - start, shift = 8 * (k % 4);
+            const uint32_t e = esc_exponents[a];
+            if (k < 4) e_lo = (e_lo & ~(0xffu << shift)) | (e << shift);
+            else e_hi = (e_hi & ~(0xffu << shift)) | (e << shift);
+        }
+    }
+    const uint2 lo4 = kv_join_quad(e_lo, sf.x);
+    const uint2 hi4 = kv_join_quad(e_hi, sf.y);
+    if (v0 + SZ_GROUP <= n) {
+        __stcs(reinterpret_cast<uint4*>(out + v0), make_uint4(lo4.x, lo4.y, hi4.x, hi4.y));
+    } else {
+        const uint32_t q[4] = {lo4.x, lo4.y, hi4.x, hi4.y};
+#pragma unroll
+        for (int k = 0; k < SZ_GROUP; ++k)
+            if (v0 + k < n) out[v0 + k] = (uint16_t)(q[k / 2] >> (16 * (k % 2)));
+    }
+}
+
+// The default kernel keeps its own load and rebuild code rather than calling
+// sz_load_group / sz_decode_group: written through them, ptxas spilled 20 bytes at its
+// 40 registers and the kernel grew from 1136 to 1584 SASS instructions (sm_90).
 extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_DECODE_CTAS_PER_SM)
 splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
                       unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
@@ -496,4 +574,167 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
                 if (v0 + k < n) out[v0 + k] = (uint16_t)(q[k / 2] >> (16 * (k % 2)));
         }
     }
+}
+
+// The variants' group layouts. Plain: group u of a thread starts at value
+// base + 8 * (256u + thread), as in splitzip_decode_tiles. Wide (u = 2p + h): pass p
+// covers values [4096p, 4096p + 4096) of the tile, each warp 512 of them; lane l loads
+// values 16l..16l+15 of its warp's span and, after the exchange, rebuilds the groups at
+// 8l (h = 0) and 256 + 8l (h = 1), so each of its two stores per pass is contiguous
+// across the warp.
+template <bool WIDE>
+__device__ __forceinline__ unsigned long long sz_group_v0(unsigned long long base, int u) {
+    if (WIDE)
+        return base + (unsigned long long)((u / 2) * (SZ_THREADS * 16) + (threadIdx.x / 32) * 512 + (u % 2) * 256 +
+                                           (threadIdx.x % 32) * SZ_GROUP);
+    return base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
+}
+
+// A thread's share of one tile as loaded: per group its codes, sign+mantissa (for the
+// wide layout, lane-contiguous halves until sz_exchange_halves) and its chunk's escape
+// offsets, so that rebuilding the tile waits on no further load.
+struct SzTileLoad {
+    uint32_t codes[SZ_GROUPS_PER_THREAD];
+    uint2 sf[SZ_GROUPS_PER_THREAD];
+    uint32_t lo[SZ_GROUPS_PER_THREAD], hi[SZ_GROUPS_PER_THREAD];
+};
+
+template <bool WIDE>
+__device__ __forceinline__ void sz_load_tile(const uint8_t* __restrict__ payload, const SzLayout& lay,
+                                             unsigned long long n, unsigned chunk_size, unsigned long long base,
+                                             SzTileLoad* t) {
+    if (WIDE) {
+#pragma unroll
+        for (int p = 0; p < SZ_GROUPS_PER_THREAD / 2; ++p) {
+            // Slot 2p holds values v..v+7 and slot 2p+1 values v+8..v+15 until the exchange.
+            const unsigned long long v = base + (unsigned long long)(p * (SZ_THREADS * 16) + threadIdx.x * 16);
+            if (v + 2 * SZ_GROUP <= n) {
+                // v is a multiple of 16: the code load is 8-byte aligned, the sign+mantissa
+                // load 16-byte aligned (both sections start 16-byte aligned).
+                const uint2 c = __ldcs(reinterpret_cast<const uint2*>(payload + lay.codes + v / 2));
+                const uint4 s = __ldcs(reinterpret_cast<const uint4*>(payload + lay.sign_mantissa + v));
+                t->codes[2 * p] = c.x;
+                t->codes[2 * p + 1] = c.y;
+                t->sf[2 * p] = make_uint2(s.x, s.y);
+                t->sf[2 * p + 1] = make_uint2(s.z, s.w);
+            } else {
+                sz_load_group(payload, lay, n, v, &t->codes[2 * p], &t->sf[2 * p]);
+                sz_load_group(payload, lay, n, v + SZ_GROUP, &t->codes[2 * p + 1], &t->sf[2 * p + 1]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u)
+            sz_load_group(payload, lay, n, sz_group_v0<false>(base, u), &t->codes[u], &t->sf[u]);
+    }
+    const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
+#pragma unroll
+    for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
+        const unsigned long long v0 = sz_group_v0<WIDE>(base, u);
+        // chunk + 1 <= chunks when v0 < n; groups past n are never rebuilt.
+        const unsigned long long chunk = v0 >> sz_chunk_shift(chunk_size);
+        t->lo[u] = v0 < n ? offsets[chunk] : 0;
+        t->hi[u] = v0 < n ? offsets[chunk + 1] : 0;
+    }
+}
+
+// Wide layout: lane l needs the half (l & 1) of lane l/2 (group h = 0) and of lane
+// 16 + l/2 (group h = 1). Two shuffles per word: in round A lanes below 16 offer their
+// first half and lanes from 16 their second, and even lanes read lane l/2, odd lanes
+// lane 16 + l/2; round B offers the other halves and swaps the sources. An even lane
+// gets (h = 0, h = 1) from (A, B), an odd lane from (B, A). All 32 lanes must call it.
+__device__ __forceinline__ void sz_exchange_halves(uint32_t* w0, uint32_t* w1) {
+    const unsigned lane = threadIdx.x % 32;
+    const bool low = lane < 16, odd = lane & 1;
+    const unsigned src_a = lane / 2 + (odd ? 16 : 0);
+    const uint32_t a = __shfl_sync(0xffffffffu, low ? *w0 : *w1, src_a);
+    const uint32_t b = __shfl_sync(0xffffffffu, low ? *w1 : *w0, src_a ^ 16);
+    *w0 = odd ? b : a;
+    *w1 = odd ? a : b;
+}
+
+template <bool WIDE>
+__device__ __forceinline__ void sz_store_tile(const uint8_t* __restrict__ payload, const SzLayout& lay,
+                                              unsigned long long n, unsigned chunk_size,
+                                              unsigned long long escapes, unsigned long long exponents_at,
+                                              const uint4& codebook, unsigned long long base, SzTileLoad t,
+                                              uint16_t* __restrict__ out) {
+    if (WIDE) {
+#pragma unroll
+        for (int p = 0; p < SZ_GROUPS_PER_THREAD / 2; ++p) {
+            sz_exchange_halves(&t.codes[2 * p], &t.codes[2 * p + 1]);
+            sz_exchange_halves(&t.sf[2 * p].x, &t.sf[2 * p + 1].x);
+            sz_exchange_halves(&t.sf[2 * p].y, &t.sf[2 * p + 1].y);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
+        const unsigned long long v0 = sz_group_v0<WIDE>(base, u);
+        if (v0 >= n) continue;
+        sz_decode_group(payload + lay.escape_positions, payload + exponents_at, escapes, chunk_size, n, v0,
+                        t.codes[u], t.sf[u], t.lo[u], t.hi[u], codebook, out);
+    }
+}
+
+// One tile per CTA (grid = tiles).
+template <bool WIDE>
+__device__ __forceinline__ void sz_decode_one_tile(const uint8_t* __restrict__ payload, unsigned long long n,
+                                                   unsigned chunk_size, unsigned long long escapes,
+                                                   unsigned long long exponents_at, const uint4& codebook,
+                                                   uint16_t* __restrict__ out) {
+    const SzLayout lay = sz_layout(n, chunk_size);
+    const unsigned long long base = (unsigned long long)blockIdx.x * SZ_TILE_VALUES;
+    SzTileLoad t;
+    sz_load_tile<WIDE>(payload, lay, n, chunk_size, base, &t);
+    sz_store_tile<WIDE>(payload, lay, n, chunk_size, escapes, exponents_at, codebook, base, t, out);
+}
+
+// Persistent: CTA b takes tiles b, b + grid, ...; the next tile's loads are issued before
+// the current tile is rebuilt and stored. The loop bound is the same for every thread
+// of a CTA, so the wide layout's shuffles see all 32 lanes.
+template <bool WIDE>
+__device__ __forceinline__ void sz_decode_persistent(const uint8_t* __restrict__ payload, unsigned long long n,
+                                                     unsigned chunk_size, unsigned long long escapes,
+                                                     unsigned long long exponents_at, const uint4& codebook,
+                                                     uint16_t* __restrict__ out) {
+    const SzLayout lay = sz_layout(n, chunk_size);
+    const unsigned long long tiles = sz_tiles(n);
+    unsigned long long tile = blockIdx.x;
+    SzTileLoad next;
+    if (tile < tiles) sz_load_tile<WIDE>(payload, lay, n, chunk_size, tile * SZ_TILE_VALUES, &next);
+    for (; tile < tiles; tile += gridDim.x) {
+        const SzTileLoad cur = next;
+        if (tile + gridDim.x < tiles)
+            sz_load_tile<WIDE>(payload, lay, n, chunk_size, (tile + gridDim.x) * SZ_TILE_VALUES, &next);
+        sz_store_tile<WIDE>(payload, lay, n, chunk_size, escapes, exponents_at, codebook, tile * SZ_TILE_VALUES,
+                            cur, out);
+    }
+}
+
+// Two tiles' loads live at once need more than the 40 registers of 6 CTAs per SM.
+#define SZ_PIPELINED_CTAS_PER_SM 4
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_PIPELINED_CTAS_PER_SM)
+splitzip_decode_pipelined(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                          unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                          uint16_t* __restrict__ out) {
+    sz_decode_persistent<false>(payload, n, chunk_size, escapes, exponents_at, codebook, out);
+}
+
+// 5 CTAs per SM (48 registers): at the default's 6 (40 registers) the escape offsets
+// loaded with the codes spilled 16 bytes.
+#define SZ_WIDE_CTAS_PER_SM 5
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_WIDE_CTAS_PER_SM)
+splitzip_decode_wide(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                     unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                     uint16_t* __restrict__ out) {
+    sz_decode_one_tile<true>(payload, n, chunk_size, escapes, exponents_at, codebook, out);
+}
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_PIPELINED_CTAS_PER_SM)
+splitzip_decode_wide_pipelined(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                               unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                               uint16_t* __restrict__ out) {
+    sz_decode_persistent<true>(payload, n, chunk_size, escapes, exponents_at, codebook, out);
 }
