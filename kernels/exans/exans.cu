@@ -3,8 +3,8 @@
 //
 // One CTA of 256 threads per record (grid-stride over records first_record..end_record, so a
 // host can launch on the records that have arrived while later ones are still copied):
-//   1. thread 0 parses and bounds-checks the 48-byte header and derives every section
-//      offset (spec 3, 4) into shared memory;
+//   1. thread 0 parses and bounds-checks the 48-byte header (three 16-byte loads) and
+//      derives every section offset (spec 3, 4) into shared memory;
 //   2. raw records (spec 7) are copied word by word into their groups;
 //   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread, its
 //      cdf taken with a block scan and checked, then the 2^n-entry packed decode table
@@ -12,15 +12,13 @@
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
 //      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
 //      state fell below 2^16 take the next words of the partition's stream in ascending
-//      lane order (ballot + popc(ballot & lanemask_lt)). Each decoded symbol C is turned
-//      back into its exponent E = (C + c_g - 127) mod 256 and joined with its raw
-//      sign+mantissa byte into the BF16 word. Steps run in rounds of EX_ROUND: a lane
-//      keeps the round's symbols in registers and then writes its EX_ROUND consecutive
-//      words with 16-byte stores (sign+mantissa bytes by 16-byte loads) when the round
-//      is full, inside one group and aligned, else word by word. The partition's word
-//      stream is staged through a per-warp shared-memory ring by cp.async, one round
-//      ahead; each lane holds the word pos + lane (a window reloaded after every step),
-//      and the lanes that renormalise take theirs from it by shuffle.
+//      lane order (ballot + popc(ballot & lanemask_lt)), straight from a per-warp
+//      shared-memory ring that cp.async fills up to a ring ahead (about 18 instructions a
+//      step, no branch). Steps run in rounds of EX_ROUND: a lane keeps the round's
+//      symbols in registers, then turns each back into its exponent E = (C + c_g - 127)
+//      mod 256 (four at a time), joins it with its raw sign+mantissa byte (loaded at the
+//      round's start) and writes its EX_ROUND consecutive words with 16-byte stores when
+//      the round is full, inside one group and aligned, else word by word.
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -28,9 +26,10 @@
 //
 // Robustness: the host validates the container and every record with the CPU parser
 // first, but the kernel trusts nothing it reads: every header field and section offset
-// is re-checked against the record's slot in the container before it is used, word
-// reads past a partition's stream return 0 (like the CPU's sentinel), and every loop is
-// bounded by symbol counts or 2^n. Any problem sets a bit of *status (0 = valid); the
+// is re-checked against the record's slot in the container before it is used, every
+// memory access stays inside the record or the CTA's shared memory (a read past a
+// partition's stream gets a stale ring word, and the final check flags the record), and
+// every loop is bounded by symbol counts or 2^n. Any problem sets a bit of *status (0 = valid); the
 // host then runs the CPU decoder for the exact typed error.
 #include "../common/bf16_field.cuh"
 
@@ -166,21 +165,17 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
-// The CTA's dynamic shared memory (ex_dynamic_smem(kWide) bytes; the host raises the
-// kernel's dynamic shared memory limit when that passes 48 KiB): the decode table, then
-// the word rings.
-//   - Decode table, 2^n slots, either 4 bytes a slot (spec 5.4's packing: symbol << 24 |
-//     (freq - 1) << 12 | bias) or, kWide, 8 bytes a slot {freq | symbol << 24, bias}, so a
-//     step gets freq with one AND and adds the bias straight into its multiply-add, at the
-//     cost of twice the table and more bank conflicts.
+// The CTA's dynamic shared memory, EX_DYNAMIC_SMEM bytes (crates/exans/src/gpu.rs passes
+// the same number): the decode table, then the word rings.
+//   - Decode table: 2^n packed 4-byte slots (spec 5.4: symbol << 24 | (freq - 1) << 12 |
+//     bias). An 8-byte slot {freq | symbol << 24, bias} saves 3 instructions a step but
+//     measured slower (more bank conflicts, more registers; PERF.md).
 //   - Word rings: one EX_RING-word ring per partition, each 2 KiB-aligned in the shared
 //     window (the region has 2 KiB of slack to align it: user shared memory does not start
 //     at a 2 KiB boundary), so a wrapped byte offset is OR-ed into the ring's address.
 #define EX_RING_BYTES (EX_RING * 2)
-__host__ __device__ constexpr unsigned ex_table_bytes(bool wide) { return EX_TABLE_SLOTS * (wide ? 8u : 4u); }
-__host__ __device__ constexpr unsigned ex_dynamic_smem(bool wide) {
-    return ex_table_bytes(wide) + EX_PARTITIONS * EX_RING_BYTES + EX_RING_BYTES;
-}
+#define EX_TABLE_BYTES (EX_TABLE_SLOTS * 4)
+#define EX_DYNAMIC_SMEM (EX_TABLE_BYTES + EX_PARTITIONS * EX_RING_BYTES + EX_RING_BYTES)
 extern __shared__ __align__(16) uint8_t ex_smem[];
 
 // Warp-wide ballot without the compiler's divergence check (every caller is converged:
@@ -217,56 +212,43 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
         ex_cp_async16(l.ring | ((16u * c) & (EX_RING_BYTES - 1)), l.chunks + c);
 }
 
-// One round of EX_ROUND decode steps of the warp's kPer partitions, steps t0 .. t0 +
-// EX_ROUND - 1 (spec 6.2): byte i % 4 of syms[j][i / 4] gets partition j's step t0 + i
-// symbol (unspecified for a lane that has no symbol in that step). kAll: every lane
-// decodes in every step of the round, so the per-lane activity test is compiled out. Per
-// step, lane and partition: the table lookup, the state update x = freq * (x >> n) +
-// bias, the symbol packed by one byte permute, and the renormalisation, which takes the
-// lanes' words in ascending lane order straight from the ring (ballot, then popc of the
-// lower lanes' bits). Every lane reads a ring word, needed or not, so the step has no
-// branch. The kPer partitions' steps interleave: their chains are independent.
-template <bool kWide, bool kAll, int kPer>
-__device__ __forceinline__ void ex_decode_round(ExLane (&L)[kPer], uint32_t (&syms)[kPer][EX_ROUND / 4],
-                                                const void* table, uint32_t mask, unsigned precision,
-                                                uint32_t lanes_below, unsigned t0) {
-    uint32_t pos2[kPer];  // bytes into each (unwrapped) stream
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) pos2[j] = 2u * L[j].pos;
+// One round of EX_ROUND decode steps of the warp's partition, steps t0 .. t0 + EX_ROUND
+// - 1 (spec 6.2): byte i % 4 of syms[i / 4] gets step t0 + i's symbol (unspecified for a
+// lane that has no symbol in that step). kAll: every lane decodes in every step of the
+// round, so the per-lane activity test is compiled out. Per step and lane: the table
+// lookup, the state update x = freq * (x >> n) + bias, the symbol packed by one byte
+// permute, and the renormalisation, which takes the lanes' words in ascending lane order
+// straight from the ring (ballot, then popc of the lower lanes' bits). Every lane reads a
+// ring word, needed or not, so the step has no branch.
+template <bool kAll>
+__device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_ROUND / 4], const uint32_t* table,
+                                                uint32_t mask, unsigned precision, uint32_t lanes_below,
+                                                unsigned t0) {
+    uint32_t x = l.x;
+    uint32_t pos2 = 2u * l.pos;  // bytes into the (unwrapped) stream
 #pragma unroll
     for (int i = 0; i < EX_ROUND; ++i) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            uint32_t& x = L[j].x;
-            const bool active = kAll || t0 + i < L[j].run;
-            uint32_t e = 0;
-            if (active) {
-                const uint32_t q = x >> precision;
-                if (kWide) {
-                    const uint2 slot = static_cast<const uint2*>(table)[x & mask];
-                    e = slot.x;
-                    x = (e & 0x1fffu) * q + slot.y;  // freq * (x >> n) + bias
-                } else {
-                    e = static_cast<const uint32_t*>(table)[x & mask];
-                    // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
-                    x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
-                }
-            }
-            // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
-            constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
-            syms[j][i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[j][i / 4], e, kKeepAndInsert[i % 4]);
-            const bool need = active && x < EX_STATE_LOWER;
-            const uint32_t ballot = ex_ballot(need);
-            const uint32_t at =
-                L[j].ring | ((pos2[j] + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
-            uint16_t w;
-            asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
-            x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
-            pos2[j] += 2u * __popc(ballot);
+        const bool active = kAll || t0 + i < l.run;
+        uint32_t e = 0;
+        if (active) {
+            e = table[x & mask];
+            const uint32_t q = x >> precision;
+            // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
+            x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
         }
+        // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
+        constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
+        syms[i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
+        const bool need = active && x < EX_STATE_LOWER;
+        const uint32_t ballot = ex_ballot(need);
+        const uint32_t at = l.ring | ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
+        uint16_t w;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
+        x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
+        pos2 += 2u * __popc(ballot);
     }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) L[j].pos = pos2[j] / 2u;
+    l.x = x;
+    l.pos = pos2 / 2u;
 }
 
 // Joins a round's symbols with their sign+mantissa bytes and writes them: as 16-byte
@@ -324,30 +306,24 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, const uint
     }
 }
 
-// The decoder body. kWide: 8-byte decode table (see ex_smem). kPer: partitions per warp,
-// 1 or 2 (the CTA has 8 / kPer warps); with 2, every lane runs two independent rANS
-// states, one of partition w and one of partition w + 8 / kPer, whose steps interleave so
-// that one's table and ring loads are in flight while the other computes.
-template <bool kWide, int kPer>
-__device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ container,
-                                                  unsigned long long container_len,
-                                                  const unsigned long long* __restrict__ offsets,
-                                                  unsigned first_record, unsigned end_record, unsigned layers,
-                                                  unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
-                                                  unsigned long long tokens, uint16_t* __restrict__ out,
-                                                  unsigned* __restrict__ status) {
-    constexpr unsigned kWarps = EX_PARTITIONS / kPer;
-    constexpr unsigned kThreads = kWarps * 32;
-    constexpr unsigned kEntries = EX_MAX_SYMBOLS / kThreads;  // model entries per thread
+// Three CTAs of 256 threads per SM (85 registers each): measured faster than four CTAs
+// at 64 registers, and than two partitions per warp or an 8-byte table (PERF.md).
+extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
+exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
+                     const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
+                     unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                     unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+    constexpr unsigned kEntries = EX_MAX_SYMBOLS / EX_THREADS;  // model entries per thread
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
-    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // the slot's word without the bias (see ex_smem)
-    __shared__ uint32_t warp_sums[kWarps];
+    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias (spec 5.4)
+    __shared__ uint32_t warp_sums[EX_PARTITIONS];
     __shared__ ExRecord rs;
 
     const unsigned tid = threadIdx.x;
+    uint32_t* const table = reinterpret_cast<uint32_t*>(ex_smem);
     // Ring 0's shared address, rounded up to 2 KiB inside the slack (see ex_smem).
-    const uint32_t rings = ((uint32_t)__cvta_generic_to_shared(ex_smem + ex_table_bytes(kWide)) +
-                            (EX_RING_BYTES - 1u)) & ~(EX_RING_BYTES - 1u);
+    const uint32_t rings = ((uint32_t)__cvta_generic_to_shared(ex_smem + EX_TABLE_BYTES) + (EX_RING_BYTES - 1u)) &
+                           ~(EX_RING_BYTES - 1u);
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
     const uint32_t lanes_below = (1u << lane) - 1u;
@@ -374,33 +350,26 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             // and the container are 16-byte aligned).
             const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EX_HEADER_LEN);
             for (unsigned g = 0; g < rs.groups; ++g) {
-                for (unsigned long long i = tid; i < per_group; i += kThreads)
+                for (unsigned long long i = tid; i < per_group; i += EX_THREADS)
                     out[g * tensor_values + out_block + i] = src[g * per_group + i];
             }
             continue;
         }
 
-        // ---- Model: kEntries consecutive entries per thread, cdf by a block scan. ----
+        // ---- Model: one entry per thread, cdf by a block-wide exclusive scan. ----
         const unsigned k = rs.symbols;
         const unsigned precision = rs.precision;
-        uint32_t freqs[kEntries], symbols[kEntries], local = 0;
+        static_assert(kEntries == 1, "one model entry per thread");
+        uint32_t freq = 0, symbol = 0;
         bool bad = false;
-#pragma unroll
-        for (unsigned j = 0; j < kEntries; ++j) {
-            const unsigned i = tid * kEntries + j;
-            freqs[j] = 0;
-            symbols[j] = 0;
-            if (i < k) {
-                const uint8_t* e = rp + rs.model_offset + 2 + 3 * i;
-                symbols[j] = e[0];
-                freqs[j] = ex_u16(e + 1);
-                bad = bad || freqs[j] == 0;
-                // Strictly ascending symbols: entry i - 1 is read straight from the record.
-                if (i > 0) bad = bad || rp[rs.model_offset + 2 + 3 * (i - 1)] >= symbols[j];
-            }
-            local += freqs[j];
+        if (tid < k) {
+            const uint8_t* e = rp + rs.model_offset + 2 + 3 * tid;
+            symbol = e[0];
+            freq = ex_u16(e + 1);
+            // Strictly ascending symbols: entry tid - 1 read straight from the record.
+            bad = freq == 0 || (tid > 0 && e[-3] >= symbol);
         }
-        uint32_t incl = local;
+        uint32_t incl = freq;
 #pragma unroll
         for (int d = 1; d < 32; d *= 2) {
             const uint32_t v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -408,22 +377,15 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         }
         if (lane == 31) warp_sums[warp] = incl;
         __syncthreads();
-        uint32_t cdf = 0, total = 0;
-        for (unsigned w = 0; w < kWarps; ++w) {
+        uint32_t cdf = incl - freq, total = 0;
+        for (unsigned w = 0; w < EX_PARTITIONS; ++w) {
             if (w < warp) cdf += warp_sums[w];
             total += warp_sums[w];
         }
-        cdf += incl - local;  // the cdf of this thread's first entry
-#pragma unroll
-        for (unsigned j = 0; j < kEntries; ++j) {
-            const unsigned i = tid * kEntries + j;
-            if (i < k) {
-                entry_cdf[i] = cdf;
-                // freq <= 2^12 once the sum is checked below.
-                entry_base[i] = kWide ? freqs[j] | (symbols[j] << 24)
-                                      : (symbols[j] << 24) | (((freqs[j] - 1) & 0xfffu) << 12);
-            }
-            cdf += freqs[j];
+        if (tid < k) {
+            entry_cdf[tid] = cdf;
+            // freq <= 2^12 once the sum is checked below.
+            entry_base[tid] = (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
         }
         // freq < 2^16 and k <= 256: the sum fits u32.
         bad = bad || total != (1u << precision);
@@ -434,172 +396,112 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
         // A valid model has cdf[0] = 0 and strictly increasing cdfs.
         const unsigned slots = 1u << precision;
-        for (unsigned x = tid; x < slots; x += kThreads) {
+        for (unsigned x = tid; x < slots; x += EX_THREADS) {
             unsigned lo = 0, hi = k - 1;
             while (lo < hi) {
                 const unsigned mid = (lo + hi + 1) / 2;
                 if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            if (kWide)
-                reinterpret_cast<uint2*>(ex_smem)[x] = make_uint2(entry_base[lo], x - entry_cdf[lo]);
-            else
-                reinterpret_cast<uint32_t*>(ex_smem)[x] = entry_base[lo] | (x - entry_cdf[lo]);
+            table[x] = entry_base[lo] | (x - entry_cdf[lo]);
         }
         __syncthreads();
 
-        // ---- Partitions warp + kWarps * j: 32 lanes each, step-major. ----
+        // ---- Partition `warp`: 32 lanes, step-major. ----
         // N < 2^32 (a u32 header field), so every count below fits 32 bits; only output
         // addresses need 64.
         const uint32_t mask = slots - 1;
         const unsigned group_len = (unsigned)per_group;
         const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
-        ExLane L[kPer];
-        unsigned m = 0, all_active = ~0u, x_bad = 0;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            ExLane& l = L[j];
-            const unsigned p = warp + kWarps * j;
-            const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
-            const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
-            const unsigned pm = (p_len + EX_LANES - 1) / EX_LANES;
-            // Lanes 0..full own pm symbols; lane `full` owns rem when rem > 0; the rest none.
-            const unsigned full = pm ? p_len / pm : 0;
-            const unsigned rem = pm ? p_len % pm : 0;
-            l.run = lane < full ? pm : (lane == full ? rem : 0);
-            m = max(m, pm);
-            all_active = min(all_active, l.run);
-            l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
-            x_bad |= l.x < EX_STATE_LOWER;
-            l.pos = 0;
-            l.count = rs.counts[p];
-            l.total_chunks = (l.count + 7u) / 8u;
-            l.done = l.done_old = 0;
-            // The stream is staged through the partition's ring in 16-byte chunks (the
-            // stream is 16-byte aligned and padded to 16 inside the record, so chunk
-            // c < ceil(count/8) is inside the record): word i sits at ring[i % EX_RING].
-            // Before a round every word it can read is in the ring (loaded synchronously if
-            // the lookahead fell short); then the chunks up to pos + EX_RING, whose slots
-            // hold only words below pos, are requested asynchronously for the next rounds.
-            // A lane that renormalises reads its word straight from the ring. Past `count`
-            // the ring holds stale words: only an invalid record reads them, and the final
-            // check flags it (pos > count).
-            l.ring = rings + p * EX_RING_BYTES;
-            l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
-            // This lane's first value v0, its group g, offset r in the group, output
-            // address and sign+mantissa bytes.
-            const unsigned v0 = p_start + lane * pm;
-            l.g = l.r = 0;
-            l.center = 0;
-            l.dst = out;
-            if (l.run > 0) {
-                l.g = v0 / group_len;
-                l.r = v0 % group_len;
-                l.dst = out + (l.g * tensor_values + out_block + l.r);
-                l.center = rp[EX_HEADER_LEN + l.g];
-            }
-            l.src = rp + rs.sign_mantissa + v0;
-        }
-        if (__any_sync(0xffffffffu, x_bad)) {
+        const unsigned p = warp;
+        const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
+        const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
+        const unsigned m = (p_len + EX_LANES - 1) / EX_LANES;
+        // Lanes 0..full own m symbols; lane `full` owns rem when rem > 0; the rest none.
+        const unsigned full = m ? p_len / m : 0;
+        const unsigned rem = m ? p_len % m : 0;
+        ExLane l;
+        l.run = lane < full ? m : (lane == full ? rem : 0);
+        l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
+        if (__any_sync(0xffffffffu, l.x < EX_STATE_LOWER)) {
             if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
             continue;  // warp-uniform; no block barrier until the next record
         }
-        // Steps where all 32 lanes of every partition of the warp decode take the fast
-        // path, with no per-lane activity test; the rest the general one.
-        all_active = __reduce_min_sync(0xffffffffu, all_active);
+        l.pos = 0;
+        l.count = rs.counts[p];
+        l.total_chunks = (l.count + 7u) / 8u;
+        l.done = l.done_old = 0;
+        // The stream is staged through the partition's ring in 16-byte chunks (the stream
+        // is 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
+        // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
+        // word it can read is in the ring (loaded synchronously if the lookahead fell
+        // short); then the chunks up to pos + EX_RING, whose slots hold only words below
+        // pos, are requested asynchronously for the next rounds. A lane that renormalises
+        // reads its word straight from the ring. Past `count` the ring holds stale words:
+        // only an invalid record reads them, and the final check flags it (pos > count).
+        l.ring = rings + p * EX_RING_BYTES;
+        l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
+        // This lane's first value v0, its group g, offset r in the group, output address
+        // and sign+mantissa bytes.
+        const unsigned v0 = p_start + lane * m;
+        l.g = l.r = 0;
+        l.center = 0;
+        l.dst = out;
+        if (l.run > 0) {
+            l.g = v0 / group_len;
+            l.r = v0 % group_len;
+            l.dst = out + (l.g * tensor_values + out_block + l.r);
+            l.center = rp[EX_HEADER_LEN + l.g];
+        }
+        l.src = rp + rs.sign_mantissa + v0;
+        // Steps where all 32 lanes decode (every lane's run is at least this long) take
+        // the fast path, with no per-lane activity test; the rest the general one.
+        const unsigned all_active = __reduce_min_sync(0xffffffffu, l.run);
         // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
         // whole 16-byte chunks when the round is full, inside one group and aligned;
         // otherwise value by value.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
-            __syncwarp();  // every lane's reads of the previous round are done with the rings
+            __syncwarp();  // every lane's reads of the previous round are done with the ring
             // The words this round can read are normally in groups older than the newest
             // (the previous round's lookahead, still in flight), so the wait skips it; if
             // they are not, they are requested now and every group is waited for.
-            bool top_up = false;
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                ExLane& l = L[j];
-                const unsigned target = min((l.pos + EX_ROUND_WORDS + 7u) / 8u, l.total_chunks);
-                if (target > l.done_old) {  // warp-uniform
-                    ex_request(l, l.done, target, lane);
-                    l.done = max(l.done, target);
-                    top_up = true;
-                }
-            }
-            if (top_up) {
+            const unsigned target = min((l.pos + EX_ROUND_WORDS + 7u) / 8u, l.total_chunks);
+            if (target > l.done_old) {  // warp-uniform
+                ex_request(l, l.done, target, lane);
+                l.done = max(l.done, target);
                 ex_cp_async_commit();
                 ex_cp_async_wait_all();
             } else {
                 ex_cp_async_wait_all_but_newest();
             }
             __syncwarp();
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                ExLane& l = L[j];
-                const unsigned ahead = min((l.pos + EX_RING) / 8u, l.total_chunks);
-                ex_request(l, l.done, ahead, lane);
-                l.done_old = l.done;
-                l.done = max(l.done, ahead);
-            }
+            const unsigned ahead = min((l.pos + EX_RING) / 8u, l.total_chunks);
+            ex_request(l, l.done, ahead, lane);
+            l.done_old = l.done;
+            l.done = max(l.done, ahead);
             ex_cp_async_commit();
             // A full round inside one group, aligned, is stored as 16-byte chunks; its
             // sign+mantissa bytes are loaded now, so the load's latency hides behind the
             // round's decode steps.
-            bool whole[kPer];
-            uint4 sm[kPer][EX_ROUND / 16];
-            uint32_t syms[kPer][EX_ROUND / 4];
+            const bool whole = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&
+                               ((reinterpret_cast<uintptr_t>(l.dst) | reinterpret_cast<uintptr_t>(l.src + t0)) &
+                                15u) == 0;
+            uint4 sm[EX_ROUND / 16];
 #pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                const ExLane& l = L[j];
-                whole[j] = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&
-                           ((reinterpret_cast<uintptr_t>(l.dst) | reinterpret_cast<uintptr_t>(l.src + t0)) & 15u) == 0;
-#pragma unroll
-                for (int c = 0; c < EX_ROUND / 16; ++c)
-                    sm[j][c] = whole[j] ? reinterpret_cast<const uint4*>(l.src + t0)[c] : make_uint4(0, 0, 0, 0);
-            }
+            for (int c = 0; c < EX_ROUND / 16; ++c)
+                sm[c] = whole ? reinterpret_cast<const uint4*>(l.src + t0)[c] : make_uint4(0, 0, 0, 0);
+            uint32_t syms[EX_ROUND / 4];
             if (t0 + EX_ROUND <= all_active)
-                ex_decode_round<kWide, true, kPer>(L, syms, ex_smem, mask, precision, lanes_below, t0);
+                ex_decode_round<true>(l, syms, table, mask, precision, lanes_below, t0);
             else
-                ex_decode_round<kWide, false, kPer>(L, syms, ex_smem, mask, precision, lanes_below, t0);
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) ex_store_round(L[j], whole[j], sm[j], syms[j], t0, group_len, group_jump, rp);
+                ex_decode_round<false>(l, syms, table, mask, precision, lanes_below, t0);
+            ex_store_round(l, whole, sm, syms, t0, group_len, group_jump, rp);
         }
-        ex_cp_async_wait_all();  // nothing may land in a ring once the next record uses it
+        ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            if (L[j].pos > L[j].count) flags |= EX_STATUS_EXHAUSTED;
-            if (__any_sync(0xffffffffu, L[j].x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
-            if (L[j].pos != L[j].count) flags |= EX_STATUS_UNCONSUMED;
-        }
+        if (l.pos > l.count) flags |= EX_STATUS_EXHAUSTED;
+        if (__any_sync(0xffffffffu, l.x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
+        if (l.pos != l.count) flags |= EX_STATUS_UNCONSUMED;
         if (lane == 0 && flags) atomicOr(status, flags);
     }
 }
-
-// The decoder: 4-byte table, 4 CTAs of 256 threads per SM (64 registers).
-extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
-exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
-                     const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
-                     unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
-                     unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
-    ex_decode_records<false, 1>(container, container_len, offsets, first_record, end_record, layers, kv_heads,
-                                head_dim, block_tokens, tokens, out, status);
-}
-
-// Variants measured against it (same arguments; KVCODEC_EXANS_DECODE_KERNEL selects one):
-// table width, partitions per warp (so threads per CTA: 256 / per) and CTAs per SM.
-#define EX_VARIANT(name, wide, per, ctas)                                                                       \
-    extern "C" __global__ void __launch_bounds__(EX_THREADS / per, ctas)                                        \
-    name(const uint8_t* __restrict__ container, unsigned long long container_len,                               \
-         const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,             \
-         unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens, unsigned long long tokens, \
-         uint16_t* __restrict__ out, unsigned* __restrict__ status) {                                           \
-        ex_decode_records<wide, per>(container, container_len, offsets, first_record, end_record, layers,       \
-                                     kv_heads, head_dim, block_tokens, tokens, out, status);                    \
-    }
-EX_VARIANT(exans_decode_records_3, false, 1, 3)
-EX_VARIANT(exans_decode_records_wide_3, true, 1, 3)
-EX_VARIANT(exans_decode_records_2x_4, false, 2, 4)
-EX_VARIANT(exans_decode_records_2x_5, false, 2, 5)
-EX_VARIANT(exans_decode_records_2x_6, false, 2, 6)
-EX_VARIANT(exans_decode_records_wide_2x_5, true, 2, 5)

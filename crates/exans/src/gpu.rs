@@ -32,7 +32,6 @@ use std::sync::Arc;
 
 use bf16_field::KvCache;
 use bf16_field::gpu::{GpuContext, PtxModule};
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg,
 };
@@ -50,29 +49,11 @@ pub const MODULE: PtxModule = PtxModule { name: "exans", ptx: include_str!("../p
 
 /// The decode kernel's name in [`MODULE`].
 pub const DECODE_KERNEL: &str = "exans_decode_records";
-/// Kernel variants in [`MODULE`] with the same arguments, and whether each uses the
-/// 8-byte decode table. `KVCODEC_EXANS_DECODE_KERNEL` picks one for measurements.
-/// (name, 8-byte table, threads per CTA)
-const DECODE_VARIANTS: [(&str, bool, u32); 6] = [
-    (DECODE_KERNEL, false, 256),
-    ("exans_decode_records_3", false, 256),
-    ("exans_decode_records_wide_3", true, 256),
-    ("exans_decode_records_2x_4", false, 128),
-    ("exans_decode_records_2x_5", false, 128),
-    ("exans_decode_records_2x_6", false, 128),
-];
-
-/// The decode kernel to launch and its dynamic shared memory per CTA in bytes
-/// (`ex_dynamic_smem` in the kernel): the 2^12-slot decode table at 4 or 8 bytes a slot,
-/// eight 2 KiB word rings and 2 KiB to align them.
-pub(crate) fn decode_kernel() -> (&'static str, u32, u32) {
-    static CHOICE: std::sync::OnceLock<(&'static str, bool, u32)> = std::sync::OnceLock::new();
-    let (name, wide, threads) = *CHOICE.get_or_init(|| {
-        let wanted = std::env::var("KVCODEC_EXANS_DECODE_KERNEL").unwrap_or_default();
-        DECODE_VARIANTS.into_iter().find(|(n, _, _)| *n == wanted).unwrap_or(DECODE_VARIANTS[0])
-    });
-    (name, 4096 * if wide { 8 } else { 4 } + 8 * 2048 + 2048, threads)
-}
+/// Threads per CTA (`EX_THREADS` in the kernel): 8 partitions x 32 lanes.
+const THREADS: u32 = 256;
+/// Dynamic shared memory per CTA, bytes (`EX_DYNAMIC_SMEM` in the kernel): the 2^12-slot
+/// decode table at 4 bytes a slot, eight 2 KiB word rings and 2 KiB to align them.
+const DYNAMIC_SMEM: u32 = 4096 * 4 + 8 * 2048 + 2048;
 /// The largest grid the kernel is launched with; it strides over more records.
 const MAX_GRID: usize = i32::MAX as usize;
 
@@ -218,7 +199,7 @@ pub fn decode_device(
         });
     }
     stream.memset_zeros(status)?;
-    let f = gpu.function(&MODULE, decode_kernel().0)?;
+    let f = gpu.function(&MODULE, DECODE_KERNEL)?;
     launch_records(&f, stream, container, index, 0..index.info.blocks(), out, status)
 }
 
@@ -274,14 +255,10 @@ fn launch_records(
         .arg(&tokens)
         .arg(&mut *out)
         .arg(&mut *status);
-    // The decode table and word rings can take more than the 48 KiB a kernel gets without
-    // asking; 4 CTAs of them still fit an SM of sm_80/sm_90.
-    let (_, smem, threads) = decode_kernel();
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
     let cfg = LaunchConfig {
         grid_dim: (records.len().clamp(1, MAX_GRID) as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem,
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: DYNAMIC_SMEM,
     };
     // SAFETY: the arguments match exans_decode_records(container: *const u8, container_len:
     // u64, offsets: *const u64, first_record: u32, end_record: u32, layers, kv_heads,

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use bf16_field::gpu::GpuContext;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice};
 
-use super::{DeviceIndex, GpuError, MODULE, check_buffers, cpu_error, decode_kernel, launch_records};
+use super::{DECODE_KERNEL, DeviceIndex, GpuError, MODULE, check_buffers, cpu_error, launch_records};
 
 /// Default [`HostDecodeOptions::chunk_bytes`]: 8 MiB. Large enough that the per-chunk
 /// driver work (a copy, an event record and wait, a launch: some microseconds) is under
@@ -258,7 +258,7 @@ impl HostDecoder {
         let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
         let main = gpu.stream();
         let copy = gpu.side_stream()?;
-        let f = gpu.function(&MODULE, decode_kernel().0)?;
+        let f = gpu.function(&MODULE, DECODE_KERNEL)?;
         if staged {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
             self.ensure_staging(gpu, largest)?;
