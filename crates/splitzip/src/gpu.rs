@@ -287,39 +287,6 @@ pub fn encode_host(
     Ok(bytes)
 }
 
-/// Environment variable that picks the decode kernel (read once per process), so that
-/// one device run can time each; all write the same words. `splitzip_decode_pipelined`
-/// (persistent grid, the next tile's loads issued before the current tile's stores),
-/// `splitzip_decode_wide` (16 contiguous values loaded per lane, halves traded by
-/// shuffles so stores stay coalesced) and `splitzip_decode_wide_pipelined` (both) are
-/// measured against the default `splitzip_decode_tiles`, which any other value or none
-/// selects.
-pub const DECODE_KERNEL_ENV: &str = "KVCODEC_SPLITZIP_DECODE_KERNEL";
-
-/// A decode kernel entry point and whether its grid is persistent (loops over tiles).
-#[derive(Clone, Copy, Debug)]
-struct DecodeKernel {
-    name: &'static str,
-    persistent: bool,
-}
-
-const DECODE_KERNELS: [DecodeKernel; 4] = [
-    DecodeKernel { name: "splitzip_decode_tiles", persistent: false },
-    DecodeKernel { name: "splitzip_decode_pipelined", persistent: true },
-    DecodeKernel { name: "splitzip_decode_wide", persistent: false },
-    DecodeKernel { name: "splitzip_decode_wide_pipelined", persistent: true },
-];
-
-/// The decode kernel [`DECODE_KERNEL_ENV`] selects; read once, since the choice is for
-/// a whole measurement run.
-fn decode_kernel() -> DecodeKernel {
-    static CHOICE: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        let wanted = std::env::var(DECODE_KERNEL_ENV).unwrap_or_default();
-        DECODE_KERNELS.iter().copied().find(|k| k.name == wanted).unwrap_or(DECODE_KERNELS[0])
-    })
-}
-
 /// Decodes a device payload whose header (`header`, parsed from its first 128 bytes by
 /// [`PayloadHeader::parse`]) the caller has; writes n words into `out` and leaves the
 /// body status (0 = valid) in `status[0]`, without synchronising.
@@ -378,22 +345,14 @@ pub fn decode_device(
             // index the kernel derives is in bounds; escape indices are checked against E
             // before use; `status` holds one u32.
             unsafe { launch.launch(gpu.grid_stride_config(layout.chunk_count as usize, THREADS)) }?;
-            let kernel = decode_kernel();
-            let f = gpu.function(&MODULE, kernel.name)?;
+            let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
             let mut launch = stream.launch_builder(&f);
             launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
-            let mut tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
-            if kernel.persistent {
-                // As many CTAs as fit at once (the kernel's launch bounds decide how many
-                // per SM); each loops over tiles, so fewer CTAs than tiles is correct.
-                let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?.max(1);
-                tiles = tiles.min(per_sm.saturating_mul(gpu.multiprocessors).max(1));
-            }
+            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
             let cfg =
                 LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
             // SAFETY: as above; escape reads are bounded by the chunk's offsets, used only
-            // when they are ordered and <= E; `out` holds n words. Every kernel writes
-            // only words below n, a persistent one at any grid size.
+            // when they are ordered and <= E; `out` holds n words.
             unsafe { launch.launch(cfg) }?;
             stream.join(side)?;
         }
