@@ -4,9 +4,10 @@
 //! One kernel launch decodes every record of a container: one 256-thread CTA per record,
 //! warp w decoding partition w with one rANS lane per thread, the packed decode table
 //! (spec §5.4) in shared memory, words taken step-major in ascending lane order with
-//! ballot/popc (spec §6.2), and each symbol joined with its sign+mantissa byte and
-//! written straight into the cache's `[T, H, D]` tensors (concatenated in block order,
-//! as [`bf16_field::KvCache::concat_words`] lays them out).
+//! ballot/popc (spec §6.2) straight from a per-partition word ring that `cp.async` fills
+//! ahead, and each symbol joined with its sign+mantissa byte and written straight into
+//! the cache's `[T, H, D]` tensors (concatenated in block order, as
+//! [`bf16_field::KvCache::concat_words`] lays them out).
 //!
 //! **Validation.** [`DeviceIndex::new`] runs the CPU parser over the container index
 //! and every record (all the checks of spec §8 and §10 that need no decoding) before
