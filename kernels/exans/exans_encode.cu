@@ -10,10 +10,8 @@
 // Four launches on one stream, no host synchronisation:
 //   0. exans_encode_gain_table: gain[f] = LOG2[f+1] - LOG2[f] (spec 5.3), f = 1..4095,
 //      computed with the reference's 64-bit integer squaring (bit-identical).
-//   1. exans_encode_blocks, one 256-thread CTA per block (three builds of one body,
-//      chosen on the host, gpu_encode.rs: SPLIT = 4 staging windows at a time and 64
-//      registers; _split2: SPLIT = 2, 64 registers; _occ5: SPLIT = 2, at most 48
-//      registers, 5 CTAs per SM instead of 4):
+//   1. exans_encode_blocks, one 256-thread CTA per block (SPLIT = 4 staging windows at
+//      a time, 64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
 //         filled from 16-byte loads (EE_HIST_BATCH per lane, the next batch issued before
@@ -694,13 +692,10 @@ __device__ __forceinline__ void ee_encode_blocks(
     }
 }
 
-// Three builds of the same code, so that one device run measures each (the host picks
-// one, gpu_encode.rs): 4 staging windows at a time, 64 registers, 4 CTAs (32 warps) per
-// SM (its spills, as ptxas 13 builds it for sm_90, lie outside the loops but for the
-// quantizer's floor-scaled start); 2 windows, same budget; 2 windows in at most 48
-// registers, so that 5 CTAs (40 warps) fit the register file and 5 x 41 KB of shared
-// memory the SM's 228 KB, at the price of spills in the loops (two local loads per 4
-// steps, a few per staging iteration).
+// 4 staging windows at a time, 64 registers, 4 CTAs (32 warps) per SM (its spills, as
+// ptxas 13 builds it for sm_90, lie outside the loops but for the quantizer's
+// floor-scaled start). Measured against it on the H200 and dropped: 2 windows at the same
+// budget (557 vs 576 GB/s), 2 windows in 48 registers at 5 CTAs per SM (499 GB/s).
 #define EE_BLOCKS_PARAMS                                                                              \
     const uint16_t *__restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,        \
         uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64 *__restrict__ gain,             \
@@ -712,14 +707,6 @@ __device__ __forceinline__ void ee_encode_blocks(
 
 extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(EE_BLOCKS_PARAMS) {
     ee_encode_blocks<4>(EE_BLOCKS_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks_split2(EE_BLOCKS_PARAMS) {
-    ee_encode_blocks<2>(EE_BLOCKS_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_blocks_occ5(EE_BLOCKS_PARAMS) {
-    ee_encode_blocks<2>(EE_BLOCKS_ARGS);
 }
 
 // One CTA: record offsets, the container header, the index and the gap after it.

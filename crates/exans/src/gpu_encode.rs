@@ -189,23 +189,6 @@ impl EncodeWorkspace {
     }
 }
 
-/// Environment variable that picks the `exans_encode_blocks` build, so that one device
-/// run can time each (they write the same bytes): `split2` selects
-/// `exans_encode_blocks_split2` (two staging windows at a time instead of four, 64
-/// registers), `occ5` selects `exans_encode_blocks_occ5` (two windows, at most 48
-/// registers so that 5 CTAs fit an SM instead of 4); anything else or unset the default
-/// `exans_encode_blocks` (four windows, 64 registers).
-pub const BLOCKS_KERNEL_ENV: &str = "KVCODEC_EXANS_ENCODE_BLOCKS";
-
-/// The `exans_encode_blocks` entry point [`BLOCKS_KERNEL_ENV`] selects.
-fn blocks_kernel() -> &'static str {
-    match std::env::var(BLOCKS_KERNEL_ENV).as_deref() {
-        Ok("split2") => "exans_encode_blocks_split2",
-        Ok("occ5") => "exans_encode_blocks_occ5",
-        _ => "exans_encode_blocks",
-    }
-}
-
 /// Encodes the device cache `words` (its `2L` tensors `[T, H, D]` concatenated in block
 /// order, as [`KvCache::concat_words`] lays them out, `shape.total_values()` words) in
 /// blocks of `block_tokens` into `out` (16-byte aligned, at least
@@ -269,7 +252,7 @@ pub fn encode_device(
     // slice's length.
     unsafe { launch.launch(cfg) }?;
 
-    let f = gpu.function(&MODULE, blocks_kernel())?;
+    let f = gpu.function(&MODULE, "exans_encode_blocks")?;
     let mut launch = stream.launch_builder(&f);
     launch
         .arg(words)
@@ -286,8 +269,7 @@ pub fn encode_device(
         .arg(&mut workspace.lens)
         .arg(&mut workspace.scratch)
         .arg(&mut workspace.sm);
-    // SAFETY: the arguments match exans_encode_blocks{,_split2,_occ5} (one body, three
-    // builds): (words: *const u16, layers,
+    // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
     // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks: u32, gain: *const u64,
     // centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut u64, scratch: *mut u16,
     // sm: *mut u8).
