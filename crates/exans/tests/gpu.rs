@@ -260,3 +260,29 @@ fn gpu_decode_reports_the_cpu_error() {
         Err(GpuError::Decode(exans::Error::Truncated { .. }))
     ));
 }
+
+/// Random corruption of small containers (1-3 bytes, anywhere in the records or in the
+/// word streams and states, where most of it reaches the kernel): the GPU path either
+/// accepts and returns the CPU decoder's cache, or returns the CPU decoder's exact error.
+#[test]
+fn gpu_decode_agrees_with_cpu_on_random_corruption() {
+    let Some(gpu) = gpu_for_test("gpu_decode_agrees_with_cpu_on_random_corruption") else { return };
+    let mut rng = Rng(2026);
+    let mut kernel_found = 0;
+    let mut trials = 0;
+    for (cache, block_tokens) in [(kv_like(2, 2, 64, 48, 31), 16), (kv_like(1, 3, 32, 37, 8), 7)] {
+        let container = encode_cache(&cache, block_tokens).unwrap();
+        let info = container_info(&container).unwrap();
+        let records = info.offsets[0]..container.len();
+        for _ in 0..400 {
+            let mut bad = container.clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let at = records.start + (rng.next() as usize) % records.len();
+                bad[at] ^= 1 + (rng.next() % 255) as u8;
+            }
+            trials += 1;
+            kernel_found += check_same_outcome(&gpu, &format!("random corruption {trials}"), &bad) as usize;
+        }
+    }
+    assert!(kernel_found >= 50, "only {kernel_found} of {trials} corruptions reached the kernel");
+}
