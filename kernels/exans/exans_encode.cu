@@ -30,8 +30,10 @@
 //         in rounds of EE_ROUND steps. Each round the warp first stages the round's
 //         symbols C = (E + 127 - center) mod 256, 4 steps per word, in its 4 KiB of the
 //         pool: lane j's window (EE_ROUND consecutive words of the stream) is read by
-//         32 / SPLIT lanes, SPLIT windows at a time, 4 SPLIT loads in flight per lane
-//         (the next round's windows are prefetched into L2); a window that runs into
+//         32 / SPLIT lanes, SPLIT windows at a time, SPLIT 8-byte loads (one per row
+//         group of 4 words) in flight per lane when the window is 8-byte aligned, else
+//         4 SPLIT 2-byte loads (the next round's windows are prefetched into L2); a
+//         window that runs into
 //         the next group takes the same loads, its rows past the boundary shifted to
 //         that group and centered by it (word by word only for groups shorter than a
 //         round); then every step reads its symbol from shared memory (conflict-free by
