@@ -1,8 +1,9 @@
 //! `cargo xtask kernels [--check]`: CUDA C in `kernels/<crate>/*.cu` (shared headers in
 //! `kernels/common/`) -> committed PTX in `crates/<crate>/ptx/<name>.ptx`, plus
 //! `kernels/kernels.lock` with the nvcc version, the flags and a SHA-256 of every source,
-//! header and output. `build.rs` never calls nvcc (STYLE.md 1); the `lock_is_current`
-//! test below checks the lock without nvcc (STYLE.md 2).
+//! header and output. `build.rs` never calls nvcc (the team style guide,
+//! ../shared/STYLE.md, item 1); the `lock_is_current` test below checks the lock without
+//! nvcc (item 2).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

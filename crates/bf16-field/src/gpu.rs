@@ -391,7 +391,8 @@ fn check_at_least(what: &'static str, got: usize, needed: usize) -> Result<()> {
 
 /// GPU test gate: `Some(gpu)` when a GPU is usable. Without one it prints
 /// "skipped: no GPU" and returns `None`, unless `KVCODEC_REQUIRE_GPU=1`, which turns the
-/// skip into a panic so a run on the device machine cannot pass silently (STYLE.md 6).
+/// skip into a panic so a run on the device machine cannot pass silently (the team style
+/// guide, ../shared/STYLE.md, item 6).
 pub fn gpu_for_test(test: &str) -> Option<Arc<GpuContext>> {
     match GpuContext::probe() {
         Ok(gpu) => Some(gpu),

@@ -175,7 +175,12 @@ impl DeviceIndex {
 /// 16-byte aligned) into `out`, the cache's `2L` tensors `[T, H, D]` concatenated in
 /// block order (layer 0 K, layer 0 V, ...), in one kernel launch on the context's stream,
 /// without synchronising. `status[0]` is zeroed, then left nonzero if a record failed a
-/// decode-time check (spec §10 rows 24-27); `out` is then unspecified.
+/// check in the kernel; `out` is then unspecified. Its bits: 1 a header or section offset
+/// that does not check out, 2 an invalid model, 4 an initial state below 2^16, 8 a lane
+/// read past its partition's words, 16 a final state other than 2^16, 32 words left over
+/// (the last three are the decode-time errors of spec §10 rows 25-27; the host validation
+/// of [`DeviceIndex::new`] catches the others first). [`decode_cache_host`] and
+/// [`host::PendingDecode::finish`] turn a nonzero status into the CPU decoder's error.
 ///
 /// # Errors
 /// [`GpuError::Buffer`] for a container of the wrong length or alignment, or an `out`

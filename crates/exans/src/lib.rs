@@ -1,7 +1,7 @@
 //! ExANS: lossless compression of BF16 KV cache blocks by block-local exponent centering
 //! and 8-partition, 32-lane interleaved rANS (ExANS seed; byte format in
-//! `docs/formats/exans.md`). This crate is the CPU reference; the CUDA kernels must
-//! match it byte for byte.
+//! `docs/formats/exans.md`). The CPU code here is the reference; the CUDA kernels (modules
+//! [`gpu`], [`gpu_encode`]) match it byte for byte.
 //!
 //! A physical KV block (B tokens of every layer's K and V: 2L groups of `B x H x D`
 //! values) becomes one self-contained record:
@@ -31,6 +31,30 @@
 //!
 //! A whole cache goes through [`encode_cache`] / [`decode_cache`], which code blocks in
 //! parallel and lay the records out behind an offset index (spec §8).
+//!
+//! **GPU.** [`gpu_encode`] encodes a device cache into the same container bytes (no host
+//! synchronisation, CUDA-graph capturable); [`gpu`] decodes a container on the device
+//! ([`gpu::decode_device`]) or streams one from host memory into a device cache with the
+//! transfer overlapped ([`gpu::HostDecoder`]). Both need a CUDA driver at run time (cudarc,
+//! loaded dynamically) and a GPU of compute capability 8.0 or later, and take cudarc 0.19
+//! buffer types. Decoding an offloaded cache kept in page-locked memory:
+//!
+//! ```no_run
+//! use bf16_field::gpu::GpuContext;
+//! use exans::gpu::{DeviceIndex, HostContainer, HostDecodeOptions, HostDecoder};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let container: Vec<u8> = Vec::new();
+//! let gpu = GpuContext::probe()?; // Err without a GPU or driver
+//! let pinned = gpu.pinned_copy(&container)?; // where an offloaded cache would live
+//! let index = DeviceIndex::new(&gpu, &container)?; // validates every record on the CPU
+//! let mut out = gpu.stream().alloc_zeros::<u16>(index.values())?; // 2 L T H D words
+//! let mut decoder = HostDecoder::new(&gpu, HostDecodeOptions::default())?;
+//! decoder
+//!     .decode(&gpu, HostContainer::Pinned(pinned.as_slice()?), &index, &mut out.as_view_mut())?
+//!     .finish()?; // one host synchronisation; the CPU decoder's error on bad input
+//! # Ok(())
+//! # }
+//! ```
 
 mod container;
 mod error;

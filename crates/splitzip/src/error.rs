@@ -1,4 +1,5 @@
-//! Typed errors; every variant carries the numbers that went wrong (STYLE.md item 7).
+//! Typed errors; every variant carries the numbers that went wrong (the team style guide,
+//! ../shared/STYLE.md, item 7).
 
 use thiserror::Error;
 

@@ -1,18 +1,18 @@
 //! Decoding a container that lives in host memory into a device cache, with the
 //! host-to-device transfer of later records overlapped with the decoding of earlier ones
-//! (issue #4: "overlap transfer, ANS decode and reconstruction across CUDA streams").
+//! (the offload use case of the ExANS seed: a KV cache kept compressed in host memory).
 //!
 //! The records are cut into chunks of about [`HostDecodeOptions::chunk_bytes`]
 //! ([`plan_chunks`]). Chunk `i` is copied on the context's side stream into a device copy
 //! of the container, an event is recorded, and one of [`HostDecodeOptions::lanes`]
 //! decode streams (the context's main stream first) waits on it and launches
 //! `exans_decode_records` on the chunk's records; the kernel joins each symbol with its
-//! sign+mantissa byte and writes the cache, so transfer, ANS decode and reconstruction
-//! are the two engines of one pipeline (copy engine, SMs). Successive chunks go to
-//! successive lanes so that a chunk whose few records decode slowly (one CTA a record)
-//! does not hold back the next one. The host issues everything without waiting; the
-//! lanes are joined back into the main stream, so device work queued on it afterwards
-//! sees the decoded cache, and [`PendingDecode::finish`] is the one host
+//! sign+mantissa byte and writes the cache, so the copy engine (transfer) and the SMs
+//! (ANS decode and BF16 reconstruction, fused in one kernel) work at the same time.
+//! Successive chunks go to successive lanes so that a chunk whose few records decode
+//! slowly (one CTA a record) does not hold back the next one. The host issues everything
+//! without waiting; the lanes are joined back into the main stream, so device work queued
+//! on it afterwards sees the decoded cache, and [`PendingDecode::finish`] is the one host
 //! synchronisation (it reads the status word).
 //!
 //! Two sources:
@@ -45,7 +45,8 @@ use super::{DECODE_KERNEL, DeviceIndex, GpuError, MODULE, check_buffers, cpu_err
 /// 5% of a chunk's transfer at ~50 GB/s (160 us), and that a chunk of the fixtures'
 /// 16-token records (about 250 KB) holds some 30 records; small enough that the
 /// pipeline fills quickly and the tail (the last chunk's decode, after the last copy)
-/// is short. To be tuned on the device with `cargo xtask bench`.
+/// is short. Measured on an H200 over PCIe (docs/PERF.md): 2 MiB reaches 82% of the
+/// link x ratio ceiling, 8 MiB 97%, 32 MiB 98%.
 pub const DEFAULT_CHUNK_BYTES: usize = 8 << 20;
 /// Default [`HostDecodeOptions::lanes`]: 2 decode streams, so a chunk can start decoding
 /// while the previous chunk's last records still run.
@@ -160,7 +161,10 @@ impl std::fmt::Debug for HostDecoder {
 }
 
 impl HostDecoder {
-    /// A decoder on `gpu` (every later call must pass the same context): creates
+    /// A decoder on `gpu`; every later call must pass the same context, since the
+    /// streams, event and buffers created here belong to it and are ordered only with
+    /// that context's streams (not checked: with another context the order of the
+    /// copies, kernels and buffer reuse is not guaranteed). Creates
     /// `lanes - 1` streams, an event and the status word. The container buffer and the
     /// staging slots are allocated on first use.
     ///
