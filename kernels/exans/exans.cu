@@ -247,6 +247,16 @@ __device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_R
     l.pos = pos2 / 2u;
 }
 
+// Moves the lane's output to the start of its next group (at a group's end), and loads
+// that group's center when the lane has values left (its next step `t` is in its run).
+__device__ __forceinline__ void ex_next_group(ExLane& l, unsigned t, unsigned long long group_jump,
+                                              const uint8_t* rp) {
+    l.r = 0;
+    ++l.g;
+    l.dst += group_jump;
+    if (t < l.run) l.center = rp[EX_HEADER_LEN + l.g];
+}
+
 // Joins a round's symbols with their sign+mantissa bytes and writes them: as 16-byte
 // chunks when `whole` (sm holds the round's sign+mantissa bytes), else value by value.
 // Advances the lane's output position, group and center.
@@ -277,12 +287,7 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, const uint
         }
         l.dst += EX_ROUND;
         l.r += EX_ROUND;
-        if (l.r == group_len) {
-            l.r = 0;
-            ++l.g;
-            l.dst += group_jump;
-            if (t0 + EX_ROUND < l.run) l.center = rp[EX_HEADER_LEN + l.g];
-        }
+        if (l.r == group_len) ex_next_group(l, t0 + EX_ROUND, group_jump, rp);
     } else {
 #pragma unroll
         for (int i = 0; i < EX_ROUND; ++i) {
@@ -291,25 +296,20 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, const uint
                 const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
                 const uint32_t exponent = (sym + l.center - EX_CENTER_SYMBOL) & 0xffu;
                 *l.dst++ = (uint16_t)kv_join(exponent, l.src[t]);
-                if (++l.r == group_len) {
-                    l.r = 0;
-                    ++l.g;
-                    l.dst += group_jump;
-                    if (t + 1 < l.run) l.center = rp[EX_HEADER_LEN + l.g];
-                }
+                if (++l.r == group_len) ex_next_group(l, t + 1, group_jump, rp);
             }
         }
     }
 }
 
-// Three CTAs of 256 threads per SM (85 registers each): measured faster than four CTAs
-// at 64 registers, and than two partitions per warp or an 8-byte table (PERF.md).
+// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 70): measured
+// faster than four CTAs at 64 registers, and than two partitions per warp or an 8-byte
+// table (PERF.md).
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
                      unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
                      unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
-    constexpr unsigned kEntries = EX_MAX_SYMBOLS / EX_THREADS;  // model entries per thread
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
     __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias (spec 5.4)
     __shared__ uint32_t warp_sums[EX_PARTITIONS];
@@ -355,7 +355,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // ---- Model: one entry per thread, cdf by a block-wide exclusive scan. ----
         const unsigned k = rs.symbols;
         const unsigned precision = rs.precision;
-        static_assert(kEntries == 1, "one model entry per thread");
+        static_assert(EX_MAX_SYMBOLS <= EX_THREADS, "one model entry per thread");
         uint32_t freq = 0, symbol = 0;
         bool bad = false;
         if (tid < k) {

@@ -10,7 +10,7 @@
 // Four launches on one stream, no host synchronisation:
 //   0. exans_encode_gain_table: gain[f] = LOG2[f+1] - LOG2[f] (spec 5.3), f = 1..4095,
 //      computed with the reference's 64-bit integer squaring (bit-identical).
-//   1. exans_encode_blocks, one 256-thread CTA per block (SPLIT = 4 staging windows at
+//   1. exans_encode_blocks, one 256-thread CTA per block (EE_SPLIT = 4 staging windows at
 //      a time, 64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
@@ -30,10 +30,10 @@
 //         in rounds of EE_ROUND steps. Each round the warp first stages the round's
 //         symbols C = (E + 127 - center) mod 256, 4 steps per word, in its 4 KiB of the
 //         pool: lane j's window (EE_ROUND consecutive words of the stream) is read by
-//         32 / SPLIT lanes, SPLIT windows at a time, SPLIT 8-byte loads (one per row
-//         group of 4 words) in flight per lane when the window is 8-byte aligned, else
-//         4 SPLIT 2-byte loads (the next round's windows are prefetched into L2); a
-//         window that runs into
+//         32 / EE_SPLIT lanes, EE_SPLIT windows at a time, EE_SPLIT 8-byte loads (one
+//         per row group of 4 words) in flight per lane when the window is 8-byte aligned,
+//         else 4 EE_SPLIT 2-byte loads (the next round's windows are prefetched into L2);
+//         a window that runs into
 //         the next group takes the same loads, its rows past the boundary shifted to
 //         that group and centered by it (word by word only for groups shorter than a
 //         round); then every step reads its symbol from shared memory (conflict-free by
@@ -78,6 +78,7 @@
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 #define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
+#define EE_SPLIT 4u    // windows a warp stages at once in (c), EE_LANES / EE_SPLIT lanes each
 #define EE_HIST_BATCH 4  // 16-byte histogram loads per lane in flight (x2: the next batch too)
 #define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
@@ -229,13 +230,12 @@ __device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
 }
 
 // The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
-// (lane) j: row groups of 32 words, the column XOR-swizzled by SPLIT rg mod 32 so that
-// neither the staging stores (for one u: row groups 32 u / SPLIT + sl, sl < 32 / SPLIT,
-// of SPLIT windows jj + d, d < SPLIT, jj a multiple of SPLIT: banks (jj ^ SPLIT sl) + d,
-// all distinct) nor the step loads (one row group, 32 columns) conflict.
-template <uint32_t SPLIT>
+// (lane) j: row groups of 32 words, the column XOR-swizzled by S rg mod 32 (S = EE_SPLIT)
+// so that neither the staging stores (for one u: row groups 32 u / S + sl, sl < 32 / S, of
+// S windows jj + d, d < S, jj a multiple of S: banks (jj ^ S sl) + d, all distinct) nor
+// the step loads (one row group, 32 columns) conflict.
 __device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
-    return rg * EE_LANES + (j ^ ((SPLIT * rg) & 31u));
+    return rg * EE_LANES + (j ^ ((EE_SPLIT * rg) & 31u));
 }
 
 // One rANS step (spec 6) of symbol sym; ALL: every lane is active. The symbol's s_tab
@@ -275,7 +275,6 @@ __device__ __forceinline__ void ee_step(bool active, uint32_t sym, uint4 tab, ui
 // t_lo + 4 rg + 4 <= minlen) exactly when rg < all, so the groups from the top down to
 // all take the per-lane activity test and the rest run in a loop of their own, without
 // it and without the per-group test.
-template <uint32_t SPLIT>
 __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t minlen, uint32_t len,
                                          uint32_t lane, uint32_t gt, const uint32_t* stage32,
                                          const uint4* s_tab, uint16_t*& stk, uint32_t& x) {
@@ -284,7 +283,7 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
 #pragma unroll 1
     while (rg > all) {
         --rg;
-        const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
+        const uint32_t wv = stage32[ee_stage_word(rg, lane)];
         const uint32_t t0 = t_lo + 4 * rg;
 #pragma unroll
         for (int e = 3; e >= 0; --e) {
@@ -295,7 +294,7 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
 #pragma unroll 1
     while (rg > 0) {
         --rg;
-        const uint32_t wv = stage32[ee_stage_word<SPLIT>(rg, lane)];
+        const uint32_t wv = stage32[ee_stage_word(rg, lane)];
         // The four entries first: their loads overlap the steps' dependent chain on x.
         const uint4 a = s_tab[wv >> 24], b = s_tab[(wv >> 16) & 255u], c = s_tab[(wv >> 8) & 255u],
                     d = s_tab[wv & 255u];
@@ -306,10 +305,12 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
     }
 }
 
-// The body of the exans_encode_blocks kernels (below); SPLIT: windows staged at once
-// in (c), EE_LANES / SPLIT lanes each (a multiple of 4, the swizzle's granule).
-template <uint32_t SPLIT>
-__device__ __forceinline__ void ee_encode_blocks(
+// One CTA per block (header comment, step 1). EE_SPLIT = 4 staging windows at a time, 64
+// registers, 4 CTAs (32 warps) per SM (its spills, as ptxas 13 builds it for sm_90, lie
+// outside the loops but for the quantizer's floor-scaled start). Measured against it on
+// the H200 and dropped: 2 windows at the same budget (557 vs 576 GB/s), 2 windows in 48
+// registers at 5 CTAs per SM (499 GB/s).
+extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
@@ -324,7 +325,7 @@ __device__ __forceinline__ void ee_encode_blocks(
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
     static_assert(EE_WARPS * EE_ROUND * EE_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
-    constexpr uint32_t WIN_LANES = EE_LANES / SPLIT;
+    constexpr uint32_t WIN_LANES = EE_LANES / EE_SPLIT;
     static_assert(WIN_LANES % 4 == 0 && EE_ROUND % (4 * WIN_LANES) == 0, "whole row groups per staging lane");
 
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
@@ -589,11 +590,11 @@ __device__ __forceinline__ void ee_encode_blocks(
                     ee_prefetch_l2(wp - 1);
                 }
                 __syncwarp();
-                // SPLIT windows at a time, WIN_LANES lanes each: EE_ROUND / WIN_LANES
+                // EE_SPLIT windows at a time, WIN_LANES lanes each: EE_ROUND / WIN_LANES
                 // loads in flight per lane.
                 const uint32_t sl = lane % WIN_LANES;
 #pragma unroll 1
-                for (uint32_t jj = 0; jj < EE_LANES; jj += SPLIT) {
+                for (uint32_t jj = 0; jj < EE_LANES; jj += EE_SPLIT) {
                     const uint32_t j = jj + lane / WIN_LANES;  // this lane's window
                     const uint32_t wl = __shfl_sync(0xffffffffu, wlen, j);
                     const uint32_t gj = __shfl_sync(0xffffffffu, g0, j);
@@ -623,7 +624,7 @@ __device__ __forceinline__ void ee_encode_blocks(
                                                             ((kv_exponent_of(q[u].x >> 16) + cj) & 255u) << 8 |
                                                             ((kv_exponent_of(q[u].y) + cj) & 255u) << 16 |
                                                             (kv_exponent_of(q[u].y >> 16) + cj) << 24;
-                                    stage32[ee_stage_word<SPLIT>(rg, j)] = packed;
+                                    stage32[ee_stage_word(rg, j)] = packed;
                                 }
                             }
                         } else {
@@ -640,7 +641,7 @@ __device__ __forceinline__ void ee_encode_blocks(
                                                             ((kv_exponent_of(w[4 * u + 1]) + cj) & 255u) << 8 |
                                                             ((kv_exponent_of(w[4 * u + 2]) + cj) & 255u) << 16 |
                                                             (kv_exponent_of(w[4 * u + 3]) + cj) << 24;
-                                    stage32[ee_stage_word<SPLIT>(rg, j)] = packed;
+                                    stage32[ee_stage_word(rg, j)] = packed;
                                 }
                             }
                         }
@@ -672,7 +673,7 @@ __device__ __forceinline__ void ee_encode_blocks(
                                     const uint32_t c = 4 * rg + e >= split ? c1 : c0;
                                     packed |= ((kv_exponent_of(w[4 * u + e]) + c) & 255u) << (8 * e);
                                 }
-                                stage32[ee_stage_word<SPLIT>(rg, j)] = packed;
+                                stage32[ee_stage_word(rg, j)] = packed;
                             }
                         }
                     } else {
@@ -684,13 +685,13 @@ __device__ __forceinline__ void ee_encode_blocks(
                                 rr %= pg;
                             }
                             const uint32_t w = words[(u64)gg * thd + base + rr];
-                            ((uint8_t*)stage32)[4 * ee_stage_word<SPLIT>(i >> 2, j) + (i & 3u)] =
+                            ((uint8_t*)stage32)[4 * ee_stage_word(i >> 2, j) + (i & 3u)] =
                                 (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[gg]);
                         }
                     }
                 }
                 __syncwarp();
-                ee_steps<SPLIT>(t_hi - t_lo, t_lo, minlen, len, lane, gt, stage32, s_tab, stk, x);
+                ee_steps(t_hi - t_lo, t_lo, minlen, len, lane, gt, stage32, s_tab, stk, x);
                 t_hi = t_lo;
             }
             const uint32_t tail = (uint32_t)((region + np) - (stk + 1));  // the words pushed
@@ -712,23 +713,6 @@ __device__ __forceinline__ void ee_encode_blocks(
         }
         __syncthreads();
     }
-}
-
-// 4 staging windows at a time, 64 registers, 4 CTAs (32 warps) per SM (its spills, as
-// ptxas 13 builds it for sm_90, lie outside the loops but for the quantizer's
-// floor-scaled start). Measured against it on the H200 and dropped: 2 windows at the same
-// budget (557 vs 576 GB/s), 2 windows in 48 registers at 5 CTAs per SM (499 GB/s).
-#define EE_BLOCKS_PARAMS                                                                              \
-    const uint16_t *__restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,        \
-        uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64 *__restrict__ gain,             \
-        uint8_t *__restrict__ centers_out, uint16_t *__restrict__ freqs_out, uint32_t *__restrict__ dir_out, \
-        u64 *__restrict__ lens_out, uint16_t *__restrict__ scratch, uint8_t *__restrict__ sm_out
-#define EE_BLOCKS_ARGS                                                                                        \
-    words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, gain, centers_out, freqs_out, dir_out, lens_out, \
-        scratch, sm_out
-
-extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(EE_BLOCKS_PARAMS) {
-    ee_encode_blocks<4>(EE_BLOCKS_ARGS);
 }
 
 // One CTA: record offsets, the container header, the index and the gap after it.
