@@ -7,33 +7,15 @@ mod common;
 
 use bf16_field::KvCache;
 use bf16_field::gpu::{GpuContext, gpu_for_test};
-use common::{Rng, cache_from, kv_like};
+use common::{Rng, cache_from, fixture_caches, kv_like, raw_flags};
 use cudarc::driver::CudaSlice;
 use exans::gpu::{DeviceIndex, GpuError, decode_cache_host, decode_device};
 use exans::{
     EncodeOptions, RawPolicy, container_info, decode_cache, encode_cache, encode_cache_with, inspect_record,
 };
 
-/// The real fixtures (`KVCODEC_FIXTURES` on the device machine).
-fn fixture_caches() -> Vec<(String, KvCache)> {
-    let caches = bf16_field::fixtures::read_all().unwrap();
-    assert_eq!(
-        caches.len(),
-        2,
-        "expected the two SmolLM2 fixtures in {}",
-        bf16_field::fixtures::dir().display()
-    );
-    caches
-}
-
 fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
     EncodeOptions { precision, raw }
-}
-
-/// Which records of a container are raw.
-fn raw_flags(container: &[u8]) -> Vec<bool> {
-    let info = container_info(container).unwrap();
-    (0..info.blocks()).map(|i| inspect_record(info.record(container, i)).unwrap().raw).collect()
 }
 
 /// CPU encode -> GPU decode; the result must equal the original and the CPU decode.

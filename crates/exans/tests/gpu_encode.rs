@@ -6,29 +6,11 @@ mod common;
 
 use bf16_field::gpu::{GpuContext, gpu_for_test};
 use bf16_field::{KvCache, KvShape};
-use common::{Rng, cache_from, kv_like};
+use common::{Rng, cache_from, fixture_caches, kv_like, raw_flags};
 use cudarc::driver::CudaSlice;
 use exans::gpu::GpuError;
 use exans::gpu_encode::{EncodeWorkspace, encode_cache_host, encode_device, max_container_len};
-use exans::{Error, container_info, decode_cache, encode_cache, inspect_record};
-
-/// The real fixtures (`KVCODEC_FIXTURES` on the device machine).
-fn fixture_caches() -> Vec<(String, KvCache)> {
-    let caches = bf16_field::fixtures::read_all().unwrap();
-    assert_eq!(
-        caches.len(),
-        2,
-        "expected the two SmolLM2 fixtures in {}",
-        bf16_field::fixtures::dir().display()
-    );
-    caches
-}
-
-/// Which records of a container are raw.
-fn raw_flags(container: &[u8]) -> Vec<bool> {
-    let info = container_info(container).unwrap();
-    (0..info.blocks()).map(|i| inspect_record(info.record(container, i)).unwrap().raw).collect()
-}
+use exans::{Error, decode_cache, encode_cache};
 
 /// GPU encode == CPU encode, byte for byte, and the GPU container decodes back on the
 /// CPU. Returns the container.

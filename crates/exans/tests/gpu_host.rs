@@ -85,8 +85,7 @@ fn check_host_round_trip(
 #[test]
 fn host_decode_matches_cpu_on_the_fixtures() {
     let Some(gpu) = gpu_for_test("host_decode_matches_cpu_on_the_fixtures") else { return };
-    let caches = bf16_field::fixtures::read_all().unwrap();
-    assert_eq!(caches.len(), 2, "expected the two fixtures in {}", bf16_field::fixtures::dir().display());
+    let caches = common::fixture_caches();
     for (name, cache) in caches {
         for block_tokens in [16, 13] {
             let container = encode_cache(&cache, block_tokens).unwrap();
@@ -160,7 +159,7 @@ fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, b
 #[test]
 fn host_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_for_test("host_decode_reports_the_cpu_error") else { return };
-    let (_, cache) = bf16_field::fixtures::read_all().unwrap().remove(0);
+    let (_, cache) = common::fixture_caches().remove(0);
     let container = encode_cache(&cache, 16).unwrap();
     let info = container_info(&container).unwrap();
     // Small chunks, so the bad record is decoded by a chunk of its own, after others.

@@ -160,3 +160,21 @@ pub fn hexdump(bytes: &[u8]) -> String {
     out.push_str(&format!("{:08x}\n", bytes.len()));
     out
 }
+
+/// The two real fixtures (`KVCODEC_FIXTURES` on the device machine), by name.
+pub fn fixture_caches() -> Vec<(String, KvCache)> {
+    let caches = bf16_field::fixtures::read_all().unwrap();
+    assert_eq!(
+        caches.len(),
+        2,
+        "expected the two SmolLM2 fixtures in {}",
+        bf16_field::fixtures::dir().display()
+    );
+    caches
+}
+
+/// Which records of a container are raw.
+pub fn raw_flags(container: &[u8]) -> Vec<bool> {
+    let info = exans::container_info(container).unwrap();
+    (0..info.blocks()).map(|i| exans::inspect_record(info.record(container, i)).unwrap().raw).collect()
+}
