@@ -17,8 +17,12 @@
 //      step, no branch). Steps run in rounds of EX_ROUND: a lane keeps the round's
 //      symbols in registers, then turns each back into its exponent E = (C + c_g - 127)
 //      mod 256 (four at a time), joins it with its raw sign+mantissa byte (loaded at the
-//      round's start) and writes its EX_ROUND consecutive words with 16-byte stores when
-//      the round is full, inside one group and aligned, else word by word.
+//      round's start, two rounds' bytes at a time) and writes its EX_ROUND consecutive
+//      words, 32 bytes, with two 16-byte stores when the round is full, inside one group
+//      and aligned, else word by word. When every lane's 32 bytes are a whole aligned
+//      sector, lane pairs trade halves so that each store fills 16 whole sectors
+//      (ex_store_paired): half-sector stores doubled the L2's write traffic and made it
+//      the limit (90% busy; PERF.md).
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -43,7 +47,7 @@
 #define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
-#define EX_ROUND 16  // decode steps per output round (a multiple of 16)
+#define EX_ROUND 16  // decode steps per output round: 16 values, one 32-byte sector per lane
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
 // Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (a step reads at most one word
 // per lane, at pos + its rank). The lookahead requested at a round's start reaches
@@ -257,33 +261,57 @@ __device__ __forceinline__ void ex_next_group(ExLane& l, unsigned t, unsigned lo
     if (t < l.run) l.center = rp[EX_HEADER_LEN + l.g];
 }
 
+// Writes the 32 bytes (lo, hi) of each lane to its `dst` (32-byte aligned) with two
+// 16-byte stores per lane that fill whole 32-byte sectors: lanes 2k and 2k+1 trade one
+// half (the even lane's hi for the odd lane's lo), then store 1 writes the even lane's
+// sector and store 2 the odd lane's. Storing each lane's own halves instead makes every
+// store instruction write 32 half sectors, which doubled the L2's store sectors and was
+// what the decoder waited on (PERF.md). Every lane of the warp must call it.
+__device__ __forceinline__ void ex_store_paired(uint16_t* dst, uint4 lo, uint4 hi, unsigned lane) {
+    const bool odd = lane & 1u;
+    uint16_t* const partner = reinterpret_cast<uint16_t*>(
+        __shfl_xor_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), 1));
+    const uint4 give = odd ? lo : hi;
+    const uint4 got = make_uint4(__shfl_xor_sync(0xffffffffu, give.x, 1), __shfl_xor_sync(0xffffffffu, give.y, 1),
+                                 __shfl_xor_sync(0xffffffffu, give.z, 1), __shfl_xor_sync(0xffffffffu, give.w, 1));
+    uint4* const even_sector = reinterpret_cast<uint4*>(odd ? partner : dst);
+    uint4* const odd_sector = reinterpret_cast<uint4*>(odd ? dst : partner);
+    // Streaming stores (evict first): the output is not read again here, and the hint
+    // measured 2.5% faster (PERF.md).
+    __stcs(even_sector + (odd ? 1 : 0), odd ? got : lo);
+    __stcs(odd_sector + (odd ? 1 : 0), odd ? hi : got);
+}
+
 // Joins a round's symbols with their sign+mantissa bytes and writes them: as 16-byte
-// chunks when `whole` (sm holds the round's sign+mantissa bytes), else value by value.
-// Advances the lane's output position, group and center.
-__device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, const uint4 (&sm)[EX_ROUND / 16],
+// chunks when `whole` (sm holds the round's sign+mantissa bytes), sector-paired across
+// lanes when `paired` (warp-uniform: every lane whole and 32-byte aligned), else value by
+// value. Advances the lane's output position, group and center.
+__device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paired, uint4 sm,
                                                const uint32_t (&syms)[EX_ROUND / 4], unsigned t0,
                                                unsigned group_len, unsigned long long group_jump,
-                                               const uint8_t* rp) {
-    if (t0 >= l.run) return;
+                                               const uint8_t* rp, unsigned lane) {
+    if (t0 >= l.run) return;  // never when paired: every lane is whole
     if (whole) {
         // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits,
         // then flip the top bit by the carry-less sum of the top bits.
         const uint32_t c4 = ((l.center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
         const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
+        uint32_t e4[4];
 #pragma unroll
-        for (int c = 0; c < EX_ROUND / 16; ++c) {
-            uint32_t e4[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t s = syms[4 * c + j];
-                e4[j] = ((s & 0x7f7f7f7fu) + c4_low) ^ ((s & 0x80808080u) ^ c4_top);
-            }
-            const uint2 a = kv_join_quad(e4[0], sm[c].x);
-            const uint2 b = kv_join_quad(e4[1], sm[c].y);
-            const uint2 d = kv_join_quad(e4[2], sm[c].z);
-            const uint2 h = kv_join_quad(e4[3], sm[c].w);
-            reinterpret_cast<uint4*>(l.dst)[2 * c] = make_uint4(a.x, a.y, b.x, b.y);
-            reinterpret_cast<uint4*>(l.dst)[2 * c + 1] = make_uint4(d.x, d.y, h.x, h.y);
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t sy = syms[j];
+            e4[j] = ((sy & 0x7f7f7f7fu) + c4_low) ^ ((sy & 0x80808080u) ^ c4_top);
+        }
+        const uint2 a = kv_join_quad(e4[0], sm.x);
+        const uint2 b = kv_join_quad(e4[1], sm.y);
+        const uint2 d = kv_join_quad(e4[2], sm.z);
+        const uint2 h = kv_join_quad(e4[3], sm.w);
+        const uint4 lo = make_uint4(a.x, a.y, b.x, b.y), hi = make_uint4(d.x, d.y, h.x, h.y);
+        if (paired) {
+            ex_store_paired(l.dst, lo, hi, lane);
+        } else {
+            reinterpret_cast<uint4*>(l.dst)[0] = lo;
+            reinterpret_cast<uint4*>(l.dst)[1] = hi;
         }
         l.dst += EX_ROUND;
         l.r += EX_ROUND;
@@ -456,6 +484,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
         // whole 16-byte chunks when the round is full, inside one group and aligned;
         // otherwise value by value.
+        uint4 sm_next = make_uint4(0, 0, 0, 0);
+        bool have_next = false;
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             // The words this round can read are normally in groups older than the newest
@@ -482,16 +512,30 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             const bool whole = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&
                                ((reinterpret_cast<uintptr_t>(l.dst) | reinterpret_cast<uintptr_t>(l.src + t0)) &
                                 15u) == 0;
-            uint4 sm[EX_ROUND / 16];
-#pragma unroll
-            for (int c = 0; c < EX_ROUND / 16; ++c)
-                sm[c] = whole ? reinterpret_cast<const uint4*>(l.src + t0)[c] : make_uint4(0, 0, 0, 0);
+            const bool paired =
+                __all_sync(0xffffffffu, whole && (reinterpret_cast<uintptr_t>(l.dst) & 31u) == 0);
+            // The round's sign+mantissa bytes, 16 per lane, loaded together with the next
+            // round's 16 when those are in the lane's run too: two adjacent loads, the
+            // second mostly an L1 hit on the first one's sector, where one load per round
+            // let many sectors be fetched from L2 twice (PERF.md, decode v4b).
+            uint4 sm = make_uint4(0, 0, 0, 0);
+            if (have_next) {
+                sm = sm_next;
+                have_next = false;
+            } else if (whole) {
+                const uint4* const s4 = reinterpret_cast<const uint4*>(l.src + t0);
+                sm = s4[0];
+                if (t0 + 2 * EX_ROUND <= l.run) {
+                    sm_next = s4[1];
+                    have_next = true;
+                }
+            }
             uint32_t syms[EX_ROUND / 4];
             if (t0 + EX_ROUND <= all_active)
                 ex_decode_round<true>(l, syms, table, mask, precision, lanes_below, t0);
             else
                 ex_decode_round<false>(l, syms, table, mask, precision, lanes_below, t0);
-            ex_store_round(l, whole, sm, syms, t0, group_len, group_jump, rp);
+            ex_store_round(l, whole, paired, sm, syms, t0, group_len, group_jump, rp, lane);
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;

@@ -7,9 +7,9 @@
 // words[g*T*H*D + i*B*H*D ..][.. B'*H*D]; the block's symbol stream is its groups in
 // order (spec 2).
 //
-// Four launches on one stream, no host synchronisation:
-//   0. exans_encode_gain_table: gain[f] = LOG2[f+1] - LOG2[f] (spec 5.3), f = 1..4095,
-//      computed with the reference's 64-bit integer squaring (bit-identical).
+// Three launches on one stream, no host synchronisation (the quantizer's gain table,
+// gain[f] = LOG2[f+1] - LOG2[f] of spec 5.3, is the CPU reference's, copied to the
+// device once per workspace):
 //   1. exans_encode_blocks, one 256-thread CTA per block (EE_SPLIT = 4 staging windows at
 //      a time, 64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
@@ -90,28 +90,6 @@ __device__ __forceinline__ uint32_t ee_lanemask_gt() {
     uint32_t m;
     asm("mov.u32 %0, %%lanemask_gt;" : "=r"(m));
     return m;
-}
-
-// exans::log2_q32, operation for operation (spec 5.3).
-__device__ u64 ee_log2_q32(uint32_t x) {
-    if (x == 0) return 0;
-    const uint32_t ip = 31u - (uint32_t)__clz(x);
-    u64 m = (u64)x << (31u - ip);
-    u64 frac = 0;
-    for (int i = 0; i < 32; ++i) {
-        m = (m * m) >> 31;
-        frac <<= 1;
-        if (m >= (1ull << 32)) {
-            m >>= 1;
-            frac |= 1;
-        }
-    }
-    return ((u64)ip << 32) | frac;
-}
-
-extern "C" __global__ void exans_encode_gain_table(u64* __restrict__ gain) {
-    const uint32_t f = blockIdx.x * blockDim.x + threadIdx.x;
-    if (f < EE_GAIN_LEN) gain[f] = f == 0 ? 0ull : ee_log2_q32(f + 1) - ee_log2_q32(f);
 }
 
 // x / freq for every x < 2^32 by a multiply-high (libdivide's branch-free u32 scheme):
@@ -716,11 +694,14 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
 }
 
 // One CTA: record offsets, the container header, the index and the gap after it.
+// Thread t scans the blocks [t s, t s + s), s = ceil(blocks / EE_THREADS): its segment
+// sum, a block-wide scan of the sums, then the segment's offsets. Two passes over the
+// segment's lengths (the second from L1) and one barrier round, where a round per 256
+// blocks waited on the lengths' load latency each time.
 extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     uint32_t layers, uint32_t kv_heads, uint32_t head_dim, uint32_t block_tokens, u64 tokens, uint32_t blocks,
     const u64* __restrict__ lens, u64* __restrict__ offsets, uint8_t* __restrict__ out) {
     __shared__ u64 s_warp[EE_WARPS];
-    __shared__ u64 s_carry;
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const u64 index_end = EE_CONTAINER_HEADER_LEN + 8ull * ((u64)blocks + 1);
     const u64 first = ee_align16(index_end);
@@ -735,34 +716,30 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
         h[6] = blocks;
         h[7] = 0;
         for (u64 b = index_end; b < first; ++b) out[b] = 0;
-        s_carry = first;
     }
+    const uint32_t seg = (blocks + EE_THREADS - 1) / EE_THREADS;
+    const uint32_t lo = min(tid * seg, blocks), hi = min(lo + seg, blocks);
+    u64 sum = 0;
+#pragma unroll 4
+    for (uint32_t i = lo; i < hi; ++i) sum += ee_align16(lens[i]);
+    u64 incl = sum;
+    for (int off = 1; off < 32; off <<= 1) {
+        const u64 o = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= (uint32_t)off) incl += o;
+    }
+    if (lane == 31) s_warp[warp] = incl;
     __syncthreads();
+    u64 at = first + incl - sum;
+    for (uint32_t w = 0; w < warp; ++w) at += s_warp[w];
     u64* index = (u64*)(out + EE_CONTAINER_HEADER_LEN);
-    for (u64 chunk = 0; chunk < blocks; chunk += EE_THREADS) {
-        const u64 i = chunk + tid;
-        const u64 v = i < blocks ? ee_align16(lens[i]) : 0;
-        u64 incl = v;
-        for (int off = 1; off < 32; off <<= 1) {
-            const u64 o = __shfl_up_sync(0xffffffffu, incl, off);
-            if (lane >= (uint32_t)off) incl += o;
-        }
-        if (lane == 31) s_warp[warp] = incl;
-        __syncthreads();
-        u64 before = s_carry;
-        for (uint32_t w = 0; w < warp; ++w) before += s_warp[w];
-        if (i < blocks) {
-            const u64 off = before + incl - v;
-            offsets[i] = off;
-            index[i] = off;
-        }
-        __syncthreads();
-        if (tid == EE_THREADS - 1) s_carry = before + incl;
-        __syncthreads();
+    for (uint32_t i = lo; i < hi; ++i) {
+        offsets[i] = at;
+        index[i] = at;
+        at += ee_align16(lens[i]);
     }
-    if (tid == 0) {
-        offsets[blocks] = s_carry;
-        index[blocks] = s_carry;
+    if (hi == blocks && lo < hi) {  // the thread with the last block: the end offset
+        offsets[blocks] = at;
+        index[blocks] = at;
     }
 }
 

@@ -3,12 +3,12 @@
 //! coded and raw-fallback records, partial trailing blocks, the container header and
 //! index, and every padding byte.
 //!
-//! [`encode_device`] is four launches on one stream and no host synchronisation, so it
-//! can be captured in a CUDA graph:
+//! [`encode_device`] is three launches on one stream and no host synchronisation, so it
+//! can be captured in a CUDA graph (the quantizer's Q32 `log2` gains of spec §5.3 are
+//! the CPU reference's table, copied to the device when the [`EncodeWorkspace`] is
+//! made):
 //!
-//! 1. `exans_encode_gain_table` computes the quantizer's Q32 `log2` gains (spec §5.3)
-//!    with the reference's integer squaring, bit for bit;
-//! 2. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
+//! 1. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
 //!    (16-byte coalesced loads when `H D` is a multiple of 8, which also write the
 //!    block's sign+mantissa plane to scratch), folds the group histograms into the
 //!    block's symbol histogram, quantizes it exactly like `Model::quantize` (one
@@ -16,10 +16,10 @@
 //!    thread, steps backward in rounds whose symbols are first staged in shared memory
 //!    with coalesced loads, words placed by ballot/popc in the reversed stack order) into
 //!    scratch, and derives the record length (or the raw length, spec §7);
-//! 3. `exans_encode_index` (one CTA) scans the record lengths into the offsets of spec
+//! 2. `exans_encode_index` (one CTA) scans the record lengths into the offsets of spec
 //!    §8 and writes the container header and index;
-//! 4. `exans_encode_records` (one CTA per record) writes each record at its offset,
-//!    padding included (the sign+mantissa plane copied from the one step 2 wrote, when
+//! 3. `exans_encode_records` (one CTA per record) writes each record at its offset,
+//!    padding included (the sign+mantissa plane copied from the one step 1 wrote, when
 //!    it wrote one).
 //!
 //! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
@@ -45,6 +45,12 @@ pub const MODULE: PtxModule =
 const THREADS: u32 = 256;
 /// Entries of the gain table (`EE_GAIN_LEN`): `gain[f]` for `f` in `1..=4095`.
 const GAIN_LEN: usize = 4096;
+
+/// The quantizer's gain table as `exans_encode_blocks` reads it: entry `f` is the CPU
+/// reference's `log2(f + 1) - log2(f)` in Q32 (spec §5.3), entry 0 unused.
+fn gain_table() -> Vec<u64> {
+    (0..GAIN_LEN as u32).map(|f| if f == 0 { 0 } else { crate::model::slot_gain(f) }).collect()
+}
 /// `u32`s of a block's directory scratch (`EE_DIRECTORY_WORDS`): 8 word counts, then
 /// 8 x 32 final states, exactly the record's directory.
 const DIRECTORY_WORDS: usize = PARTITIONS + PARTITIONS * crate::format::LANES;
@@ -143,7 +149,7 @@ impl EncodeWorkspace {
         let values = shape.total_values();
         let centers = blocks * 2 * shape.layers;
         Ok(EncodeWorkspace {
-            gain: stream.alloc_zeros(GAIN_LEN)?,
+            gain: stream.clone_htod(&gain_table())?,
             centers: stream.alloc_zeros(centers)?,
             freqs: stream.alloc_zeros(blocks * MAX_SYMBOLS)?,
             directory: stream.alloc_zeros(blocks * DIRECTORY_WORDS)?,
@@ -239,18 +245,6 @@ pub fn encode_device(
         shared_mem_bytes: 0,
     };
     let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-
-    let f = gpu.function(&MODULE, "exans_encode_gain_table")?;
-    let mut launch = stream.launch_builder(&f);
-    launch.arg(&mut workspace.gain);
-    let cfg = LaunchConfig {
-        grid_dim: ((GAIN_LEN as u32).div_ceil(THREADS), 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: exans_encode_gain_table(gain: *mut u64) writes gain[f] for f < 4096, the
-    // slice's length.
-    unsafe { launch.launch(cfg) }?;
 
     let f = gpu.function(&MODULE, "exans_encode_blocks")?;
     let mut launch = stream.launch_builder(&f);

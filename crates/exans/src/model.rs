@@ -55,7 +55,7 @@ static LOG2_TABLE: [u64; LOG2_TABLE_LEN] = {
 /// The fixed-point gain of giving a symbol its `(f + 1)`-th slot: `log2(f + 1) - log2(f)`
 /// in Q32, for `1 <= f < 4096` (spec §5.3).
 #[inline]
-fn slot_gain(f: u32) -> u64 {
+pub(crate) fn slot_gain(f: u32) -> u64 {
     LOG2_TABLE[f as usize + 1] - LOG2_TABLE[f as usize]
 }
 
