@@ -48,6 +48,7 @@
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
 #define EX_ROUND 16  // decode steps per output round: 16 values, one 32-byte sector per lane
+static_assert(EX_ROUND == 16, "a round's join and stores handle exactly one uint4 of sign+mantissa bytes");
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
 // Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (a step reads at most one word
 // per lane, at pos + its rank). The lookahead requested at a round's start reaches
@@ -482,8 +483,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const unsigned all_active = __reduce_min_sync(0xffffffffu, l.run);
         // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
         // compile-time indexed), then joined with their sign+mantissa bytes and written as
-        // whole 16-byte chunks when the round is full, inside one group and aligned;
-        // otherwise value by value.
+        // the lane's 32 bytes when the round is full, inside one group and aligned (as
+        // whole sectors when every lane's are, ex_store_paired); otherwise value by value.
         uint4 sm_next = make_uint4(0, 0, 0, 0);
         bool have_next = false;
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
@@ -506,7 +507,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             l.done_old = l.done;
             l.done = max(l.done, ahead);
             ex_cp_async_commit();
-            // A full round inside one group, aligned, is stored as 16-byte chunks; its
+            // A full round inside one group, aligned, is stored with 16-byte stores; its
             // sign+mantissa bytes are loaded now, so the load's latency hides behind the
             // round's decode steps.
             const bool whole = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&

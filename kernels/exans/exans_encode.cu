@@ -695,9 +695,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
 
 // One CTA: record offsets, the container header, the index and the gap after it.
 // Thread t scans the blocks [t s, t s + s), s = ceil(blocks / EE_THREADS): its segment
-// sum, a block-wide scan of the sums, then the segment's offsets. Two passes over the
-// segment's lengths (the second from L1) and one barrier round, where a round per 256
-// blocks waited on the lengths' load latency each time.
+// sum, a block-wide scan of the sums, then the segment's offsets (two passes over the
+// segment's lengths, one barrier).
 extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     uint32_t layers, uint32_t kv_heads, uint32_t head_dim, uint32_t block_tokens, u64 tokens, uint32_t blocks,
     const u64* __restrict__ lens, u64* __restrict__ offsets, uint8_t* __restrict__ out) {

@@ -30,7 +30,7 @@
 
 use bf16_field::gpu::{GpuContext, PtxModule};
 use bf16_field::{KvCache, KvShape};
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::Error;
 use crate::format::{CONTAINER_HEADER_LEN, HEADER_LEN, MAX_SYMBOLS, PARTITIONS, align_up};
@@ -236,9 +236,7 @@ pub fn encode_device(
             why: format!("device address {ptr:#x} is not 16-byte aligned"),
         });
     }
-    // Geometry::new checked L, H, D, B against u16 and the block count against u32.
-    let (layers, kv_heads, head_dim) = (shape.layers as u32, shape.kv_heads as u32, shape.head_dim as u32);
-    let (block_tokens32, tokens, blocks32) = (block_tokens as u32, shape.tokens as u64, g.blocks as u32);
+    let cache_args = CacheArgs::new(&g);
     let per_block = LaunchConfig {
         grid_dim: (g.blocks.clamp(1, MAX_GRID) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -248,14 +246,9 @@ pub fn encode_device(
 
     let f = gpu.function(&MODULE, "exans_encode_blocks")?;
     let mut launch = stream.launch_builder(&f);
+    launch.arg(words);
+    cache_args.push(&mut launch);
     launch
-        .arg(words)
-        .arg(&layers)
-        .arg(&kv_heads)
-        .arg(&head_dim)
-        .arg(&block_tokens32)
-        .arg(&tokens)
-        .arg(&blocks32)
         .arg(&workspace.gain)
         .arg(&mut workspace.centers)
         .arg(&mut workspace.freqs)
@@ -277,16 +270,8 @@ pub fn encode_device(
 
     let f = gpu.function(&MODULE, "exans_encode_index")?;
     let mut launch = stream.launch_builder(&f);
-    launch
-        .arg(&layers)
-        .arg(&kv_heads)
-        .arg(&head_dim)
-        .arg(&block_tokens32)
-        .arg(&tokens)
-        .arg(&blocks32)
-        .arg(&workspace.lens)
-        .arg(&mut workspace.offsets)
-        .arg(&mut *out);
+    cache_args.push(&mut launch);
+    launch.arg(&workspace.lens).arg(&mut workspace.offsets).arg(&mut *out);
     // SAFETY: exans_encode_index(layers, kv_heads, head_dim, block_tokens: u32, tokens:
     // u64, blocks: u32, lens: *const u64, offsets: *mut u64, out: *mut u8) reads lens[i <
     // blocks], writes offsets[..=blocks] (blocks + 1 <= the workspace's) and out[..first]
@@ -296,14 +281,9 @@ pub fn encode_device(
 
     let f = gpu.function(&MODULE, "exans_encode_records")?;
     let mut launch = stream.launch_builder(&f);
+    launch.arg(words);
+    cache_args.push(&mut launch);
     launch
-        .arg(words)
-        .arg(&layers)
-        .arg(&kv_heads)
-        .arg(&head_dim)
-        .arg(&block_tokens32)
-        .arg(&tokens)
-        .arg(&blocks32)
         .arg(&workspace.centers)
         .arg(&workspace.freqs)
         .arg(&workspace.directory)
@@ -324,6 +304,42 @@ pub fn encode_device(
     unsafe { launch.launch(per_block) }?;
     workspace.last_blocks = Some(g.blocks);
     Ok(())
+}
+
+/// The cache arguments every encoder kernel takes, in its order: layers, kv_heads,
+/// head_dim, block_tokens (u32), tokens (u64), blocks (u32).
+struct CacheArgs {
+    layers: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    block_tokens: u32,
+    tokens: u64,
+    blocks: u32,
+}
+
+impl CacheArgs {
+    /// Geometry::new checked L, H, D, B against u16 and the block count against u32.
+    fn new(g: &Geometry) -> Self {
+        let s = g.shape;
+        CacheArgs {
+            layers: s.layers as u32,
+            kv_heads: s.kv_heads as u32,
+            head_dim: s.head_dim as u32,
+            block_tokens: g.block_tokens as u32,
+            tokens: s.tokens as u64,
+            blocks: g.blocks as u32,
+        }
+    }
+
+    fn push<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
+        launch
+            .arg(&self.layers)
+            .arg(&self.kv_heads)
+            .arg(&self.head_dim)
+            .arg(&self.block_tokens)
+            .arg(&self.tokens)
+            .arg(&self.blocks);
+    }
 }
 
 /// Host cache -> container bytes through the GPU (uploads, encodes, reads back): the

@@ -7,7 +7,7 @@ mod common;
 
 use bf16_field::KvCache;
 use bf16_field::gpu::{GpuContext, gpu_for_test};
-use common::{Rng, cache_from, fixture_caches, kv_like, raw_flags};
+use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
 use cudarc::driver::CudaSlice;
 use exans::gpu::{DeviceIndex, GpuError, decode_cache_host, decode_device};
 use exans::{
@@ -84,13 +84,7 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
     }
 
     // One raw-fallback block between coded ones: tokens 16..32 are random words.
-    let mut rng = Rng(99);
-    let base = kv_like(2, 2, 64, 48, 7);
-    let mixed = cache_from(2, 2, 64, 48, |l, k, i| {
-        let token = i / 128;
-        let w = base.tensor(l, bf16_field::KvKind::BOTH[k])[i];
-        if (16..32).contains(&token) { rng.next() as u16 } else { w }
-    });
+    let mixed = one_raw_block_cache();
     let container = encode_cache(&mixed, 16).unwrap();
     assert_eq!(raw_flags(&container), vec![false, true, false], "block 1 falls back to raw");
     check_round_trip(&gpu, "raw-fallback block", &mixed, 16, &auto);

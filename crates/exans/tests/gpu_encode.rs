@@ -6,7 +6,7 @@ mod common;
 
 use bf16_field::gpu::{GpuContext, gpu_for_test};
 use bf16_field::{KvCache, KvShape};
-use common::{Rng, cache_from, fixture_caches, kv_like, raw_flags};
+use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
 use cudarc::driver::CudaSlice;
 use exans::gpu::GpuError;
 use exans::gpu_encode::{EncodeWorkspace, encode_cache_host, encode_device, max_container_len};
@@ -85,13 +85,7 @@ fn gpu_encode_matches_cpu_on_edge_cases() {
     let c = check(&gpu, "all exponents, skewed", &skewed, 16);
     assert!(raw_flags(&c).iter().all(|raw| !raw));
     // One incompressible (random) block between coded ones falls back to raw.
-    let mut rng = Rng(99);
-    let base = kv_like(2, 2, 64, 48, 7);
-    let mixed = cache_from(2, 2, 64, 48, |l, k, i| {
-        let token = i / 128;
-        let w = base.tensor(l, bf16_field::KvKind::BOTH[k])[i];
-        if (16..32).contains(&token) { rng.next() as u16 } else { w }
-    });
+    let mixed = one_raw_block_cache();
     let c = check(&gpu, "raw-fallback block", &mixed, 16);
     assert_eq!(raw_flags(&c), vec![false, true, false]);
     // More than 256 blocks: the index scan runs over several chunks.

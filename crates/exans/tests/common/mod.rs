@@ -178,3 +178,15 @@ pub fn raw_flags(container: &[u8]) -> Vec<bool> {
     let info = exans::container_info(container).unwrap();
     (0..info.blocks()).map(|i| exans::inspect_record(info.record(container, i)).unwrap().raw).collect()
 }
+
+/// A 48-token cache (L = 2, H = 2, D = 64) whose tokens 16..32 are random words: at
+/// B = 16 its middle block does not compress and falls back to raw, between coded ones.
+pub fn one_raw_block_cache() -> KvCache {
+    let mut rng = Rng(99);
+    let base = kv_like(2, 2, 64, 48, 7);
+    cache_from(2, 2, 64, 48, |l, k, i| {
+        let token = i / 128;
+        let w = base.tensor(l, bf16_field::KvKind::BOTH[k])[i];
+        if (16..32).contains(&token) { rng.next() as u16 } else { w }
+    })
+}
