@@ -6,9 +6,11 @@
 //   1. thread 0 parses and bounds-checks the 48-byte header (three 16-byte loads) and
 //      derives every section offset (spec 3, 4) into shared memory;
 //   2. raw records (spec 7) are copied word by word into their groups;
-//   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread, its
-//      cdf taken with a block scan and checked, then the 2^n-entry packed decode table
-//      (spec 5.4) is built in shared memory (binary search over the cdf per slot);
+//   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread (and
+//      the 2L centers into shared memory, when 2L <= EX_SHARED_GROUPS), its cdf taken
+//      with a block scan and checked, then the 2^n-entry packed decode table (spec 5.4)
+//      is built in shared memory (per lane, one binary search over the cdf, then a walk
+//      over every 32nd slot of its warp's range);
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
 //      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
 //      state fell below 2^16 take the next words of the partition's stream in ascending
@@ -44,6 +46,7 @@
 #define EX_DIRECTORY_LEN 1056ull
 #define EX_MAX_SYMBOLS 256
 #define EX_MAX_PRECISION 12
+#define EX_SHARED_GROUPS 512  // records of up to this many groups (2L) keep their centers in shared memory
 #define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
@@ -255,11 +258,11 @@ __device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_R
 // Moves the lane's output to the start of its next group (at a group's end), and loads
 // that group's center when the lane has values left (its next step `t` is in its run).
 __device__ __forceinline__ void ex_next_group(ExLane& l, unsigned t, unsigned long long group_jump,
-                                              const uint8_t* rp) {
+                                              const uint8_t* centers) {
     l.r = 0;
     ++l.g;
     l.dst += group_jump;
-    if (t < l.run) l.center = rp[EX_HEADER_LEN + l.g];
+    if (t < l.run) l.center = centers[l.g];
 }
 
 // Writes the 32 bytes (lo, hi) of each lane to its `dst` (32-byte aligned) with two
@@ -290,7 +293,7 @@ __device__ __forceinline__ void ex_store_paired(uint16_t* dst, uint4 lo, uint4 h
 __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paired, uint4 sm,
                                                const uint32_t (&syms)[EX_ROUND / 4], unsigned t0,
                                                unsigned group_len, unsigned long long group_jump,
-                                               const uint8_t* rp, unsigned lane) {
+                                               const uint8_t* centers, unsigned lane) {
     if (t0 >= l.run) return;  // never when paired: every lane is whole
     if (whole) {
         // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits,
@@ -316,7 +319,7 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paire
         }
         l.dst += EX_ROUND;
         l.r += EX_ROUND;
-        if (l.r == group_len) ex_next_group(l, t0 + EX_ROUND, group_jump, rp);
+        if (l.r == group_len) ex_next_group(l, t0 + EX_ROUND, group_jump, centers);
     } else {
 #pragma unroll
         for (int i = 0; i < EX_ROUND; ++i) {
@@ -325,13 +328,13 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paire
                 const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
                 const uint32_t exponent = (sym + l.center - EX_CENTER_SYMBOL) & 0xffu;
                 *l.dst++ = (uint16_t)kv_join(exponent, l.src[t]);
-                if (++l.r == group_len) ex_next_group(l, t + 1, group_jump, rp);
+                if (++l.r == group_len) ex_next_group(l, t + 1, group_jump, centers);
             }
         }
     }
 }
 
-// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 70): measured
+// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 72): measured
 // faster than four CTAs at 64 registers, and than two partitions per warp or an 8-byte
 // table (PERF.md).
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
@@ -342,6 +345,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
     __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias (spec 5.4)
     __shared__ uint32_t warp_sums[EX_PARTITIONS];
+    // The record's 2L centers when 2L <= EX_SHARED_GROUPS (else read from the record): a
+    // lane reaching a new group reads its center here, where a global load at that point
+    // stalled the next round's join (3% of all stall samples, Nsight Compute).
+    __shared__ uint8_t s_centers[EX_SHARED_GROUPS];
     __shared__ ExRecord rs;
 
     const unsigned tid = threadIdx.x;
@@ -385,6 +392,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const unsigned k = rs.symbols;
         const unsigned precision = rs.precision;
         static_assert(EX_MAX_SYMBOLS <= EX_THREADS, "one model entry per thread");
+        const bool shared_centers = rs.groups <= EX_SHARED_GROUPS;
+        const uint8_t* const centers = shared_centers ? s_centers : rp + EX_HEADER_LEN;
+        if (shared_centers)
+            for (unsigned g = tid; g < rs.groups; g += EX_THREADS) s_centers[g] = rp[EX_HEADER_LEN + g];
         uint32_t freq = 0, symbol = 0;
         bool bad = false;
         if (tid < k) {
@@ -420,14 +431,24 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
         // A valid model has cdf[0] = 0 and strictly increasing cdfs.
+        // Warp w fills slots [w R, (w + 1) R), R = max(2^n / 8, 32), lane j every 32nd
+        // from w R + j (conflict-free stores): one binary search for its first slot, then
+        // a walk forward (the entry only moves up, at most K times in all), where a
+        // search per slot cost 16 dependent searches per thread (5% of all stall samples).
         const unsigned slots = 1u << precision;
-        for (unsigned x = tid; x < slots; x += EX_THREADS) {
+        const unsigned region = max(slots / EX_PARTITIONS, (unsigned)EX_LANES);
+        const unsigned x_end = min((warp + 1) * region, slots);
+        unsigned x = warp * region + lane;
+        if (x < x_end) {
             unsigned lo = 0, hi = k - 1;
             while (lo < hi) {
                 const unsigned mid = (lo + hi + 1) / 2;
                 if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+            for (; x < x_end; x += EX_LANES) {
+                while (lo + 1 < k && entry_cdf[lo + 1] <= x) ++lo;
+                table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+            }
         }
         __syncthreads();
 
@@ -475,7 +496,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             l.g = v0 / group_len;
             l.r = v0 % group_len;
             l.dst = out + (l.g * tensor_values + out_block + l.r);
-            l.center = rp[EX_HEADER_LEN + l.g];
+            l.center = centers[l.g];
         }
         l.src = rp + rs.sign_mantissa + v0;
         // Steps where all 32 lanes decode (every lane's run is at least this long) take
@@ -536,7 +557,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 ex_decode_round<true>(l, syms, table, mask, precision, lanes_below, t0);
             else
                 ex_decode_round<false>(l, syms, table, mask, precision, lanes_below, t0);
-            ex_store_round(l, whole, paired, sm, syms, t0, group_len, group_jump, rp, lane);
+            ex_store_round(l, whole, paired, sm, syms, t0, group_len, group_jump, centers, lane);
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;

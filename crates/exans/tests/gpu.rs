@@ -120,6 +120,13 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
         check_round_trip(&gpu, "uniform 256 exponents", &uniform, 4, &opts);
     }
 
+    // Records of up to 512 groups keep their centers in shared memory, larger ones read
+    // them from the record: 2L = 512 and 2L = 600 groups, one value per group and token.
+    for layers in [256, 300] {
+        let deep = kv_like(layers, 1, 1, 5, 21);
+        check_round_trip(&gpu, &format!("L={layers}"), &deep, 4, &never);
+    }
+
     // Many records in one launch, with varied centers per group.
     let many = kv_like(4, 3, 32, 333, 77);
     for block_tokens in [1, 7, 16, 64, 333] {
