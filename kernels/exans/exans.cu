@@ -431,9 +431,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
         // A valid model has cdf[0] = 0 and strictly increasing cdfs.
-        // Warp w fills slots [w R, (w + 1) R), R = max(2^n / 8, 32), lane j every 32nd
-        // from w R + j (conflict-free stores): one binary search for its first slot, then
-        // a walk forward (the entry only moves up, at most K times in all), where a
+        // Warp w fills slots [w R, min((w + 1) R, 2^n)), R = max(2^n / 8, 32), lane j every
+        // 32nd from w R + j (conflict-free stores; below 256 slots the higher warps, and
+        // below 32 the higher lanes, have none): one binary search for its first slot, then
+        // a walk forward (the entry only moves up, at most K - 1 times per lane), where a
         // search per slot cost 16 dependent searches per thread (5% of all stall samples).
         const unsigned slots = 1u << precision;
         const unsigned region = max(slots / EX_PARTITIONS, (unsigned)EX_LANES);

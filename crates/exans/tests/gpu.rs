@@ -82,6 +82,14 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
     for opts in [auto, never, options(RawPolicy::Never, 9)] {
         check_round_trip(&gpu, "partial trailing block", &partial, 16, &opts);
     }
+    // Tables of fewer slots than threads (some warps, or lanes, fill none): 2^n distinct
+    // exponents per block, so every symbol holds one slot.
+    for precision in [2u8, 4, 5, 6, 7] {
+        let few = cache_from(2, 2, 64, 37, |_, _, i| {
+            (((120 + i % (1 << precision)) as u16) << 7) | (i as u16 & 0x807f)
+        });
+        check_round_trip(&gpu, "small table", &few, 16, &options(RawPolicy::Never, precision));
+    }
 
     // One raw-fallback block between coded ones: tokens 16..32 are random words.
     let mixed = one_raw_block_cache();
