@@ -437,7 +437,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // a walk forward (the entry only moves up, at most K - 1 times per lane), where a
         // search per slot cost 16 dependent searches per thread (5% of all stall samples).
         const unsigned slots = 1u << precision;
-        const unsigned region = max(slots / EX_PARTITIONS, (unsigned)EX_LANES);
+        const unsigned region = max(slots / (EX_THREADS / EX_LANES), (unsigned)EX_LANES);
         const unsigned x_end = min((warp + 1) * region, slots);
         unsigned x = warp * region + lane;
         if (x < x_end) {
