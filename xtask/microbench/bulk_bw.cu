@@ -10,12 +10,8 @@
 //   V=target/xtask/nvcc-venv/lib/python3*/site-packages/nvidia/cu13
 //   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -I$V/include xtask/microbench/bulk_bw.cu \
 //       -L$V/lib -lcudart_static -ldl -lpthread -lrt -o bulk_bw
-#include <cstdio>
 #include <cstdint>
-#include <vector>
-#include <algorithm>
-#include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+#include "microbench.cuh"
 
 enum Hint { kCs, k256, kCs256, kPlain };
 
@@ -148,12 +144,8 @@ int main() {
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     double moved = 2.0 * out_bytes;  // the copy below; 1.75 x for every pattern after it
     auto timeit = [&](const char* name, auto&& f) {
-        for (int i = 0; i < 3; ++i) f(i);
-        std::vector<float> ms;
-        for (int i = 0; i < 21; ++i) { cudaEventRecord(e0); f(i); cudaEventRecord(e1); cudaEventSynchronize(e1); float t; cudaEventElapsedTime(&t, e0, e1); ms.push_back(t); }
-        cudaError_t err = cudaGetLastError();
-        std::sort(ms.begin(), ms.end());
-        const double m = ms[ms.size() / 2];
+        const double m = median_ms(e0, e1, f);
+        const cudaError_t err = cudaGetLastError();
         printf("%-34s %8.3f ms %8.1f GB/s traffic %8.1f GB/s written%s\n", name, m, moved / (m * 1e-3) / 1e9,
                out_bytes / (m * 1e-3) / 1e9, err == cudaSuccess ? "" : cudaGetErrorString(err));
     };

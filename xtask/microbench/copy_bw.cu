@@ -7,12 +7,8 @@
 //   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -I$V/include xtask/microbench/copy_bw.cu \
 //       -L$V/lib -lcudart_static -ldl -lpthread -lrt -o copy_bw
 // (the nvcc venv is the one `cargo xtask kernels` installs), then run ./copy_bw there.
-#include <cstdio>
 #include <cstdint>
-#include <vector>
-#include <algorithm>
-#include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+#include "microbench.cuh"
 
 __global__ void copy1(const uint4* __restrict__ s, uint4* __restrict__ d, size_t n16) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -57,11 +53,7 @@ int main() {
     CK(cudaMemset(a, 1, bytes)); CK(cudaMemset(b, 2, bytes)); CK(cudaMemset(c, 3, bytes));
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     auto timeit = [&](const char* name, double moved, auto&& f) {
-        for (int i = 0; i < 3; ++i) f(i);
-        std::vector<float> ms;
-        for (int i = 0; i < 21; ++i) { cudaEventRecord(e0); f(i); cudaEventRecord(e1); cudaEventSynchronize(e1); float t; cudaEventElapsedTime(&t, e0, e1); ms.push_back(t); }
-        std::sort(ms.begin(), ms.end());
-        double m = ms[ms.size() / 2];
+        const double m = median_ms(e0, e1, f);
         printf("%-28s %8.3f ms %8.1f GB/s (read+write)\n", name, m, moved / (m * 1e-3) / 1e9);
         return moved / (m * 1e-3) / 1e9;
     };
