@@ -359,11 +359,14 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoder, body check (a separate kernel: folding it into the decode kernel measured
-// 1980 against 2110 GB/s on an H200, docs/PERF.md): one thread per chunk checks that chunk's escape offsets and
-// escapes (spec section 5); thread 0 also checks the padding. The first problem seen
-// goes to *status (0 = valid); the host then runs the CPU decoder for the exact typed
-// error. The header was validated on the host. Work is bounded by the payload length.
+// Decoder, body check: one thread per chunk checks that chunk's escape offsets and
+// escapes (spec section 5); the first check thread also checks the padding. The first
+// problem seen goes to *status (0 = valid); the host then runs the CPU decoder for the
+// exact typed error. The header was validated on the host. Work is bounded by the
+// payload length. It runs in CTAs of its own after the decode kernel's tile CTAs (see
+// splitzip_decode_tiles): every thread checking its own values inside the tile code
+// measured 1980 against 2110 GB/s, and a separate kernel on a second stream cost the
+// launches and stream joins around it (docs/PERF.md).
 // ---------------------------------------------------------------------------------------
 #define SZ_BAD_OFFSETS 1u
 #define SZ_BAD_POSITION 2u
@@ -375,18 +378,19 @@ __device__ __forceinline__ unsigned sz_position(const uint8_t* positions, unsign
     return positions[2 * k] | (positions[2 * k + 1] << 8);
 }
 
-extern "C" __global__ void splitzip_check_body(const uint8_t* __restrict__ payload, unsigned long long n,
-                                               unsigned chunk_size, unsigned long long escapes,
-                                               unsigned long long exponents_at, uint4 codebook,
-                                               unsigned* __restrict__ status) {
+// Checks chunks first_chunk, first_chunk + stride, ... of the body; `padding` also checks
+// every padding byte (one thread of the launch). Not inlined: inlined into the decode
+// kernel it made ptxas spill in the tile code at the 40-register cap.
+__device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                              unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                              unsigned long long first_chunk, unsigned long long stride, bool padding,
+                              unsigned* __restrict__ status) {
     const SzLayout lay = sz_layout(n, chunk_size);
     const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
     const uint8_t* positions = payload + lay.escape_positions;
     const uint8_t* esc_exponents = payload + exponents_at;
     const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long chunk = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; chunk < lay.chunks;
-         chunk += stride) {
+    for (unsigned long long chunk = first_chunk; chunk < lay.chunks; chunk += stride) {
         const unsigned long long lo = offsets[chunk], hi = offsets[chunk + 1];
         const unsigned long long chunk_len = chunk + 1 == lay.chunks ? n - chunk * chunk_size : chunk_size;
         if ((chunk == 0 && lo != 0) || hi < lo || hi > escapes || (chunk + 1 == lay.chunks && hi != escapes) ||
@@ -415,7 +419,7 @@ extern "C" __global__ void splitzip_check_body(const uint8_t* __restrict__ paylo
             }
         }
     }
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (padding) {
         bool ok = !(n % 2 == 1 && (payload[lay.codes + n / 2] >> 4) != 0);
         for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) ok &= payload[i] == 0;
         for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) ok &= payload[i] == 0;
@@ -427,15 +431,24 @@ extern "C" __global__ void splitzip_check_body(const uint8_t* __restrict__ paylo
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoder, values: one CTA per tile. Every thread rebuilds 8 words from 4 bytes of codes
-// (exponents looked up in registers with byte permutes) and 8 bytes of sign+mantissa,
-// patches its escaped values in registers (found by binary search in its chunk's escape
-// list, bounded even for a corrupt list) and stores 16 bytes once.
+// Decoder, values: CTAs 0 .. tiles - 1 decode one tile each. Every thread rebuilds 8
+// words from 4 bytes of codes (exponents looked up in registers with byte permutes) and 8
+// bytes of sign+mantissa, patches its escaped values in registers (found by binary search
+// in its chunk's escape list, bounded even for a corrupt list) and stores 16 bytes once.
+// CTAs from `tiles` on run the body check (sz_check_body, one thread per chunk): CTAs are
+// dispatched in index order, so they fill the SMs the last wave of tiles leaves idle.
 // ---------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_DECODE_CTAS_PER_SM)
 splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
                       unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
-                      uint16_t* __restrict__ out) {
+                      uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
+    if (blockIdx.x >= tiles) {  // CTA-uniform
+        const unsigned long long check_thread = (unsigned long long)(blockIdx.x - tiles) * SZ_THREADS + threadIdx.x;
+        const unsigned long long check_threads = (unsigned long long)(gridDim.x - tiles) * SZ_THREADS;
+        sz_check_body(payload, n, chunk_size, escapes, exponents_at, codebook, check_thread, check_threads,
+                      check_thread == 0, status);
+        return;
+    }
     const SzLayout lay = sz_layout(n, chunk_size);
     const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
     const uint8_t* positions = payload + lay.escape_positions;

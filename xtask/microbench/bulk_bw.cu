@@ -143,12 +143,7 @@ int main() {
     const uint8_t* sf = in + out_bytes / 4;     // 0.5 GiB
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     double moved = 2.0 * out_bytes;  // the copy below; 1.75 x for every pattern after it
-    auto timeit = [&](const char* name, auto&& f) {
-        const double m = median_ms(e0, e1, f);
-        const cudaError_t err = cudaGetLastError();
-        printf("%-34s %8.3f ms %8.1f GB/s traffic %8.1f GB/s written%s\n", name, m, moved / (m * 1e-3) / 1e9,
-               out_bytes / (m * 1e-3) / 1e9, err == cudaSuccess ? "" : cudaGetErrorString(err));
-    };
+    auto timeit = [&](const char* name, auto&& f) { print_rates(name, median_ms(e0, e1, f), moved, out_bytes); };
     auto dst = [&](int i) { return (uint4*)(i % 2 ? o1 : o2); };
     timeit("cudaMemcpy d2d (1 GiB, for scale)", [&](int i) { cudaMemcpyAsync(dst(i), in, out_bytes, cudaMemcpyDeviceToDevice); });
     moved = 1.75 * out_bytes;

@@ -115,10 +115,18 @@ def summarize(runs_ms: list[float]) -> dict:
     return {"median_ms": med, "min_ms": s[0] if s else float("nan"), "max_ms": s[-1] if s else float("nan"), "runs_ms": runs_ms}
 
 
+# GPU clock cycles torch.cuda._sleep spins before each timed run: about 2 ms on an H200
+# (1.98 GHz), as GpuContext::time_runs holds its stream for 2 ms.
+HOLD_CYCLES = 4_000_000
+
+
 def time_runs(torch, stream, warmup: int, runs: int, op) -> dict:
     """op(i) `warmup` times untimed, then `runs` times between two CUDA events on
     `stream`, synchronising after each run; i counts every call from 0 so callers
-    can alternate inputs (mirrors GpuContext::time_runs in crates/bf16-field)."""
+    can alternate inputs (mirrors GpuContext::time_runs in crates/bf16-field).
+    Each timed run is queued behind a spin kernel (torch.cuda._sleep), so the start
+    event fires when the GPU reaches it with the work already queued: GPU time,
+    without the host's launch latency."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     for i in range(warmup):
@@ -126,6 +134,8 @@ def time_runs(torch, stream, warmup: int, runs: int, op) -> dict:
     stream.synchronize()
     times = []
     for i in range(runs):
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(HOLD_CYCLES)
         start.record(stream)
         op(warmup + i)
         end.record(stream)

@@ -333,28 +333,25 @@ pub fn decode_device(
             let (n64, cs, e, exp_at) =
                 (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
             let cb = codebook_uint4(&header.codebook);
-            let check = gpu.function(&MODULE, "splitzip_check_body")?;
-            // The body check reads only offsets and escapes: it runs on the side stream,
-            // overlapping the decode kernel (it cost ~4% of decode time in series).
-            let side = gpu.side_stream()?;
-            side.join(stream)?;
-            let mut launch = side.launch_builder(&check);
-            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *status);
+            let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
+            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
+            // The body check runs in CTAs after the tiles' (one thread per chunk, capped
+            // at one wave, striding), so it fills the SMs the last wave of tiles leaves.
+            let check_ctas = gpu.grid_stride_config(layout.chunk_count as usize, THREADS).grid_dim.0;
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
+            launch.arg(&tiles).arg(&mut *status);
+            let cfg = LaunchConfig {
+                grid_dim: (tiles + check_ctas, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: the header was validated (section offsets and lengths match n, the
             // chunk size and E, and the payload is exactly encoded_len bytes), so every
             // index the kernel derives is in bounds; escape indices are checked against E
-            // before use; `status` holds one u32.
-            unsafe { launch.launch(gpu.grid_stride_config(layout.chunk_count as usize, THREADS)) }?;
-            let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
-            let mut launch = stream.launch_builder(&f);
-            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
-            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
-            let cfg =
-                LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: as above; escape reads are bounded by the chunk's offsets, used only
-            // when they are ordered and <= E; `out` holds n words.
+            // before use (the check CTAs) or used only when a chunk's offsets are ordered
+            // and <= E (the tile CTAs); `out` holds n words; `status` holds one u32.
             unsafe { launch.launch(cfg) }?;
-            stream.join(side)?;
         }
     }
     Ok(())

@@ -1,0 +1,20 @@
+// A kernel for GPU timing (crates/bf16-field/src/gpu/timing.rs), not a codec.
+//
+// bf16_field_hold keeps its stream busy for `ns` nanoseconds of the GPU's global timer
+// (one thread, a bounded wait). A benchmark launches it, then records its start event
+// and enqueues the timed operation behind it: the start event fires when the GPU gets
+// there, with the operation already queued, so the time between the events is the
+// GPU's and not the host's launch latency. nvbench's blocking kernel serves the same
+// purpose (it waits on a host flag instead of a timer).
+#include <stdint.h>
+
+__device__ __forceinline__ uint64_t kv_global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void bf16_field_hold(unsigned long long ns) {
+    const uint64_t start = kv_global_ns();
+    while (kv_global_ns() - start < ns) __nanosleep(1000);
+}
