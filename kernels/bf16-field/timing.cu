@@ -1,7 +1,7 @@
 // A kernel for GPU timing (crates/bf16-field/src/gpu/timing.rs), not a codec.
 //
 // bf16_field_hold keeps its stream busy for `ns` nanoseconds of the GPU's global timer
-// (one thread, a bounded wait). A benchmark launches it, then records its start event
+// (one thread; the loop is also bounded by a count). A benchmark launches it, then records its start event
 // and enqueues the timed operation behind it: the start event fires when the GPU gets
 // there, with the operation already queued, so the time between the events is the
 // GPU's and not the host's launch latency. nvbench's blocking kernel serves the same
@@ -14,7 +14,10 @@ __device__ __forceinline__ uint64_t kv_global_ns() {
     return t;
 }
 
+// Also at most `ns` iterations, each far longer than a nanosecond (a timer read and a
+// sleep of up to 2 us: __nanosleep may return at once), so the wait ends even if the
+// global timer stood still; while the timer runs, the timer ends it.
 extern "C" __global__ void bf16_field_hold(unsigned long long ns) {
     const uint64_t start = kv_global_ns();
-    while (kv_global_ns() - start < ns) __nanosleep(1000);
+    for (uint64_t i = 0; i < ns && kv_global_ns() - start < ns; ++i) __nanosleep(1000);
 }

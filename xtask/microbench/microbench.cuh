@@ -32,6 +32,6 @@ double median_ms(cudaEvent_t e0, cudaEvent_t e1, F&& f) {
 // per call) and GB/s written (`written` bytes per call), and the last CUDA error if any.
 inline void print_rates(const char* name, double ms, double moved, double written) {
     const cudaError_t err = cudaGetLastError();
-    printf("%-34s %8.3f ms %8.1f GB/s traffic %8.1f GB/s written%s\n", name, ms, moved / (ms * 1e-3) / 1e9,
-           written / (ms * 1e-3) / 1e9, err == cudaSuccess ? "" : cudaGetErrorString(err));
+    printf("%-34s %8.3f ms %8.1f GB/s traffic %8.1f GB/s written%s%s\n", name, ms, moved / (ms * 1e-3) / 1e9,
+           written / (ms * 1e-3) / 1e9, err == cudaSuccess ? "" : "  ", err == cudaSuccess ? "" : cudaGetErrorString(err));
 }

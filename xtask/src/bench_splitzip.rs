@@ -111,16 +111,21 @@ impl SplitzipInput {
             headers.push(PayloadHeader::parse(&bytes)?);
             encoded += len;
         }
-        let mut status: CudaSlice<u32> = stream.alloc_zeros(1)?;
+        // One status word per payload: decode_device zeroes its word first, so a shared
+        // one would lose the K payload's flag when the V payload is decoded.
+        let mut statuses: Vec<CudaSlice<u32>> =
+            parts.iter().map(|_| stream.alloc_zeros(1)).collect::<Result<_, _>>()?;
         let dec = gpu.time_runs(args.warmup, args.runs, |_| {
-            for (p, h) in parts.iter_mut().zip(&headers) {
+            for ((p, h), status) in parts.iter_mut().zip(&headers).zip(&mut statuses) {
                 let payload = p.out.slice(..h.encoded_len() as usize);
-                decode_device(gpu, &payload, h, &mut p.decoded.as_view_mut(), &mut status)
+                decode_device(gpu, &payload, h, &mut p.decoded.as_view_mut(), status)
                     .map_err(|e| bf16_field::Error::GpuUnavailable(e.to_string()))?;
             }
             Ok(())
         })?;
-        ensure!(stream.clone_dtoh(&status)?[0] == 0, "{input}: GPU decoder flagged its own payload");
+        for status in &statuses {
+            ensure!(stream.clone_dtoh(status)?[0] == 0, "{input}: GPU decoder flagged its own payload");
+        }
         for p in &parts {
             ensure!(stream.clone_dtoh(&p.decoded)? == p.words, "{input}: splitzip GPU round trip differs");
         }

@@ -335,9 +335,11 @@ pub fn decode_device(
             let cb = codebook_uint4(&header.codebook);
             let f = gpu.function(&MODULE, "splitzip_decode_tiles")?;
             let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
-            // The body check runs in CTAs after the tiles' (one thread per chunk, capped
-            // at one wave, striding), so it fills the SMs the last wave of tiles leaves.
+            // The body check runs in CTAs after the tiles' (one thread per chunk, at most
+            // 8 CTAs per SM, striding), which mostly run where the last wave of tiles
+            // leaves SMs idle. At least one: without them the body would go unchecked.
             let check_ctas = gpu.grid_stride_config(layout.chunk_count as usize, THREADS).grid_dim.0;
+            debug_assert!(check_ctas >= 1, "grid_stride_config gives at least one CTA");
             let mut launch = stream.launch_builder(&f);
             launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
             launch.arg(&tiles).arg(&mut *status);

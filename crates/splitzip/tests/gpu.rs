@@ -116,6 +116,30 @@ fn gpu_decode_reports_the_cpu_error() {
         }
     }
     assert!(checked >= 4, "only {checked} corruptions were rejected");
+    // A nonzero byte in each alignment gap between sections (spec §3): the GPU's padding
+    // check (one thread of the decode launch) must flag it as the CPU does.
+    let sections = layout.sections();
+    let mut gaps = 0;
+    for pair in sections.windows(2) {
+        let ((name, s), (_, next)) = (pair[0], pair[1]);
+        let end = s.offset + s.len;
+        for at in [end, next.offset.saturating_sub(1)] {
+            if at < end || at >= next.offset {
+                continue; // no gap after this section
+            }
+            let mut bad = payload.clone();
+            bad[at as usize] = 0x01;
+            let cpu = decode(&bad).unwrap_err();
+            assert!(matches!(cpu, DecodeError::PaddingNotZero { .. }), "gap after {name}: {cpu}");
+            let gpu_err = decode_host(&gpu, &bad).unwrap_err();
+            assert!(
+                matches!(&gpu_err, GpuError::Decode(e) if *e == cpu),
+                "gap after {name}+{at}: {gpu_err} vs {cpu}"
+            );
+            gaps += 1;
+        }
+    }
+    assert!(gaps >= 2, "the fixture payload has only {gaps} padding bytes to corrupt");
     let truncated = &payload[..payload.len() - 1];
     assert!(matches!(decode_host(&gpu, truncated), Err(GpuError::Decode(DecodeError::Truncated { .. }))));
 }

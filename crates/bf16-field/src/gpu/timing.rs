@@ -1,6 +1,7 @@
 //! GPU timing for benchmarks: CUDA events (created with `CU_EVENT_DEFAULT`, since the
-//! default flags disable timing), warm-up, the median of many runs, and the
-//! device-to-device copy that gives each measurement its roofline.
+//! default flags disable timing), warm-up, the median of many runs, each run queued behind
+//! a hold kernel (`kernels/bf16-field/timing.cu`) so that the host's launch latency is not
+//! timed, and the device-to-device copy that gives each measurement its roofline.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg, sys};
 
@@ -61,11 +62,11 @@ impl GpuContext {
     /// so the caller can rotate among several inputs and keep L2 from serving them.
     ///
     /// Each timed run is queued behind a kernel that holds the stream for 2 ms
-    /// (`bf16_field_hold`), so the start event fires once the GPU reaches it, with `op`'s
-    /// work already queued: the time is the GPU's, without the host's launch latency
-    /// (otherwise the start event fires on an idle GPU that then waits for the first
-    /// launch; nvbench's blocking kernel does the same). Host work that `op` does after
-    /// the hold ends, or any synchronisation inside `op`, is still timed.
+    /// (`bf16_field_hold`), as nvbench's blocking kernel does: the start event fires once
+    /// the GPU reaches it, with `op`'s work already queued, so the time is the GPU's,
+    /// without the host's launch latency (otherwise the start event fires on an idle GPU
+    /// that then waits for the first launch). Host work that `op` does after the hold
+    /// ends, or any synchronisation inside `op`, is still timed.
     ///
     /// # Errors
     /// The first error of `op` or of the driver.
