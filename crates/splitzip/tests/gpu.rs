@@ -83,6 +83,17 @@ fn gpu_decode_matches_cpu_encode() {
     }
 }
 
+/// Asserts that the GPU decoder rejects `bad` with exactly the CPU decoder's error `cpu`.
+fn assert_gpu_reports(
+    gpu: &std::sync::Arc<bf16_field::gpu::GpuContext>,
+    bad: &[u8],
+    cpu: &DecodeError,
+    what: &str,
+) {
+    let gpu_err = decode_host(gpu, bad).unwrap_err();
+    assert!(matches!(&gpu_err, GpuError::Decode(e) if e == cpu), "{what}: {gpu_err} vs {cpu}");
+}
+
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error") else { return };
@@ -105,11 +116,7 @@ fn gpu_decode_reports_the_cpu_error() {
             match decode(&bad) {
                 Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
                 Err(cpu) => {
-                    let gpu_err = decode_host(&gpu, &bad).unwrap_err();
-                    assert!(
-                        matches!(&gpu_err, GpuError::Decode(e) if *e == cpu),
-                        "{section}+{k}: {gpu_err} vs {cpu}"
-                    );
+                    assert_gpu_reports(&gpu, &bad, &cpu, &format!("{section}+{k}"));
                     checked += 1;
                 }
             }
@@ -131,11 +138,7 @@ fn gpu_decode_reports_the_cpu_error() {
             bad[at as usize] = 0x01;
             let cpu = decode(&bad).unwrap_err();
             assert!(matches!(cpu, DecodeError::PaddingNotZero { .. }), "gap after {name}: {cpu}");
-            let gpu_err = decode_host(&gpu, &bad).unwrap_err();
-            assert!(
-                matches!(&gpu_err, GpuError::Decode(e) if *e == cpu),
-                "gap after {name}+{at}: {gpu_err} vs {cpu}"
-            );
+            assert_gpu_reports(&gpu, &bad, &cpu, &format!("gap after {name}+{at}"));
             gaps += 1;
         }
     }
