@@ -8,18 +8,22 @@
 //   2. raw records (spec 7) are copied word by word into their groups;
 //   3. coded records: the sparse model (spec 5.1) is loaded one entry per thread (and
 //      the 2L centers into shared memory, when 2L <= EX_SHARED_GROUPS), its cdf taken
-//      with a block scan and checked, then the 2^n-entry packed decode table (spec 5.4)
-//      is built in shared memory (per lane, one binary search over the cdf, then a walk
-//      over every 32nd slot of its warp's range);
+//      with a block scan and checked, then the 2^n-entry decode table is built in shared
+//      memory (per lane, one binary search over the cdf, then a walk over every 32nd slot
+//      of its warp's range), in a packing of its own (freq << 20 | bias << 8 | symbol,
+//      see ex_decode_round; a one-symbol model needs no table);
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
 //      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
 //      state fell below 2^16 take the next words of the partition's stream in ascending
 //      lane order (ballot + popc(ballot & lanemask_lt)), straight from a per-warp
-//      shared-memory ring that cp.async fills up to a ring ahead (about 18 instructions a
-//      step, no branch). Steps run in rounds of EX_ROUND: a lane keeps the round's
+//      shared-memory ring that cp.async fills up to a ring ahead (18 instructions a step,
+//      no branch, 10 of them on the ALU pipe, which was the busiest at 14 of 20; the
+//      ring's first 512 words are mirrored after it, so a round reads it without wrapping).
+//      Steps run in rounds of EX_ROUND: a lane keeps the round's
 //      symbols in registers, then turns each back into its exponent E = (C + c_g - 127)
 //      mod 256 (four at a time), joins it with its raw sign+mantissa byte (loaded at the
-//      round's start, two rounds' bytes at a time) and writes its EX_ROUND consecutive
+//      round's start, two rounds' bytes at a time, with an L2 prefetch-size hint) and
+//      writes its EX_ROUND consecutive
 //      words, 32 bytes, with two 16-byte stores when the round is full, inside one group
 //      and aligned, else word by word. When every lane's 32 bytes are a whole aligned
 //      sector, lane pairs trade halves so that each store fills 16 whole sectors
@@ -68,15 +72,27 @@ static_assert(EX_ROUND == 16, "a round's join and stores handle exactly one uint
 
 __device__ __forceinline__ uint32_t ex_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 
-// 16-byte global -> shared copy that completes asynchronously (sm_80+).
+// 16-byte global -> shared copy that completes asynchronously (sm_80+). The L2 fetches the
+// whole 128-byte line from DRAM with the first miss (prefetch-size hint): the next chunks
+// of the stream are then L2 hits.
 __device__ __forceinline__ void ex_cp_async16(uint32_t smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void ex_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void ex_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Waits for every group but the newest one.
 __device__ __forceinline__ void ex_cp_async_wait_all_but_newest() {
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// 16 sign+mantissa bytes of a lane's run. A lane reads its run 32 bytes at a time, one
+// DRAM sector per request without a hint; the L2::128B prefetch-size hint has the first
+// miss fetch the whole line, so the lane's next three reads of it are L2 hits: 2.6%
+// faster decode (256B: 0.7%; PERF.md).
+__device__ __forceinline__ uint4 ex_ld_sm(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
 }
 
 __device__ __forceinline__ unsigned long long ex_align16(unsigned long long x) { return (x + 15ull) & ~15ull; }
@@ -171,15 +187,19 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
 
 // The CTA's dynamic shared memory, EX_DYNAMIC_SMEM bytes (crates/exans/src/gpu.rs passes
 // the same number): the decode table, then the word rings.
-//   - Decode table: 2^n packed 4-byte slots (spec 5.4: symbol << 24 | (freq - 1) << 12 |
-//     bias). An 8-byte slot {freq | symbol << 24, bias} saves 3 instructions a step but
-//     measured slower (more bank conflicts, more registers; PERF.md).
-//   - Word rings: one EX_RING-word ring per partition, each 2 KiB-aligned in the shared
-//     window (the region has 2 KiB of slack to align it: user shared memory does not start
-//     at a 2 KiB boundary), so a wrapped byte offset is OR-ed into the ring's address.
+//   - Decode table: 2^n 4-byte slots, freq << 20 | bias << 8 | symbol (ex_decode_round).
+//     An 8-byte slot {freq | symbol << 24, bias} saved 3 instructions a step but measured
+//     slower (more bank conflicts, more registers; PERF.md).
+//   - Word rings: per partition, an EX_RING-word ring followed by a mirror of its first
+//     EX_ROUND_WORDS words (every chunk landing there is copied to both places). A round
+//     reads at most EX_ROUND_WORDS words from where it starts in the ring, so its reads
+//     are linear from ring + 2 (pos mod EX_RING): no wrap in the step (one ALU operation
+//     fewer a step).
 #define EX_RING_BYTES (EX_RING * 2)
 #define EX_TABLE_BYTES (EX_TABLE_SLOTS * 4)
-#define EX_DYNAMIC_SMEM (EX_TABLE_BYTES + EX_PARTITIONS * EX_RING_BYTES + EX_RING_BYTES)
+#define EX_MIRROR_BYTES (EX_ROUND_WORDS * 2)
+#define EX_SLOT_BYTES (EX_RING_BYTES + EX_MIRROR_BYTES)
+#define EX_DYNAMIC_SMEM (EX_TABLE_BYTES + EX_PARTITIONS * EX_SLOT_BYTES)
 extern __shared__ __align__(16) uint8_t ex_smem[];
 
 // Warp-wide ballot without the compiler's divergence check (every caller is converged:
@@ -210,10 +230,13 @@ struct ExLane {
 };
 
 // Requests the stream chunks [from, to) of `lane`'s partition into its ring (one 16-byte
-// cp.async per chunk, lanes striding).
+// cp.async per chunk, lanes striding; a second one for a chunk whose slot is mirrored).
 __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsigned to, unsigned lane) {
-    for (unsigned c = from + lane; c < to; c += EX_LANES)
-        ex_cp_async16(l.ring | ((16u * c) & (EX_RING_BYTES - 1)), l.chunks + c);
+    for (unsigned c = from + lane; c < to; c += EX_LANES) {
+        const uint32_t off = (16u * c) & (EX_RING_BYTES - 1);
+        ex_cp_async16(l.ring + off, l.chunks + c);
+        if (off < EX_MIRROR_BYTES) ex_cp_async16(l.ring + EX_RING_BYTES + off, l.chunks + c);
+    }
 }
 
 // One round of EX_ROUND decode steps of the warp's partition, steps t0 .. t0 + EX_ROUND
@@ -224,35 +247,46 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
 // permute, and the renormalisation, which takes the lanes' words in ascending lane order
 // straight from the ring (ballot, then popc of the lower lanes' bits). Every lane reads a
 // ring word, needed or not, so the step has no branch.
+//
+// The step is written for the ALU pipe, which Nsight Compute showed the busiest (69%),
+// moving 4 of its 14 operations to the FMA pipe or away (3.3% faster decode; PERF.md):
+//   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2): two
+//     multiply-adds instead of a mask and an LEA (`four` is 4 and `neg_span` -2^(n+2), both
+//     computed at run time, so ptxas cannot turn the multiplies back into shifts);
+//   - the slot holds freq << 20 | bias << 8 | symbol, and freq q + bias = freq (q - 2^12)
+//     + (slot >> 8): two shifts, no mask (freq < 2^12 whenever the model has two symbols
+//     or more; the caller handles one symbol without decoding);
+//   - the renormalisation x = x << 16 | w is a predicated multiply-add by k16 = 2^16;
+//   - the ring is read from rp on, linearly (see EX_MIRROR_BYTES), without a wrap mask.
 template <bool kAll>
-__device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_ROUND / 4], const uint32_t* table,
-                                                uint32_t mask, unsigned precision, uint32_t lanes_below,
-                                                unsigned t0) {
+__device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_ROUND / 4], uint32_t table_s,
+                                                uint32_t four, uint32_t neg_span, uint32_t k16, unsigned precision,
+                                                uint32_t lanes_below, unsigned t0) {
     uint32_t x = l.x;
-    uint32_t pos2 = 2u * l.pos;  // bytes into the (unwrapped) stream
+    const uint32_t rp0 = l.ring + 2u * (l.pos % EX_RING);
+    uint32_t rp = rp0;  // shared address of the next word of the stream
 #pragma unroll
     for (int i = 0; i < EX_ROUND; ++i) {
         const bool active = kAll || t0 + i < l.run;
         uint32_t e = 0;
         if (active) {
-            e = table[x & mask];
             const uint32_t q = x >> precision;
-            // (freq - 1) * q + q + bias: freq = 2^12 fits no 12-bit field.
-            x = ((e >> 12) & 0xfffu) * q + (q + (e & 0xfffu));
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(e) : "r"(table_s + x * four + q * neg_span));
+            x = (e >> 20) * (q - (1u << 12)) + (e >> 8);
         }
-        // Byte (i % 4) <- the symbol, byte 3 of e (selector 7); the other bytes kept.
-        constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3270u, 0x3710u, 0x7210u};
-        syms[i / 4] = i % 4 == 0 ? e >> 24 : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
+        // Byte (i % 4) <- the symbol, byte 0 of e (selector 4); the other bytes kept.
+        constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3240u, 0x3410u, 0x4210u};
+        syms[i / 4] = i % 4 == 0 ? e & 0xffu : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
         const bool need = active && x < EX_STATE_LOWER;
         const uint32_t ballot = ex_ballot(need);
-        const uint32_t at = l.ring | ((pos2 + 2u * __popc(ballot & lanes_below)) & (EX_RING_BYTES - 1u));
+        const uint32_t at = rp + 2u * __popc(ballot & lanes_below);
         uint16_t w;
         asm volatile("ld.shared.u16 %0, [%1];" : "=h"(w) : "r"(at));
-        x = need ? __byte_perm((uint32_t)w, x, 0x5410u) : x;  // (x << 16) | w
-        pos2 += 2u * __popc(ballot);
+        if (need) x = x * k16 + w;
+        rp += 2u * __popc(ballot);
     }
     l.x = x;
-    l.pos = pos2 / 2u;
+    l.pos += (rp - rp0) / 2u;
 }
 
 // Moves the lane's output to the start of its next group (at a group's end), and loads
@@ -334,28 +368,40 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paire
     }
 }
 
-// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 72): measured
-// faster than four CTAs at 64 registers, and than two partitions per warp or an 8-byte
-// table (PERF.md).
+// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 76): measured
+// faster than four CTAs at 64 registers, and than two partitions per warp (also with the
+// current step: 1133 against 1265 GB/s) or an 8-byte table (PERF.md).
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
                      unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
                      unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
     __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
-    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias (spec 5.4)
+    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias
     __shared__ uint32_t warp_sums[EX_PARTITIONS];
     // The record's 2L centers when 2L <= EX_SHARED_GROUPS (else read from the record): a
     // lane reaching a new group reads its center here, where a global load at that point
     // stalled the next round's join (3% of all stall samples, Nsight Compute).
     __shared__ uint8_t s_centers[EX_SHARED_GROUPS];
     __shared__ ExRecord rs;
+    // 4 and 2^16 for ex_decode_round, read back from shared memory so that ptxas cannot
+    // fold its multiply-adds back into shifts and permutes.
+    __shared__ uint32_t s_four_k16[2];
 
+    // One warp per partition: any other launch shape is refused (uniform, before any work).
+    if (blockDim.x != EX_THREADS || blockDim.y != 1 || blockDim.z != 1) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(status, EX_STATUS_LAYOUT);
+        return;
+    }
     const unsigned tid = threadIdx.x;
     uint32_t* const table = reinterpret_cast<uint32_t*>(ex_smem);
-    // Ring 0's shared address, rounded up to 2 KiB inside the slack (see ex_smem).
-    const uint32_t rings = ((uint32_t)__cvta_generic_to_shared(ex_smem + EX_TABLE_BYTES) + (EX_RING_BYTES - 1u)) &
-                           ~(EX_RING_BYTES - 1u);
+    const uint32_t table_s = (uint32_t)__cvta_generic_to_shared(ex_smem);  // shared addresses
+    const uint32_t rings = table_s + EX_TABLE_BYTES;
+    if (tid == 0) {  // read after the record loop's first barrier
+        volatile uint32_t* const four_k16 = s_four_k16;
+        four_k16[0] = 4;
+        four_k16[1] = EX_STATE_LOWER;
+    }
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
     const uint32_t lanes_below = (1u << lane) - 1u;
@@ -372,6 +418,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         __syncthreads();
         if (!rs.ok) continue;  // uniform: every thread reads the same shared flag
+        const volatile uint32_t* const four_k16 = s_four_k16;  // volatile: loaded, never folded
+        const uint32_t four = four_k16[0], k16 = four_k16[1];
         const uint8_t* rp = container + rs.start;
         const unsigned long long n = rs.values;
         const unsigned long long per_group = rs.per_group;
@@ -420,8 +468,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         if (tid < k) {
             entry_cdf[tid] = cdf;
-            // freq <= 2^12 once the sum is checked below.
-            entry_base[tid] = (symbol << 24) | (((freq - 1) & 0xfffu) << 12);
+            // freq < 2^12 once the sum is checked below, unless k = 1 (then unused: see single).
+            entry_base[tid] = (freq << 20) | symbol;
         }
         // freq < 2^16 and k <= 256: the sum fits u32.
         bad = bad || total != (1u << precision);
@@ -448,7 +496,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             }
             for (; x < x_end; x += EX_LANES) {
                 while (lo + 1 < k && entry_cdf[lo + 1] <= x) ++lo;
-                table[x] = entry_base[lo] | (x - entry_cdf[lo]);
+                table[x] = entry_base[lo] | ((x - entry_cdf[lo]) << 8);
             }
         }
         __syncthreads();
@@ -456,7 +504,12 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // ---- Partition `warp`: 32 lanes, step-major. ----
         // N < 2^32 (a u32 header field), so every count below fits 32 bits; only output
         // addresses need 64.
-        const uint32_t mask = slots - 1;
+        const uint32_t neg_span = 0u - (4u << precision);  // -(bytes of the table)
+        // One symbol: freq 2^n, which the slot's 12-bit field cannot hold at n = 12, and a
+        // step maps x to 2^n (x >> n) + x mod 2^n = x and reads no word, so the symbols
+        // are written without decoding (the final checks still see the states and words).
+        const bool single = k == 1;
+        const uint32_t single4 = (table[0] & 0xffu) * 0x01010101u;
         const unsigned group_len = (unsigned)per_group;
         const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
         const unsigned p = warp;
@@ -479,13 +532,14 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         l.done = l.done_old = 0;
         // The stream is staged through the partition's ring in 16-byte chunks (the stream
         // is 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
-        // is inside the record): word i sits at ring[i % EX_RING]. Before a round every
+        // is inside the record): word i sits at ring[i % EX_RING], and also at
+        // ring[EX_RING + i % EX_RING] when i % EX_RING < EX_ROUND_WORDS. Before a round every
         // word it can read is in the ring (loaded synchronously if the lookahead fell
         // short); then the chunks up to pos + EX_RING, whose slots hold only words below
         // pos, are requested asynchronously for the next rounds. A lane that renormalises
         // reads its word straight from the ring. Past `count` the ring holds stale words:
         // only an invalid record reads them, and the final check flags it (pos > count).
-        l.ring = rings + p * EX_RING_BYTES;
+        l.ring = rings + p * EX_SLOT_BYTES;
         l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
         // This lane's first value v0, its group g, offset r in the group, output address
         // and sign+mantissa bytes.
@@ -538,26 +592,29 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             const bool paired =
                 __all_sync(0xffffffffu, whole && (reinterpret_cast<uintptr_t>(l.dst) & 31u) == 0);
             // The round's sign+mantissa bytes, 16 per lane, loaded together with the next
-            // round's 16 when those are in the lane's run too: two adjacent loads, the
-            // second mostly an L1 hit on the first one's sector, where one load per round
-            // let many sectors be fetched from L2 twice (PERF.md, decode v4b).
+            // round's 16 when those are in the lane's run too: two adjacent loads of one
+            // sector, measured faster than one load per round (PERF.md, decode v4b) and
+            // than lane pairs loading each other's halves as whole sectors (decode v7).
             uint4 sm = make_uint4(0, 0, 0, 0);
             if (have_next) {
                 sm = sm_next;
                 have_next = false;
             } else if (whole) {
                 const uint4* const s4 = reinterpret_cast<const uint4*>(l.src + t0);
-                sm = s4[0];
+                sm = ex_ld_sm(s4);
                 if (t0 + 2 * EX_ROUND <= l.run) {
-                    sm_next = s4[1];
+                    sm_next = ex_ld_sm(s4 + 1);
                     have_next = true;
                 }
             }
             uint32_t syms[EX_ROUND / 4];
-            if (t0 + EX_ROUND <= all_active)
-                ex_decode_round<true>(l, syms, table, mask, precision, lanes_below, t0);
+            if (single) {
+#pragma unroll
+                for (int j = 0; j < EX_ROUND / 4; ++j) syms[j] = single4;
+            } else if (t0 + EX_ROUND <= all_active)
+                ex_decode_round<true>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
             else
-                ex_decode_round<false>(l, syms, table, mask, precision, lanes_below, t0);
+                ex_decode_round<false>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
             ex_store_round(l, whole, paired, sm, syms, t0, group_len, group_jump, centers, lane);
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it

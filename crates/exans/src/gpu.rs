@@ -2,8 +2,8 @@
 //! reference [`crate::decode_cache`].
 //!
 //! One kernel launch decodes every record of a container: one 256-thread CTA per record,
-//! warp w decoding partition w with one rANS lane per thread, the packed decode table
-//! (spec §5.4) in shared memory, words taken step-major in ascending lane order with
+//! warp w decoding partition w with one rANS lane per thread, a decode table (spec §5.4,
+//! packed for the GPU's step) in shared memory, words taken step-major in ascending lane order with
 //! ballot/popc (spec §6.2) straight from a per-partition word ring that `cp.async` fills
 //! ahead, and each symbol joined with its sign+mantissa byte and written straight into
 //! the cache's `[T, H, D]` tensors (concatenated in block order, as
@@ -53,8 +53,9 @@ pub const DECODE_KERNEL: &str = "exans_decode_records";
 /// Threads per CTA (`EX_THREADS` in the kernel): 8 partitions x 32 lanes.
 const THREADS: u32 = 256;
 /// Dynamic shared memory per CTA, bytes (`EX_DYNAMIC_SMEM` in the kernel): the 2^12-slot
-/// decode table at 4 bytes a slot, eight 2 KiB word rings and 2 KiB to align them.
-const DYNAMIC_SMEM: u32 = 4096 * 4 + 8 * 2048 + 2048;
+/// decode table at 4 bytes a slot, then per partition a 2 KiB word ring and a 1 KiB mirror
+/// of its first 512 words.
+const DYNAMIC_SMEM: u32 = 4096 * 4 + 8 * (2048 + 1024);
 /// The largest grid the kernel is launched with; it strides over more records.
 const MAX_GRID: usize = i32::MAX as usize;
 
