@@ -11,7 +11,7 @@
 //      with a block scan and checked, then the 2^n-entry decode table is built in shared
 //      memory (per lane, one binary search over the cdf, then a walk over every 32nd slot
 //      of its warp's range), in a packing of its own (freq << 20 | bias << 8 | symbol,
-//      see ex_decode_round; a one-symbol model needs no table);
+//      see ex_decode_round; a one-symbol model is written without the table);
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
 //      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
 //      state fell below 2^16 take the next words of the partition's stream in ascending
@@ -61,6 +61,8 @@ static_assert(EX_ROUND == 16, "a round's join and stores handle exactly one uint
 // per lane, at pos + its rank). The lookahead requested at a round's start reaches
 // pos + EX_RING, so it covers the next round whenever EX_RING >= 2 * EX_ROUND_WORDS.
 #define EX_ROUND_WORDS (EX_ROUND * EX_LANES)
+static_assert((EX_RING & (EX_RING - 1)) == 0 && EX_RING >= 2 * EX_ROUND_WORDS,
+              "the lookahead covers the next round, and never lands on words the current round reads");
 
 // *status bits.
 #define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
@@ -69,6 +71,7 @@ static_assert(EX_ROUND == 16, "a round's join and stores handle exactly one uint
 #define EX_STATUS_EXHAUSTED 8u     // a lane read past its partition's words
 #define EX_STATUS_FINAL_STATE 16u  // a lane did not end at 2^16
 #define EX_STATUS_UNCONSUMED 32u   // words left over
+#define EX_STATUS_LAUNCH 64u       // launched with another block shape or less shared memory
 
 __device__ __forceinline__ uint32_t ex_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 
@@ -88,7 +91,8 @@ __device__ __forceinline__ void ex_cp_async_wait_all_but_newest() {
 // 16 sign+mantissa bytes of a lane's run. A lane reads its run 32 bytes at a time, one
 // DRAM sector per request without a hint; the L2::128B prefetch-size hint has the first
 // miss fetch the whole line, so the lane's next three reads of it are L2 hits: 2.6%
-// faster decode (256B: 0.7%; PERF.md).
+// faster decode (256B: 0.7%; PERF.md, same session). Not volatile and no memory clobber:
+// the container is read-only while the kernel runs.
 __device__ __forceinline__ uint4 ex_ld_sm(const uint4* p) {
     uint4 v;
     asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -249,13 +253,14 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
 // ring word, needed or not, so the step has no branch.
 //
 // The step is written for the ALU pipe, which Nsight Compute showed the busiest (69%),
-// moving 4 of its 14 operations to the FMA pipe or away (3.3% faster decode; PERF.md):
-//   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2): two
+// moving 4 of its 14 operations to the FMA pipe or away (3% faster decode; PERF.md):
+//   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2) mod 2^32: two
 //     multiply-adds instead of a mask and an LEA (`four` is 4 and `neg_span` -2^(n+2), both
 //     computed at run time, so ptxas cannot turn the multiplies back into shifts);
 //   - the slot holds freq << 20 | bias << 8 | symbol, and freq q + bias = freq (q - 2^12)
-//     + (slot >> 8): two shifts, no mask (freq < 2^12 whenever the model has two symbols
-//     or more; the caller handles one symbol without decoding);
+//     + (slot >> 8) mod 2^32 (q - 2^12 wraps when q < 2^12; the true result is below
+//     2^32): two shifts, an add and a multiply-add, no mask (freq < 2^12 whenever the
+//     model has two symbols or more; the caller writes a one-symbol model without decoding);
 //   - the renormalisation x = x << 16 | w is a predicated multiply-add by k16 = 2^16;
 //   - the ring is read from rp on, linearly (see EX_MIRROR_BYTES), without a wrap mask.
 template <bool kAll>
@@ -368,9 +373,10 @@ __device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paire
     }
 }
 
-// Three CTAs of 256 threads per SM (at most 85 registers; ptxas 13 uses 76): measured
-// faster than four CTAs at 64 registers, and than two partitions per warp (also with the
-// current step: 1133 against 1265 GB/s) or an 8-byte table (PERF.md).
+// Three CTAs of 256 threads per SM (at most 80 registers; ptxas 13 uses 77): measured
+// faster than four CTAs at 64 registers, and than two partitions per warp (also with this
+// step, before the L2 hints: 1133 against 1265 GB/s in one session) or an 8-byte table
+// (PERF.md).
 extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
@@ -388,9 +394,12 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     // fold its multiply-adds back into shifts and permutes.
     __shared__ uint32_t s_four_k16[2];
 
-    // One warp per partition: any other launch shape is refused (uniform, before any work).
-    if (blockDim.x != EX_THREADS || blockDim.y != 1 || blockDim.z != 1) {
-        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(status, EX_STATUS_LAYOUT);
+    // One warp per partition and EX_DYNAMIC_SMEM bytes of dynamic shared memory: any other
+    // launch is refused (uniform, before any work).
+    uint32_t dynamic_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+    if (blockDim.x != EX_THREADS || blockDim.y != 1 || blockDim.z != 1 || dynamic_smem < EX_DYNAMIC_SMEM) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(status, EX_STATUS_LAUNCH);
         return;
     }
     const unsigned tid = threadIdx.x;
@@ -592,8 +601,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             const bool paired =
                 __all_sync(0xffffffffu, whole && (reinterpret_cast<uintptr_t>(l.dst) & 31u) == 0);
             // The round's sign+mantissa bytes, 16 per lane, loaded together with the next
-            // round's 16 when those are in the lane's run too: two adjacent loads of one
-            // sector, measured faster than one load per round (PERF.md, decode v4b) and
+            // round's 16 when those are in the lane's run too: two adjacent 16-byte loads
+            // (one 32-byte sector when the run is 32-byte aligned), measured faster than one load per round (PERF.md, decode v4b) and
             // than lane pairs loading each other's halves as whole sectors (decode v7).
             uint4 sm = make_uint4(0, 0, 0, 0);
             if (have_next) {

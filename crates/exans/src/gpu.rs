@@ -180,7 +180,8 @@ impl DeviceIndex {
 /// that does not check out, 2 an invalid model, 4 an initial state below 2^16, 8 a lane
 /// read past its partition's words, 16 a final state other than 2^16, 32 words left over
 /// (the last three are the decode-time errors of spec §10 rows 25-27; the host validation
-/// of [`DeviceIndex::new`] catches the others first). [`decode_cache_host`] and
+/// of [`DeviceIndex::new`] catches the others first), 64 a launch with another block shape
+/// or less dynamic shared memory than the kernel needs (never from this crate's launches). [`decode_cache_host`] and
 /// [`host::PendingDecode::finish`] turn a nonzero status into the CPU decoder's error.
 ///
 /// # Errors

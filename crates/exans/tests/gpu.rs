@@ -252,6 +252,36 @@ fn gpu_decode_reports_the_cpu_error() {
     ));
 }
 
+/// One-symbol records (K = 1) are written without decoding on the GPU (a step maps the
+/// state to itself and reads no word), so the final-state check is what the kernel has
+/// left to find there: a state other than 2^16 must get the CPU decoder's error, at
+/// precision 12 (freq 4096, which the GPU's decode table cannot hold) and at a lower one.
+#[test]
+fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
+    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error_in_one_symbol_records") else { return };
+    let one = cache_from(1, 2, 64, 40, |_, _, i| if i % 3 == 0 { 0xbf80 } else { 0x3f80 });
+    for precision in [12, 5] {
+        let container = encode_cache_with(&one, 16, &options(RawPolicy::Never, precision)).unwrap();
+        let info = container_info(&container).unwrap();
+        let record = inspect_record(info.record(&container, 0)).unwrap();
+        assert_eq!(record.model.len(), 1, "precision {precision}: one symbol");
+        let [_, centers, model, ..] = record.section_bytes;
+        let directory = info.offsets[0] + 48 + centers + model;
+        let states = directory + 32;
+        for (what, at, value) in [
+            ("state p0 lane 0 = 2^16 + 1", states, 65_537u32),
+            ("state p4 lane 17 = 2^31", states + 4 * (4 * 32 + 17), 1 << 31),
+            ("state p7 lane 31 = 2^32 - 1", states + 4 * 255, u32::MAX),
+        ] {
+            let mut bad = container.clone();
+            bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            let what = format!("precision {precision}, {what}");
+            assert!(decode_cache(&bad).is_err(), "{what}: the CPU rejects it");
+            assert!(check_same_outcome(&gpu, &what, &bad), "{what}: found by the kernel");
+        }
+    }
+}
+
 /// Random corruption of small containers (1-3 bytes, anywhere in the records or in the
 /// word streams and states, where most of it reaches the kernel): the GPU path either
 /// accepts and returns the CPU decoder's cache, or returns the CPU decoder's exact error.
