@@ -18,13 +18,12 @@
 //      lane order (ballot + popc(ballot & lanemask_lt)), straight from a per-warp
 //      shared-memory ring that cp.async fills up to a ring ahead (18 instructions a step,
 //      no branch, 10 of them on the ALU pipe, which was the busiest at 14 of 20; the
-//      ring's first 512 words are mirrored after it, so a round reads it without wrapping).
-//      Steps run in rounds of EX_ROUND: a lane keeps the round's
-//      symbols in registers, then turns each back into its exponent E = (C + c_g - 127)
-//      mod 256 (four at a time), joins it with its raw sign+mantissa byte (loaded at the
-//      round's start, two rounds' bytes at a time, with an L2 prefetch-size hint) and
-//      writes its EX_ROUND consecutive
-//      words, 32 bytes, with two 16-byte stores when the round is full, inside one group
+//      ring's first 512 words are mirrored after it, so a round reads it without
+//      wrapping). Steps run in rounds of EX_ROUND: a lane keeps the round's symbols in
+//      registers, then turns each back into its exponent E = (C + c_g - 127) mod 256
+//      (four at a time), joins it with its raw sign+mantissa byte (loaded at the round's
+//      start, two rounds' bytes at a time, with an L2 prefetch-size hint) and writes its
+//      EX_ROUND consecutive words, 32 bytes, with two 16-byte stores when the round is full, inside one group
 //      and aligned, else word by word. When every lane's 32 bytes are a whole aligned
 //      sector, lane pairs trade halves so that each store fills 16 whole sectors
 //      (ex_store_paired): half-sector stores doubled the L2's write traffic and made it
@@ -254,13 +253,15 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
 //
 // The step is written for the ALU pipe, which Nsight Compute showed the busiest (69%),
 // moving 4 of its 14 operations to the FMA pipe or away (3% faster decode; PERF.md):
-//   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2) mod 2^32: two
-//     multiply-adds instead of a mask and an LEA (`four` is 4 and `neg_span` -2^(n+2), both
-//     computed at run time, so ptxas cannot turn the multiplies back into shifts);
+//   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2) mod
+//     2^32: two multiply-adds instead of a mask and an LEA (`four` is 4 and `neg_span`
+//     -2^(n+2), both run-time values, so ptxas cannot turn the multiplies back into
+//     shifts);
 //   - the slot holds freq << 20 | bias << 8 | symbol, and freq q + bias = freq (q - 2^12)
 //     + (slot >> 8) mod 2^32 (q - 2^12 wraps when q < 2^12; the true result is below
 //     2^32): two shifts, an add and a multiply-add, no mask (freq < 2^12 whenever the
-//     model has two symbols or more; the caller writes a one-symbol model without decoding);
+//     model has two symbols or more; the caller writes a one-symbol model without
+//     decoding);
 //   - the renormalisation x = x << 16 | w is a predicated multiply-add by k16 = 2^16;
 //   - the ring is read from rp on, linearly (see EX_MIRROR_BYTES), without a wrap mask.
 template <bool kAll>
@@ -602,8 +603,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 __all_sync(0xffffffffu, whole && (reinterpret_cast<uintptr_t>(l.dst) & 31u) == 0);
             // The round's sign+mantissa bytes, 16 per lane, loaded together with the next
             // round's 16 when those are in the lane's run too: two adjacent 16-byte loads
-            // (one 32-byte sector when the run is 32-byte aligned), measured faster than one load per round (PERF.md, decode v4b) and
-            // than lane pairs loading each other's halves as whole sectors (decode v7).
+            // (one 32-byte sector when the run is 32-byte aligned), measured faster than
+            // one load per round (PERF.md, decode v4b) and than lane pairs loading each
+            // other's halves as whole sectors (sixth series).
             uint4 sm = make_uint4(0, 0, 0, 0);
             if (have_next) {
                 sm = sm_next;

@@ -3,9 +3,9 @@
 //!
 //! One kernel launch decodes every record of a container: one 256-thread CTA per record,
 //! warp w decoding partition w with one rANS lane per thread, a decode table (spec §5.4,
-//! packed for the GPU's step) in shared memory, words taken step-major in ascending lane order with
-//! ballot/popc (spec §6.2) straight from a per-partition word ring that `cp.async` fills
-//! ahead, and each symbol joined with its sign+mantissa byte and written straight into
+//! packed for the GPU's step) in shared memory, words taken step-major in ascending lane
+//! order with ballot/popc (spec §6.2) straight from a per-partition word ring that
+//! `cp.async` fills ahead, and each symbol joined with its sign+mantissa byte and written straight into
 //! the cache's `[T, H, D]` tensors (concatenated in block order, as
 //! [`bf16_field::KvCache::concat_words`] lays them out).
 //!
@@ -181,8 +181,9 @@ impl DeviceIndex {
 /// read past its partition's words, 16 a final state other than 2^16, 32 words left over
 /// (the last three are the decode-time errors of spec §10 rows 25-27; the host validation
 /// of [`DeviceIndex::new`] catches the others first), 64 a launch with another block shape
-/// or less dynamic shared memory than the kernel needs (never from this crate's launches). [`decode_cache_host`] and
-/// [`host::PendingDecode::finish`] turn a nonzero status into the CPU decoder's error.
+/// or less dynamic shared memory than the kernel needs (never from this crate's launches).
+/// [`decode_cache_host`] and [`host::PendingDecode::finish`] turn a nonzero status into
+/// the CPU decoder's error.
 ///
 /// # Errors
 /// [`GpuError::Buffer`] for a container of the wrong length or alignment, or an `out`

@@ -18,6 +18,11 @@ fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
     EncodeOptions { precision, raw }
 }
 
+/// Every value 1.0 or -1.0 (one exponent): every block's model has one symbol (K = 1).
+fn one_symbol_cache() -> KvCache {
+    cache_from(1, 2, 64, 40, |_, _, i| if i % 3 == 0 { 0xbf80 } else { 0x3f80 })
+}
+
 /// CPU encode -> GPU decode; the result must equal the original and the CPU decode.
 fn check_round_trip(
     gpu: &GpuContext,
@@ -99,7 +104,7 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
 
     // One-symbol blocks: every value 1.0 (and -1.0, same exponent): K = 1, freq 4096, no
     // words, every final state 2^16.
-    let one = cache_from(1, 2, 64, 40, |_, _, i| if i % 3 == 0 { 0xbf80 } else { 0x3f80 });
+    let one = one_symbol_cache();
     let container = encode_cache(&one, 16).unwrap();
     let info = container_info(&container).unwrap();
     let first = inspect_record(info.record(&container, 0)).unwrap();
@@ -259,7 +264,7 @@ fn gpu_decode_reports_the_cpu_error() {
 #[test]
 fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
     let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error_in_one_symbol_records") else { return };
-    let one = cache_from(1, 2, 64, 40, |_, _, i| if i % 3 == 0 { 0xbf80 } else { 0x3f80 });
+    let one = one_symbol_cache();
     for precision in [12, 5] {
         let container = encode_cache_with(&one, 16, &options(RawPolicy::Never, precision)).unwrap();
         let info = container_info(&container).unwrap();
