@@ -7,9 +7,11 @@
 // words[g*T*H*D + i*B*H*D ..][.. B'*H*D]; the block's symbol stream is its groups in
 // order (spec 2).
 //
-// Three launches on one stream, no host synchronisation (the quantizer's gain table,
-// gain[f] = LOG2[f+1] - LOG2[f] of spec 5.3, is the CPU reference's, copied to the
-// device once per workspace):
+// Three kernels, no host synchronisation (the quantizer's gain table, gain[f] =
+// LOG2[f+1] - LOG2[f] of spec 5.3, is the CPU reference's, copied to the device once per
+// workspace), each launched per chunk [first, end) of the blocks: the host pipelines the
+// chunks over streams (crates/exans/src/gpu_encode.rs), 2 and 3 of chunk c after 1 of
+// chunk c, 2 of chunk c after 2 of chunk c - 1.
 //   1. exans_encode_blocks, one 256-thread CTA per block (EE_SPLIT = 4 staging windows at
 //      a time, 64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
@@ -52,7 +54,8 @@
 //      d. thread 0 derives the record length (spec 4), or the raw length when the coded
 //         record would not be smaller (spec 7).
 //   2. exans_encode_index, one CTA: exclusive scan of align16(record_len) -> record
-//      offsets (spec 8); writes the container header, the index and the zero gap.
+//      offsets (spec 8) and index entries, from the previous chunk's end offset; the
+//      first chunk's also writes the container header and the zero gap.
 //   3. exans_encode_records, one 256-thread CTA per record: writes the record at its
 //      offset, every padding byte included, and the zero gap up to the next record,
 //      16 bytes per store; the sign+mantissa plane copied from the one step 1 wrote
@@ -290,7 +293,7 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
 // registers at 5 CTAs per SM (499 GB/s).
 extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-    uint32_t block_tokens, u64 tokens, uint32_t blocks, const u64* __restrict__ gain,
+    uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
     u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sm_out) {
     // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
@@ -314,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
     uint32_t* s_hist = s_pool + warp * 256 * EE_COPIES;  // [bin * EE_COPIES + copy]
 
-    for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    for (uint32_t blk = first + blockIdx.x; blk < end; blk += gridDim.x) {
         const u64 t0 = (u64)blk * block_tokens;
         const u64 bt = min((u64)block_tokens, tokens - t0);
         const u64 per_group = bt * hd;
@@ -693,18 +696,22 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     }
 }
 
-// One CTA: record offsets, the container header, the index and the gap after it.
-// Thread t scans the blocks [t s, t s + s), s = ceil(blocks / EE_THREADS): its segment
-// sum, a block-wide scan of the sums, then the segment's offsets (two passes over the
+// One CTA per chunk [first, end) of the blocks: their record offsets and index entries,
+// and, for the chunk that starts at block 0, the container header and the gap after the
+// index. The chunk's first offset is the end of the index (first = 0) or the one the
+// previous chunk's launch wrote to offsets[first]. Thread t scans the blocks
+// [first + t s, first + t s + s), s = ceil((end - first) / EE_THREADS): its segment sum,
+// a block-wide scan of the sums, then the segment's offsets (two passes over the
 // segment's lengths, one barrier).
 extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     uint32_t layers, uint32_t kv_heads, uint32_t head_dim, uint32_t block_tokens, u64 tokens, uint32_t blocks,
-    const u64* __restrict__ lens, u64* __restrict__ offsets, uint8_t* __restrict__ out) {
+    uint32_t first, uint32_t end, const u64* __restrict__ lens, u64* __restrict__ offsets,
+    uint8_t* __restrict__ out) {
     __shared__ u64 s_warp[EE_WARPS];
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const u64 index_end = EE_CONTAINER_HEADER_LEN + 8ull * ((u64)blocks + 1);
-    const u64 first = ee_align16(index_end);
-    if (tid == 0) {
+    const u64 chunk_start = first == 0 ? ee_align16(index_end) : offsets[first];
+    if (first == 0 && tid == 0) {
         uint32_t* h = (uint32_t*)out;
         h[0] = EE_CONTAINER_MAGIC;
         h[1] = 1u;  // version 1, flags 0
@@ -714,10 +721,11 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
         h[5] = (uint32_t)(tokens >> 32);
         h[6] = blocks;
         h[7] = 0;
-        for (u64 b = index_end; b < first; ++b) out[b] = 0;
+        for (u64 b = index_end; b < chunk_start; ++b) out[b] = 0;
     }
-    const uint32_t seg = (blocks + EE_THREADS - 1) / EE_THREADS;
-    const uint32_t lo = min(tid * seg, blocks), hi = min(lo + seg, blocks);
+    const uint32_t count = end - first;  // >= 1 (the host plans no empty chunk)
+    const uint32_t seg = (count + EE_THREADS - 1) / EE_THREADS;
+    const uint32_t lo = first + min(tid * seg, count), hi = min(lo + seg, end);
     u64 sum = 0;
 #pragma unroll 4
     for (uint32_t i = lo; i < hi; ++i) sum += ee_align16(lens[i]);
@@ -728,7 +736,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     }
     if (lane == 31) s_warp[warp] = incl;
     __syncthreads();
-    u64 at = first + incl - sum;
+    u64 at = chunk_start + incl - sum;
     for (uint32_t w = 0; w < warp; ++w) at += s_warp[w];
     u64* index = (u64*)(out + EE_CONTAINER_HEADER_LEN);
     for (uint32_t i = lo; i < hi; ++i) {
@@ -736,9 +744,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
         index[i] = at;
         at += ee_align16(lens[i]);
     }
-    if (hi == blocks && lo < hi) {  // the thread with the last block: the end offset
-        offsets[blocks] = at;
-        index[blocks] = at;
+    if (hi == end && lo < hi) {  // the thread with the chunk's last block: the next offset
+        offsets[end] = at;
+        index[end] = at;
     }
 }
 
@@ -772,7 +780,7 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
 // takes 56 for it, and this kernel lives on bytes in flight.
 extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-    uint32_t block_tokens, u64 tokens, uint32_t blocks, const uint8_t* __restrict__ centers_in,
+    uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const uint8_t* __restrict__ centers_in,
     const uint16_t* __restrict__ freqs_in, const uint32_t* __restrict__ dir_in, const u64* __restrict__ lens,
     const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sm_in,
     uint8_t* __restrict__ out) {
@@ -785,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
     const uint32_t groups = 2u * layers;
     const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
 
-    for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    for (uint32_t blk = first + blockIdx.x; blk < end; blk += gridDim.x) {
         const u64 t0 = (u64)blk * block_tokens;
         const u64 bt = min((u64)block_tokens, tokens - t0);
         const u64 per_group = bt * hd;

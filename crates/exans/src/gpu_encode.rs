@@ -3,10 +3,9 @@
 //! coded and raw-fallback records, partial trailing blocks, the container header and
 //! index, and every padding byte.
 //!
-//! [`encode_device`] is three launches on one stream and no host synchronisation, so it
-//! can be captured in a CUDA graph (the quantizer's Q32 `log2` gains of spec §5.3 are
-//! the CPU reference's table, copied to the device when the [`EncodeWorkspace`] is
-//! made):
+//! [`encode_device`] runs three kernels and no host synchronisation, so it can be
+//! captured in a CUDA graph (the quantizer's Q32 `log2` gains of spec §5.3 are the CPU
+//! reference's table, copied to the device when the [`EncodeWorkspace`] is made):
 //!
 //! 1. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
 //!    (16-byte coalesced loads when `H D` is a multiple of 8, which also write the
@@ -22,6 +21,17 @@
 //!    padding included (the sign+mantissa plane copied from the one step 1 wrote, when
 //!    it wrote one).
 //!
+//! The blocks go through these in chunks (by default equal chunks of at most one wave
+//! of step-1 CTAs, [`EncodeWorkspace::set_chunk_blocks`] to change it), pipelined over
+//! three streams: step 1 of the even chunks on the context's stream and of the odd ones
+//! on a second stream, so a chunk's CTAs take the SMs the previous chunk's last CTAs
+//! leave, and steps 2 and 3 of chunk c on a third stream once chunk c's step 1 is done
+//! (step 2 continues the offsets from the previous chunk's last one). The record
+//! writing, bound by DRAM, so overlaps the block encoding, bound by latency, instead of
+//! following it: 589 -> 622-625 GB/s on the H200 (PERF.md, seventh series). The
+//! streams are forked from and joined back into the context's stream by events, so the
+//! call is ordered on that stream like a single launch.
+//!
 //! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
 //! reads it.
 //!
@@ -30,7 +40,12 @@
 
 use bf16_field::gpu::{GpuContext, PtxModule};
 use bf16_field::{KvCache, KvShape};
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchArgs, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchArgs, LaunchConfig,
+    PushKernelArg, sys,
+};
 
 use crate::Error;
 use crate::format::{CONTAINER_HEADER_LEN, HEADER_LEN, MAX_SYMBOLS, PARTITIONS, align_up};
@@ -56,6 +71,9 @@ fn gain_table() -> Vec<u64> {
 const DIRECTORY_WORDS: usize = PARTITIONS + PARTITIONS * crate::format::LANES;
 /// The largest grid launched; the per-block kernels stride over more blocks.
 const MAX_GRID: usize = i32::MAX as usize;
+/// Block encoder CTAs resident per SM (`__launch_bounds__(EE_THREADS, 4)`, and the 64
+/// registers ptxas gives `exans_encode_blocks`): one wave is this times the SMs.
+const ENCODER_CTAS_PER_SM: usize = 4;
 
 /// A cache geometry the encoder accepts, with the checks and errors of
 /// [`crate::encode_cache`].
@@ -106,8 +124,8 @@ pub fn max_container_len(shape: KvShape, block_tokens: usize) -> Result<usize, E
 
 /// Device scratch for [`encode_device`]: about three bytes per value (the word streams
 /// before they move into place, and the sign+mantissa planes) plus about 1.6 KiB per
-/// block. Reusable for any cache of
-/// at most the values, blocks and layers it was sized for.
+/// block, and the pipeline's two streams and its events. Reusable for any cache of at
+/// most the values, blocks and layers it was sized for.
 pub struct EncodeWorkspace {
     /// The quantizer's gains (spec §5.3), [`GAIN_LEN`] entries.
     gain: CudaSlice<u64>,
@@ -133,6 +151,57 @@ pub struct EncodeWorkspace {
     capacity_centers: usize,
     /// Blocks of the last [`encode_device`]: where its container length is.
     last_blocks: Option<usize>,
+    /// Blocks per pipeline chunk if set; else [`balanced_chunk_blocks`].
+    chunk_blocks: Option<usize>,
+    /// The pipeline's streams and events (see [`encode_device`]).
+    pipeline: Pipeline,
+}
+
+/// The streams and events of [`encode_device`]'s pipeline: the odd chunks' block
+/// encoders run on `alternate` (so that a chunk's CTAs fill the SMs the previous chunk's
+/// last CTAs leave), the index and record writers on `writer`; both are forked from the
+/// context's stream by `start` and joined back into it at the end.
+struct Pipeline {
+    alternate: Arc<CudaStream>,
+    writer: Arc<CudaStream>,
+    /// Recorded on the context's stream at the start: both streams wait on it.
+    start: CudaEvent,
+    /// Chunk c's block encoders are done (grown to the largest chunk count used).
+    encoded: Vec<CudaEvent>,
+    /// The last work of `alternate` / `writer`: the context's stream waits on both.
+    alternate_done: CudaEvent,
+    writer_done: CudaEvent,
+}
+
+impl Pipeline {
+    fn new(gpu: &GpuContext) -> Result<Self, GpuError> {
+        // Same priority as the context's stream: giving the writer the highest measured
+        // 1.2% slower (its CTAs then cut in ahead of the next chunk's encoders).
+        let ctx = gpu.context();
+        Ok(Pipeline {
+            alternate: ctx.new_stream()?,
+            writer: ctx.new_stream()?,
+            start: untimed_event(gpu)?,
+            encoded: Vec::new(),
+            alternate_done: untimed_event(gpu)?,
+            writer_done: untimed_event(gpu)?,
+        })
+    }
+}
+
+/// An event for ordering only (no timestamps: cheaper to record and wait on).
+fn untimed_event(gpu: &GpuContext) -> Result<CudaEvent, GpuError> {
+    Ok(gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))?)
+}
+
+/// Blocks per chunk of [`encode_device`]'s pipeline by default: `blocks` split into
+/// equal chunks of at most one wave of block encoders on `gpu` (every SM full).
+/// Measured on the H200 (PERF.md, seventh series): equal chunks of 491 blocks encode
+/// 1-2% faster than 528-block waves with a short last chunk, and both beat larger or
+/// smaller chunks.
+fn balanced_chunk_blocks(gpu: &GpuContext, blocks: usize) -> usize {
+    let wave = ENCODER_CTAS_PER_SM * gpu.multiprocessors.max(1) as usize;
+    blocks.div_ceil(blocks.div_ceil(wave).max(1)).max(1)
 }
 
 impl EncodeWorkspace {
@@ -161,6 +230,8 @@ impl EncodeWorkspace {
             capacity_blocks: blocks,
             capacity_centers: centers,
             last_blocks: None,
+            chunk_blocks: None,
+            pipeline: Pipeline::new(gpu)?,
         })
     }
 
@@ -176,6 +247,14 @@ impl EncodeWorkspace {
         let mut len = [0u64];
         gpu.stream().memcpy_dtoh(&self.offsets.slice(blocks..blocks + 1), &mut len)?;
         Ok(len[0] as usize)
+    }
+
+    /// Sets the blocks per chunk of [`encode_device`]'s pipeline (0 is taken as 1). By
+    /// default each call splits its blocks into equal chunks of at most one wave of
+    /// block encoders (4 CTAs per SM). Any chunk size gives the same container; it only
+    /// changes how the record writers overlap the block encoders.
+    pub fn set_chunk_blocks(&mut self, blocks: usize) {
+        self.chunk_blocks = Some(blocks.max(1));
     }
 
     fn check_fits(&self, g: &Geometry) -> Result<(), GpuError> {
@@ -198,10 +277,11 @@ impl EncodeWorkspace {
 /// Encodes the device cache `words` (its `2L` tensors `[T, H, D]` concatenated in block
 /// order, as [`KvCache::concat_words`] lays them out, `shape.total_values()` words) in
 /// blocks of `block_tokens` into `out` (16-byte aligned, at least
-/// [`max_container_len`] bytes), on the context's stream, without synchronising. The
-/// container is byte-identical to [`crate::encode_cache`]'s; its length is read
-/// afterwards with [`EncodeWorkspace::encoded_len`]. Bytes of `out` past the container
-/// are left as they were.
+/// [`max_container_len`] bytes), ordered on the context's stream (the work forks onto
+/// the workspace's two streams and joins back: see the module docs), without
+/// synchronising. The container is byte-identical to [`crate::encode_cache`]'s whatever
+/// the chunk size; its length is read afterwards with [`EncodeWorkspace::encoded_len`].
+/// Bytes of `out` past the container are left as they were.
 ///
 /// # Errors
 /// [`GpuError::Encode`] with the CPU encoder's error for a shape or block size it
@@ -237,71 +317,100 @@ pub fn encode_device(
         });
     }
     let cache_args = CacheArgs::new(&g);
-    let per_block = LaunchConfig {
-        grid_dim: (g.blocks.clamp(1, MAX_GRID) as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let per_chunk = workspace.chunk_blocks.unwrap_or_else(|| balanced_chunk_blocks(gpu, g.blocks));
+    let chunks = g.blocks.div_ceil(per_chunk);
+    while workspace.pipeline.encoded.len() < chunks {
+        workspace.pipeline.encoded.push(untimed_event(gpu)?);
+    }
     let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let encode_blocks = gpu.function(&MODULE, "exans_encode_blocks")?;
+    let write_index = gpu.function(&MODULE, "exans_encode_index")?;
+    let write_records = gpu.function(&MODULE, "exans_encode_records")?;
+    let p = &workspace.pipeline;
+    p.start.record(stream)?;
+    p.alternate.wait(&p.start)?;
+    p.writer.wait(&p.start)?;
+    for c in 0..chunks {
+        let first = (c * per_chunk) as u32;
+        let end = ((c + 1) * per_chunk).min(g.blocks) as u32;
+        let per_block = LaunchConfig {
+            grid_dim: ((end - first).min(MAX_GRID as u32), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let encoder: &CudaStream = if c % 2 == 1 { &p.alternate } else { stream };
+        let mut launch = encoder.launch_builder(&encode_blocks);
+        launch.arg(words);
+        cache_args.push(&mut launch);
+        launch
+            .arg(&first)
+            .arg(&end)
+            .arg(&workspace.gain)
+            .arg(&mut workspace.centers)
+            .arg(&mut workspace.freqs)
+            .arg(&mut workspace.directory)
+            .arg(&mut workspace.lens)
+            .arg(&mut workspace.scratch)
+            .arg(&mut workspace.sm);
+        // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
+        // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks, first, end: u32,
+        // gain: *const u64, centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut
+        // u64, scratch: *mut u16, sm: *mut u8).
+        // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
+        // words.len() (checked above), and gain[f] for 1 <= f <= 4095. Block i in
+        // [first, end) writes only its own slots: centers[i 2L ..][..2L], freqs[i 256
+        // ..][..256], dir[i 264 ..][..264], lens[i], scratch[i B H D 2L ..][..N_i] and
+        // sm[i B H D 2L ..][..N_i] (u64 stores, only when H D is a multiple of 8: 8-byte
+        // aligned), all inside the workspace (check_fits: both hold total_values()
+        // elements). Chunks own disjoint blocks, so the two encoder streams never write
+        // the same bytes, and the writer stream reads a chunk's slots only after its event.
+        unsafe { launch.launch(per_block) }?;
+        p.encoded[c].record(encoder)?;
+        p.writer.wait(&p.encoded[c])?;
 
-    let f = gpu.function(&MODULE, "exans_encode_blocks")?;
-    let mut launch = stream.launch_builder(&f);
-    launch.arg(words);
-    cache_args.push(&mut launch);
-    launch
-        .arg(&workspace.gain)
-        .arg(&mut workspace.centers)
-        .arg(&mut workspace.freqs)
-        .arg(&mut workspace.directory)
-        .arg(&mut workspace.lens)
-        .arg(&mut workspace.scratch)
-        .arg(&mut workspace.sm);
-    // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
-    // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks: u32, gain: *const u64,
-    // centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut u64, scratch: *mut u16,
-    // sm: *mut u8).
-    // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
-    // words.len() (checked above), and gain[f] for 1 <= f <= 4095. Block i writes only
-    // its own slots: centers[i 2L ..][..2L], freqs[i 256 ..][..256], dir[i 264 ..][..264],
-    // lens[i], scratch[i B H D 2L ..][..N_i] and sm[i B H D 2L ..][..N_i] (u64 stores,
-    // only when H D is a multiple of 8: 8-byte aligned), all inside the workspace
-    // (check_fits: both hold total_values() elements).
-    unsafe { launch.launch(per_block) }?;
+        let mut launch = p.writer.launch_builder(&write_index);
+        cache_args.push(&mut launch);
+        launch.arg(&first).arg(&end).arg(&workspace.lens).arg(&mut workspace.offsets).arg(&mut *out);
+        // SAFETY: exans_encode_index(layers, kv_heads, head_dim, block_tokens: u32, tokens:
+        // u64, blocks, first, end: u32, lens: *const u64, offsets: *mut u64, out: *mut u8)
+        // reads lens[first..end] and offsets[first] (chunks after the first: written by
+        // the previous chunk's launch, earlier on this stream), writes offsets[first..=end]
+        // (end <= blocks; the workspace holds blocks + 1) and index entries first..=end,
+        // and for chunk 0 the header and the gap after the index: all before the first
+        // record, <= max_len <= out.len(); out is 16-byte aligned, so its u32 and u64
+        // stores are aligned.
+        unsafe { launch.launch(one) }?;
 
-    let f = gpu.function(&MODULE, "exans_encode_index")?;
-    let mut launch = stream.launch_builder(&f);
-    cache_args.push(&mut launch);
-    launch.arg(&workspace.lens).arg(&mut workspace.offsets).arg(&mut *out);
-    // SAFETY: exans_encode_index(layers, kv_heads, head_dim, block_tokens: u32, tokens:
-    // u64, blocks: u32, lens: *const u64, offsets: *mut u64, out: *mut u8) reads lens[i <
-    // blocks], writes offsets[..=blocks] (blocks + 1 <= the workspace's) and out[..first]
-    // (the header, index and gap), first <= max_len <= out.len(); out is 16-byte aligned,
-    // so its u32 and u64 stores are aligned.
-    unsafe { launch.launch(one) }?;
-
-    let f = gpu.function(&MODULE, "exans_encode_records")?;
-    let mut launch = stream.launch_builder(&f);
-    launch.arg(words);
-    cache_args.push(&mut launch);
-    launch
-        .arg(&workspace.centers)
-        .arg(&workspace.freqs)
-        .arg(&workspace.directory)
-        .arg(&workspace.lens)
-        .arg(&workspace.offsets)
-        .arg(&workspace.scratch)
-        .arg(&workspace.sm)
-        .arg(&mut *out);
-    // SAFETY: the arguments match exans_encode_records(words, layers, kv_heads, head_dim,
-    // block_tokens, tokens, blocks, centers, freqs, dir, lens, offsets, scratch, sm, out).
-    // It reads what exans_encode_blocks wrote for each block (same slots as above; sm
-    // only under the same H D condition, in 16-byte loads: i B H D 2L is then a multiple
-    // of 16, and the last chunk's half past N_i is not read) and the words it read
-    // (raw records, or H D not a multiple of 8); record i is written in [offsets[i],
-    // offsets[i + 1]), and each record is at most raw-sized, so offsets[blocks] <= max_len
-    // <= out.len(); every record starts 16-byte aligned (spec §8), so its u32 and 16-byte
-    // stores are aligned.
-    unsafe { launch.launch(per_block) }?;
+        let mut launch = p.writer.launch_builder(&write_records);
+        launch.arg(words);
+        cache_args.push(&mut launch);
+        launch
+            .arg(&first)
+            .arg(&end)
+            .arg(&workspace.centers)
+            .arg(&workspace.freqs)
+            .arg(&workspace.directory)
+            .arg(&workspace.lens)
+            .arg(&workspace.offsets)
+            .arg(&workspace.scratch)
+            .arg(&workspace.sm)
+            .arg(&mut *out);
+        // SAFETY: the arguments match exans_encode_records(words, layers, kv_heads,
+        // head_dim, block_tokens, tokens, blocks, first, end, centers, freqs, dir, lens,
+        // offsets, scratch, sm, out).
+        // It reads what exans_encode_blocks wrote for each block of the chunk (the slots
+        // above, after the chunk's event; sm only under the same H D condition, in
+        // 16-byte loads: i B H D 2L is then a multiple of 16, and the last chunk's half
+        // past N_i is not read) and the words it read (raw records, or H D not a multiple
+        // of 8); record i is written in [offsets[i], offsets[i + 1]), and each record is
+        // at most raw-sized, so offsets[blocks] <= max_len <= out.len(); every record
+        // starts 16-byte aligned (spec §8), so its u32 and 16-byte stores are aligned.
+        unsafe { launch.launch(per_block) }?;
+    }
+    p.alternate_done.record(&p.alternate)?;
+    p.writer_done.record(&p.writer)?;
+    stream.wait(&p.alternate_done)?;
+    stream.wait(&p.writer_done)?;
     workspace.last_blocks = Some(g.blocks);
     Ok(())
 }

@@ -125,6 +125,62 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     }
 }
 
+/// `encode_device` on the fixture (B = 13: 40 blocks, the last one partial) into a
+/// workspace pipelined in chunks of `chunk_blocks`, read back.
+fn encode_in_chunks(gpu: &GpuContext, cache: &KvCache, chunk_blocks: usize) -> Vec<u8> {
+    let stream = gpu.stream();
+    let shape = cache.shape();
+    let words = stream.clone_htod(&cache.concat_words()).unwrap();
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 13).unwrap()).unwrap();
+    let mut ws = EncodeWorkspace::new(gpu, shape, 13).unwrap();
+    ws.set_chunk_blocks(chunk_blocks);
+    encode_device(gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
+    let n = ws.encoded_len(gpu).unwrap();
+    stream.clone_dtoh(&out.slice(..n)).unwrap()
+}
+
+#[test]
+fn gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size() {
+    let Some(gpu) = gpu_for_test("gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size") else {
+        return;
+    };
+    let (name, cache) = fixture_caches().swap_remove(0);
+    let want = encode_cache(&cache, 13).unwrap();
+    // One block per chunk, chunks that do not divide the 40 blocks, one chunk, more.
+    for chunk_blocks in [1, 2, 3, 7, 39, 40, 1000] {
+        let got = encode_in_chunks(&gpu, &cache, chunk_blocks);
+        assert!(got == want, "{name}: chunks of {chunk_blocks} blocks: GPU container differs from the CPU's");
+    }
+}
+
+#[test]
+fn gpu_encode_replays_from_a_cuda_graph() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+
+    let Some(gpu) = gpu_for_test("gpu_encode_replays_from_a_cuda_graph") else { return };
+    let (name, cache) = fixture_caches().swap_remove(1);
+    let want = encode_cache(&cache, 13).unwrap();
+    let stream = gpu.stream();
+    let shape = cache.shape();
+    let words = stream.clone_htod(&cache.concat_words()).unwrap();
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 13).unwrap()).unwrap();
+    let mut ws = EncodeWorkspace::new(&gpu, shape, 13).unwrap();
+    // 6 chunks: both encoder streams and the writer stream are forked into the capture.
+    ws.set_chunk_blocks(7);
+    // One plain call first loads the module (not a stream operation).
+    encode_device(&gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
+    stream.memset_zeros(&mut out).unwrap();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    encode_device(&gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+    for replay in 0..3 {
+        graph.launch().unwrap();
+        let n = ws.encoded_len(&gpu).unwrap();
+        let bytes = stream.clone_dtoh(&out.slice(..n)).unwrap();
+        assert!(bytes == want, "{name}: replay {replay}: graph-encoded container differs from the CPU's");
+    }
+}
+
 #[test]
 fn gpu_encode_rejects_what_the_cpu_rejects() {
     let Some(gpu) = gpu_for_test("gpu_encode_rejects_what_the_cpu_rejects") else { return };
