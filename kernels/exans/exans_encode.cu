@@ -10,8 +10,8 @@
 // Three kernels, no host synchronisation (the quantizer's gain table, gain[f] =
 // LOG2[f+1] - LOG2[f] of spec 5.3, is the CPU reference's, copied to the device once per
 // workspace), each launched per chunk [first, end) of the blocks: the host pipelines the
-// chunks over streams (crates/exans/src/gpu_encode.rs), 2 and 3 of chunk c after 1 of
-// chunk c, 2 of chunk c after 2 of chunk c - 1.
+// chunks over streams (crates/exans/src/gpu_encode.rs): 2 of chunk c after 1 of chunk c
+// and 2 of chunk c - 1, then 3 of chunk c after 2 of chunk c.
 //   1. exans_encode_blocks, one 256-thread CTA per block (EE_SPLIT = 4 staging windows at
 //      a time, 64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
@@ -317,7 +317,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
     uint32_t* s_hist = s_pool + warp * 256 * EE_COPIES;  // [bin * EE_COPIES + copy]
 
-    for (uint32_t blk = first + blockIdx.x; blk < end; blk += gridDim.x) {
+    // The stride stops at end instead of wrapping past 2^32 (end can be up to u32::MAX).
+    for (uint32_t blk = first + blockIdx.x; blk < end; blk += min(gridDim.x, end - blk)) {
         const u64 t0 = (u64)blk * block_tokens;
         const u64 bt = min((u64)block_tokens, tokens - t0);
         const u64 per_group = bt * hd;
@@ -723,9 +724,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
         h[7] = 0;
         for (u64 b = index_end; b < chunk_start; ++b) out[b] = 0;
     }
+    // In u32 without wrapping for any first < end <= u32::MAX: seg <= 2^24, tid seg < 2^32.
     const uint32_t count = end - first;  // >= 1 (the host plans no empty chunk)
-    const uint32_t seg = (count + EE_THREADS - 1) / EE_THREADS;
-    const uint32_t lo = first + min(tid * seg, count), hi = min(lo + seg, end);
+    const uint32_t seg = count / EE_THREADS + (count % EE_THREADS != 0);
+    const uint32_t lo = first + min(tid * seg, count), hi = lo + min(seg, end - lo);
     u64 sum = 0;
 #pragma unroll 4
     for (uint32_t i = lo; i < hi; ++i) sum += ee_align16(lens[i]);
@@ -793,7 +795,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
     const uint32_t groups = 2u * layers;
     const bool vec = (hd & 7u) == 0 && ((size_t)words & 15u) == 0;
 
-    for (uint32_t blk = first + blockIdx.x; blk < end; blk += gridDim.x) {
+    // The stride stops at end instead of wrapping past 2^32 (end can be up to u32::MAX).
+    for (uint32_t blk = first + blockIdx.x; blk < end; blk += min(gridDim.x, end - blk)) {
         const u64 t0 = (u64)blk * block_tokens;
         const u64 bt = min((u64)block_tokens, tokens - t0);
         const u64 per_group = bt * hd;

@@ -140,7 +140,8 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// A CUDA context on device 0 with one stream and a cache of loaded PTX modules.
+/// A CUDA context on device 0 with its stream (and a side stream, made on first use) and a
+/// cache of loaded PTX modules.
 pub struct GpuContext {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
@@ -188,7 +189,9 @@ impl GpuContext {
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| unavailable("multiprocessor count", e))? as u32;
-        // SAFETY: kvcodec issues all its work on the one stream created below, so
+        // SAFETY: kvcodec orders its work itself: on the one stream created below, and
+        // where a codec adds streams (the side stream, ExANS's encoder pipeline and host
+        // decoder), by explicit events that fork from it and join back into it, so
         // cudarc's per-slice cross-stream events are not needed; without them a launch
         // records no events, and the stream can be captured into a CUDA graph.
         unsafe { ctx.disable_event_tracking() };

@@ -43,8 +43,8 @@ use bf16_field::{KvCache, KvShape};
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchArgs, LaunchConfig,
-    PushKernelArg, sys,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchArgs,
+    LaunchConfig, PushKernelArg, sys,
 };
 
 use crate::Error;
@@ -71,9 +71,6 @@ fn gain_table() -> Vec<u64> {
 const DIRECTORY_WORDS: usize = PARTITIONS + PARTITIONS * crate::format::LANES;
 /// The largest grid launched; the per-block kernels stride over more blocks.
 const MAX_GRID: usize = i32::MAX as usize;
-/// Block encoder CTAs resident per SM (`__launch_bounds__(EE_THREADS, 4)`, and the 64
-/// registers ptxas gives `exans_encode_blocks`): one wave is this times the SMs.
-const ENCODER_CTAS_PER_SM: usize = 4;
 
 /// A cache geometry the encoder accepts, with the checks and errors of
 /// [`crate::encode_cache`].
@@ -166,8 +163,10 @@ struct Pipeline {
     writer: Arc<CudaStream>,
     /// Recorded on the context's stream at the start: both streams wait on it.
     start: CudaEvent,
-    /// Chunk c's block encoders are done (grown to the largest chunk count used).
-    encoded: Vec<CudaEvent>,
+    /// Recorded after each chunk's block encoders, waited on by `writer` right away (a
+    /// wait takes the event as it is when the wait is issued, so one event serves every
+    /// chunk).
+    encoded: CudaEvent,
     /// The last work of `alternate` / `writer`: the context's stream waits on both.
     alternate_done: CudaEvent,
     writer_done: CudaEvent,
@@ -182,7 +181,7 @@ impl Pipeline {
             alternate: ctx.new_stream()?,
             writer: ctx.new_stream()?,
             start: untimed_event(gpu)?,
-            encoded: Vec::new(),
+            encoded: untimed_event(gpu)?,
             alternate_done: untimed_event(gpu)?,
             writer_done: untimed_event(gpu)?,
         })
@@ -195,13 +194,21 @@ fn untimed_event(gpu: &GpuContext) -> Result<CudaEvent, GpuError> {
 }
 
 /// Blocks per chunk of [`encode_device`]'s pipeline by default: `blocks` split into
-/// equal chunks of at most one wave of block encoders on `gpu` (every SM full).
-/// Measured on the H200 (PERF.md, seventh series): equal chunks of 491 blocks encode
-/// 1-2% faster than 528-block waves with a short last chunk, and both beat larger or
-/// smaller chunks.
-fn balanced_chunk_blocks(gpu: &GpuContext, blocks: usize) -> usize {
-    let wave = ENCODER_CTAS_PER_SM * gpu.multiprocessors.max(1) as usize;
-    blocks.div_ceil(blocks.div_ceil(wave).max(1)).max(1)
+/// equal chunks of at most one wave of block encoders (`exans_encode_blocks` CTAs
+/// resident at once on every SM of `gpu`: 4 x 132 on the H200). Measured on the H200
+/// (PERF.md, seventh series): equal chunks of 491 blocks encode 1-2% faster than
+/// 528-block waves with a short last chunk, and both beat larger or smaller chunks.
+///
+/// # Errors
+/// [`GpuError::Cuda`] if the driver cannot report the kernel's occupancy.
+fn balanced_chunk_blocks(
+    gpu: &GpuContext,
+    encode_blocks: &CudaFunction,
+    blocks: usize,
+) -> Result<usize, GpuError> {
+    let per_sm = encode_blocks.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
+    let wave = (per_sm.max(1) as usize) * (gpu.multiprocessors.max(1) as usize);
+    Ok(blocks.div_ceil(blocks.div_ceil(wave).max(1)).max(1))
 }
 
 impl EncodeWorkspace {
@@ -210,7 +217,8 @@ impl EncodeWorkspace {
     ///
     /// # Errors
     /// [`GpuError::Encode`] for a shape or block size the CPU encoder rejects;
-    /// [`GpuError::Cuda`] when allocation fails.
+    /// [`GpuError::Cuda`] when allocation, or creating the pipeline's streams and
+    /// events, fails.
     pub fn new(gpu: &GpuContext, shape: KvShape, block_tokens: usize) -> Result<Self, GpuError> {
         let geometry = Geometry::new(shape, block_tokens).map_err(GpuError::Encode)?;
         let stream = gpu.stream();
@@ -316,21 +324,65 @@ pub fn encode_device(
             why: format!("device address {ptr:#x} is not 16-byte aligned"),
         });
     }
-    let cache_args = CacheArgs::new(&g);
-    let per_chunk = workspace.chunk_blocks.unwrap_or_else(|| balanced_chunk_blocks(gpu, g.blocks));
-    let chunks = g.blocks.div_ceil(per_chunk);
-    while workspace.pipeline.encoded.len() < chunks {
-        workspace.pipeline.encoded.push(untimed_event(gpu)?);
-    }
-    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let encode_blocks = gpu.function(&MODULE, "exans_encode_blocks")?;
-    let write_index = gpu.function(&MODULE, "exans_encode_index")?;
-    let write_records = gpu.function(&MODULE, "exans_encode_records")?;
+    let per_chunk = match workspace.chunk_blocks {
+        Some(blocks) => blocks,
+        None => balanced_chunk_blocks(gpu, &encode_blocks, g.blocks)?,
+    };
+    let kernels = Kernels {
+        encode_blocks,
+        write_index: gpu.function(&MODULE, "exans_encode_index")?,
+        write_records: gpu.function(&MODULE, "exans_encode_records")?,
+    };
+    // Fork, launch, join. The join comes after a failed launch too: the streams may
+    // still hold kernels of earlier chunks that read `words` and write `out` and the
+    // workspace, and a caller that frees those after an error, or encodes again, must
+    // find them done once the context's stream is (the next call forks after it).
     let p = &workspace.pipeline;
     p.start.record(stream)?;
+    let launched = launch_chunks(gpu, &kernels, words, &g, per_chunk, out, workspace);
+    let p = &workspace.pipeline;
+    let joined = (|| -> Result<(), GpuError> {
+        p.alternate_done.record(&p.alternate)?;
+        p.writer_done.record(&p.writer)?;
+        stream.wait(&p.alternate_done)?;
+        stream.wait(&p.writer_done)?;
+        Ok(())
+    })();
+    launched?;
+    joined?;
+    workspace.last_blocks = Some(g.blocks);
+    Ok(())
+}
+
+/// The encoder's three kernels, loaded.
+struct Kernels {
+    encode_blocks: CudaFunction,
+    write_index: CudaFunction,
+    write_records: CudaFunction,
+}
+
+/// Launches every chunk of `per_chunk` blocks on the pipeline's streams (see the module
+/// docs), after the fork: both side streams wait on `start` first. Checked by
+/// [`encode_device`]: `words` holds the cache, `out` is 16-byte aligned and holds
+/// [`Geometry::max_len`] bytes, the workspace fits `g`.
+fn launch_chunks(
+    gpu: &GpuContext,
+    k: &Kernels,
+    words: &CudaView<'_, u16>,
+    g: &Geometry,
+    per_chunk: usize,
+    out: &mut CudaViewMut<'_, u8>,
+    workspace: &mut EncodeWorkspace,
+) -> Result<(), GpuError> {
+    let stream = gpu.stream();
+    let p = &workspace.pipeline;
     p.alternate.wait(&p.start)?;
     p.writer.wait(&p.start)?;
-    for c in 0..chunks {
+    let cache_args = CacheArgs::new(g);
+    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    for c in 0..g.blocks.div_ceil(per_chunk) {
+        // Geometry::new checked blocks <= u32::MAX.
         let first = (c * per_chunk) as u32;
         let end = ((c + 1) * per_chunk).min(g.blocks) as u32;
         let per_block = LaunchConfig {
@@ -339,7 +391,7 @@ pub fn encode_device(
             shared_mem_bytes: 0,
         };
         let encoder: &CudaStream = if c % 2 == 1 { &p.alternate } else { stream };
-        let mut launch = encoder.launch_builder(&encode_blocks);
+        let mut launch = encoder.launch_builder(&k.encode_blocks);
         launch.arg(words);
         cache_args.push(&mut launch);
         launch
@@ -357,31 +409,33 @@ pub fn encode_device(
         // gain: *const u64, centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut
         // u64, scratch: *mut u16, sm: *mut u8).
         // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
-        // words.len() (checked above), and gain[f] for 1 <= f <= 4095. Block i in
-        // [first, end) writes only its own slots: centers[i 2L ..][..2L], freqs[i 256
+        // words.len() (checked by encode_device), and gain[f] for 1 <= f <= 4095. Block i
+        // in [first, end) writes only its own slots: centers[i 2L ..][..2L], freqs[i 256
         // ..][..256], dir[i 264 ..][..264], lens[i], scratch[i B H D 2L ..][..N_i] and
         // sm[i B H D 2L ..][..N_i] (u64 stores, only when H D is a multiple of 8: 8-byte
         // aligned), all inside the workspace (check_fits: both hold total_values()
         // elements). Chunks own disjoint blocks, so the two encoder streams never write
-        // the same bytes, and the writer stream reads a chunk's slots only after its event.
+        // the same bytes; the writer stream reads a chunk's slots only after its event;
+        // and the previous call's readers are done: its streams were joined into the
+        // context's stream, which `start` follows.
         unsafe { launch.launch(per_block) }?;
-        p.encoded[c].record(encoder)?;
-        p.writer.wait(&p.encoded[c])?;
+        p.encoded.record(encoder)?;
+        p.writer.wait(&p.encoded)?;
 
-        let mut launch = p.writer.launch_builder(&write_index);
+        let mut launch = p.writer.launch_builder(&k.write_index);
         cache_args.push(&mut launch);
         launch.arg(&first).arg(&end).arg(&workspace.lens).arg(&mut workspace.offsets).arg(&mut *out);
         // SAFETY: exans_encode_index(layers, kv_heads, head_dim, block_tokens: u32, tokens:
         // u64, blocks, first, end: u32, lens: *const u64, offsets: *mut u64, out: *mut u8)
-        // reads lens[first..end] and offsets[first] (chunks after the first: written by
-        // the previous chunk's launch, earlier on this stream), writes offsets[first..=end]
-        // (end <= blocks; the workspace holds blocks + 1) and index entries first..=end,
-        // and for chunk 0 the header and the gap after the index: all before the first
-        // record, <= max_len <= out.len(); out is 16-byte aligned, so its u32 and u64
-        // stores are aligned.
+        // reads lens[first..end] (after the chunk's event) and offsets[first] (chunks
+        // after the first: written by the previous chunk's launch, earlier on this
+        // stream), writes offsets[first..=end] (end <= blocks; the workspace holds
+        // blocks + 1) and index entries first..=end, and for chunk 0 the header and the
+        // gap after the index: all before the first record, <= max_len <= out.len(); out
+        // is 16-byte aligned, so its u32 and u64 stores are aligned.
         unsafe { launch.launch(one) }?;
 
-        let mut launch = p.writer.launch_builder(&write_records);
+        let mut launch = p.writer.launch_builder(&k.write_records);
         launch.arg(words);
         cache_args.push(&mut launch);
         launch
@@ -400,18 +454,15 @@ pub fn encode_device(
         // offsets, scratch, sm, out).
         // It reads what exans_encode_blocks wrote for each block of the chunk (the slots
         // above, after the chunk's event; sm only under the same H D condition, in
-        // 16-byte loads: i B H D 2L is then a multiple of 16, and the last chunk's half
-        // past N_i is not read) and the words it read (raw records, or H D not a multiple
-        // of 8); record i is written in [offsets[i], offsets[i + 1]), and each record is
-        // at most raw-sized, so offsets[blocks] <= max_len <= out.len(); every record
-        // starts 16-byte aligned (spec §8), so its u32 and 16-byte stores are aligned.
+        // 16-byte loads: i B H D 2L is then a multiple of 16, and the 8 bytes past N_i of
+        // a block's last 16-byte load are not read), the offsets the index launch before
+        // it on this stream wrote, and the words it read (raw records, or H D not a
+        // multiple of 8); record i is written in [offsets[i], offsets[i + 1]), and each
+        // record is at most raw-sized, so offsets[blocks] <= max_len <= out.len(); every
+        // record starts 16-byte aligned (spec §8), so its u32 and 16-byte stores are
+        // aligned.
         unsafe { launch.launch(per_block) }?;
     }
-    p.alternate_done.record(&p.alternate)?;
-    p.writer_done.record(&p.writer)?;
-    stream.wait(&p.alternate_done)?;
-    stream.wait(&p.writer_done)?;
-    workspace.last_blocks = Some(g.blocks);
     Ok(())
 }
 

@@ -113,6 +113,8 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     let shape = big.shape();
     let len = max_container_len(shape, 16).unwrap();
     let mut ws = EncodeWorkspace::new(&gpu, shape, 16).unwrap();
+    // 5 and 3 blocks in chunks of 2: the second call's chunks reuse the first's slots.
+    ws.set_chunk_blocks(2);
     // Garbage in the output buffer: every padding byte must still come out zero.
     let mut out: CudaSlice<u8> = stream.clone_htod(&vec![0xa5u8; len]).unwrap();
     for cache in [big.clone(), kv_like(3, 2, 64, 33, 42), big] {
@@ -154,6 +156,34 @@ fn gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size() {
 }
 
 #[test]
+fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
+    let Some(gpu) = gpu_for_test("gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks")
+    else {
+        return;
+    };
+    // 1201 tokens in blocks of 2: 601 blocks of 2048 values (the last of 1024), coded
+    // records of varying lengths and a raw one. Chunks of 257: the index launches of
+    // chunks 1 and 2 start past block 0, with segments of 2 blocks per thread (257 > 256
+    // threads), and chunk 2 is partial.
+    let cache = kv_like(1, 4, 128, 1201, 77);
+    let want = encode_cache(&cache, 2).unwrap();
+    let raw = raw_flags(&want);
+    assert!(raw.contains(&true) && raw.contains(&false), "the cache mixes coded and raw records");
+    let stream = gpu.stream();
+    let shape = cache.shape();
+    let words = stream.clone_htod(&cache.concat_words()).unwrap();
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 2).unwrap()).unwrap();
+    let mut ws = EncodeWorkspace::new(&gpu, shape, 2).unwrap();
+    for chunk_blocks in [257, 300, 600] {
+        ws.set_chunk_blocks(chunk_blocks);
+        encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws).unwrap();
+        let n = ws.encoded_len(&gpu).unwrap();
+        let got = stream.clone_dtoh(&out.slice(..n)).unwrap();
+        assert!(got == want, "chunks of {chunk_blocks} blocks: GPU container differs from the CPU's");
+    }
+}
+
+#[test]
 fn gpu_encode_replays_from_a_cuda_graph() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 
@@ -174,6 +204,7 @@ fn gpu_encode_replays_from_a_cuda_graph() {
     encode_device(&gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
     let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
     for replay in 0..3 {
+        stream.memset_zeros(&mut out).unwrap();
         graph.launch().unwrap();
         let n = ws.encoded_len(&gpu).unwrap();
         let bytes = stream.clone_dtoh(&out.slice(..n)).unwrap();
