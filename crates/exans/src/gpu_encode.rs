@@ -26,9 +26,9 @@
 //! three streams: step 1 of the even chunks on the context's stream and of the odd ones
 //! on a second stream, so a chunk's CTAs take the SMs the previous chunk's last CTAs
 //! leave, and steps 2 and 3 of chunk c on a third stream once chunk c's step 1 is done
-//! (step 2 continues the offsets from the previous chunk's last one). The record
-//! writing, bound by DRAM, so overlaps the block encoding, bound by latency, instead of
-//! following it: 589 -> 622-625 GB/s on the H200 (PERF.md, seventh series). The
+//! (step 2 continues the offsets from the previous chunk's last one). So the record
+//! writing (bound by DRAM) overlaps the block encoding (bound by latency) instead of
+//! following it: 589 -> 622-631 GB/s on the H200 (PERF.md, seventh series). The
 //! streams are forked from and joined back into the context's stream by events, so the
 //! call is ordered on that stream like a single launch.
 //!
