@@ -14,7 +14,9 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out.join("tests"))?;
     std::fs::create_dir_all(out.join("fixtures"))?;
     crate::venv::run(Command::new("cargo").current_dir(&root).args(["build", "--release", "-p", "xtask"]))?;
-    std::fs::copy(root.join("target/release/xtask"), out.join("xtask"))?;
+    // Wherever cargo puts its builds (CARGO_TARGET_DIR, a config file): cargo metadata says.
+    let xtask = target_dir(&root)?.join("release").join("xtask");
+    std::fs::copy(&xtask, out.join("xtask")).with_context(|| format!("copying {}", xtask.display()))?;
     // Test binaries: ask cargo for their paths in its JSON messages.
     let msgs = Command::new("cargo")
         .current_dir(&root)
@@ -75,4 +77,21 @@ for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
         out.file_name().unwrap_or_default().to_string_lossy()
     );
     Ok(())
+}
+
+/// The workspace's target directory, as `cargo metadata` reports it.
+fn target_dir(root: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let meta = Command::new("cargo")
+        .current_dir(root)
+        .args(["metadata", "--format-version=1", "--no-deps"])
+        .output()
+        .context("cargo metadata")?;
+    anyhow::ensure!(
+        meta.status.success(),
+        "cargo metadata failed:\n{}",
+        String::from_utf8_lossy(&meta.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&meta.stdout)?;
+    let dir = v["target_directory"].as_str().context("cargo metadata: no target_directory")?;
+    Ok(dir.into())
 }

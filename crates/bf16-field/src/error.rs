@@ -89,5 +89,5 @@ pub enum Error {
     Cuda(#[from] cudarc::driver::DriverError),
 }
 
-/// `Result` with this crate's [`Error`].
+/// `Result` with this crate's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

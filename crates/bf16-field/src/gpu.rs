@@ -37,7 +37,8 @@ pub struct PtxModule {
 /// This crate's module: `bf16_split` and `bf16_merge` (source `kernels/bf16-field/field.cu`).
 pub const FIELD_MODULE: PtxModule = PtxModule { name: "bf16_field", ptx: include_str!("../ptx/field.ptx") };
 
-/// What `KVCODEC_BACKEND` asks for.
+/// What `KVCODEC_BACKEND` (or xtask's `--backend`) asks for: `auto` (or empty), `cpu`,
+/// or `cuda` (alias `gpu`), case-insensitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
     /// Use the GPU when the probe succeeds, else the CPU.
@@ -78,7 +79,7 @@ impl std::str::FromStr for BackendChoice {
 pub enum Backend {
     /// The CPU reference path, with why the GPU is not used.
     Cpu {
-        /// Human-readable reason ("KVCODEC_BACKEND=cpu", "libcuda not found", ...).
+        /// Human-readable reason ("the CPU backend was asked for", "libcuda not found", ...).
         reason: String,
     },
     /// A probed CUDA device.
@@ -101,7 +102,7 @@ impl Backend {
     /// failed; [`BackendChoice::Auto`] never fails.
     pub fn with_choice(choice: BackendChoice) -> Result<Self> {
         match choice {
-            BackendChoice::Cpu => Ok(Backend::Cpu { reason: "KVCODEC_BACKEND=cpu".into() }),
+            BackendChoice::Cpu => Ok(Backend::Cpu { reason: "the CPU backend was asked for".into() }),
             BackendChoice::Cuda => Ok(Backend::Cuda(GpuContext::probe()?)),
             BackendChoice::Auto => Ok(match GpuContext::probe() {
                 Ok(gpu) => Backend::Cuda(gpu),

@@ -268,7 +268,9 @@ pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeO
 }
 
 /// Decodes a whole container back into the cache, blocks in parallel on rayon's pool
-/// (spec §8).
+/// (spec §8). The format has no checksum: damage that leaves every structural and rANS
+/// check intact (a flipped sign+mantissa bit, for one) decodes without an error (see the
+/// crate docs, "Integrity").
 ///
 /// # Errors
 /// The errors of [`container_info`]; [`Error::Truncated`] when the container is smaller

@@ -4,7 +4,8 @@
 //! index, and every padding byte.
 //!
 //! [`encode_device`] runs three kernels and no host synchronisation, so it can be
-//! captured in a CUDA graph (the quantizer's Q32 `log2` gains of spec §5.3 are the CPU
+//! captured in a CUDA graph (the quantizer's Q32 `log2` gains of spec §5.3, in
+//! `docs/formats/exans.md` like every "spec §" here, are the CPU
 //! reference's table, copied to the device when the [`EncodeWorkspace`] is made):
 //!
 //! 1. `exans_encode_blocks` (one 256-thread CTA per block) finds each group's center
@@ -31,6 +32,11 @@
 //! following it: 589 -> 622-631 GB/s on the H200 (PERF.md, seventh series). The
 //! streams are forked from and joined back into the context's stream by events, so the
 //! call is ordered on that stream like a single launch.
+//!
+//! To capture it in a CUDA graph, make one plain call first (it loads the PTX module,
+//! which cannot happen during a capture), then capture the context's stream; the GPU
+//! test `gpu_encode_replays_from_a_cuda_graph` does this in
+//! `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`.
 //!
 //! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
 //! reads it.
@@ -111,7 +117,7 @@ impl Geometry {
 }
 
 /// The largest container [`encode_device`] can write for a cache of `shape` in blocks of
-/// `block_tokens`: the length its `out` buffer needs (every record raw).
+/// `block_tokens`, in bytes: the length its `out` buffer needs (every record raw).
 ///
 /// # Errors
 /// The CPU encoder's error for a shape or block size it rejects.
@@ -289,7 +295,9 @@ impl EncodeWorkspace {
 /// the workspace's two streams and joins back: see the module docs), without
 /// synchronising. The container is byte-identical to [`crate::encode_cache`]'s whatever
 /// the chunk size; its length is read afterwards with [`EncodeWorkspace::encoded_len`].
-/// Bytes of `out` past the container are left as they were.
+/// Bytes of `out` past the container are left as they were. Like any launch the work is
+/// asynchronous: keep `words`, `out` and the workspace allocated (or free them only
+/// through the context's stream) until that stream has passed this call.
 ///
 /// # Errors
 /// [`GpuError::Encode`] with the CPU encoder's error for a shape or block size it

@@ -30,7 +30,31 @@
 //! ```
 //!
 //! A whole cache goes through [`encode_cache`] / [`decode_cache`], which code blocks in
-//! parallel and lay the records out behind an offset index (spec §8).
+//! parallel and lay the records out behind an offset index (spec §8); a real cache is
+//! read from safetensors with [`bf16_field::io::read_kv_cache`]:
+//!
+//! ```
+//! use bf16_field::{KvCache, KvShape};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Or: let cache = bf16_field::io::read_kv_cache("fixtures/smollm2-135m-code.safetensors")?;
+//! let shape = KvShape::new(2, 2, 64, 40)?; // L = 2 layers, H = 2 KV heads, D = 64, T = 40 tokens
+//! let tensor = |seed: u32| -> Vec<u16> {
+//!     (0..shape.values_per_tensor() as u32).map(|i| 0x3c00 + ((i * seed) % 1021) as u16).collect()
+//! };
+//! let cache = KvCache::new(shape, vec![tensor(7), tensor(11)], vec![tensor(13), tensor(17)])?;
+//! let container = exans::encode_cache(&cache, 16)?; // B = 16 tokens per block: 3 records
+//! assert_eq!(exans::decode_cache(&container)?, cache);
+//! // Damaged input is a typed error, never a panic:
+//! assert!(exans::decode_cache(&container[..container.len() - 1]).is_err());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Integrity.** The format has no checksum (spec §6.3): truncation, damaged headers,
+//! offsets, models and rANS streams are detected, but a flipped bit in the raw
+//! sign+mantissa bytes (or one that leaves every rANS check intact) decodes to a
+//! different cache without an error. Where bytes can be damaged in transit or at rest,
+//! protect the container with the transport's or store's own checksum.
 //!
 //! **GPU.** [`gpu_encode`] encodes a device cache into the same container bytes (no host
 //! synchronisation, CUDA-graph capturable); [`gpu`] decodes a container on the device
