@@ -18,18 +18,10 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
     let xtask = target_dir(&root)?.join("release").join("xtask");
     std::fs::copy(&xtask, out.join("xtask")).with_context(|| format!("copying {}", xtask.display()))?;
     // Test binaries: ask cargo for their paths in its JSON messages.
-    let msgs = Command::new("cargo")
-        .current_dir(&root)
-        .args(["test", "--workspace", "--release", "--no-run", "--message-format=json"])
-        .output()
-        .context("cargo test --no-run")?;
-    anyhow::ensure!(
-        msgs.status.success(),
-        "cargo test --no-run failed:\n{}",
-        String::from_utf8_lossy(&msgs.stderr)
-    );
+    let msgs =
+        cargo_stdout(&root, &["test", "--workspace", "--release", "--no-run", "--message-format=json"])?;
     let mut tests = Vec::new();
-    for line in String::from_utf8(msgs.stdout)?.lines() {
+    for line in String::from_utf8(msgs)?.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         if v["reason"] == "compiler-artifact" && v["profile"]["test"] == true {
             if let Some(exe) = v["executable"].as_str() {
@@ -81,17 +73,25 @@ for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
 
 /// The workspace's target directory, as `cargo metadata` reports it.
 fn target_dir(root: &Path) -> anyhow::Result<std::path::PathBuf> {
-    let meta = Command::new("cargo")
-        .current_dir(root)
-        .args(["metadata", "--format-version=1", "--no-deps"])
-        .output()
-        .context("cargo metadata")?;
-    anyhow::ensure!(
-        meta.status.success(),
-        "cargo metadata failed:\n{}",
-        String::from_utf8_lossy(&meta.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&meta.stdout)?;
+    let meta = cargo_stdout(root, &["metadata", "--format-version=1", "--no-deps"])?;
+    let v: serde_json::Value = serde_json::from_slice(&meta)?;
     let dir = v["target_directory"].as_str().context("cargo metadata: no target_directory")?;
     Ok(dir.into())
+}
+
+/// Runs `cargo <args>` in `root` and returns its standard output; its standard error on
+/// failure.
+fn cargo_stdout(root: &Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let run = Command::new("cargo")
+        .current_dir(root)
+        .args(args)
+        .output()
+        .with_context(|| format!("cargo {}", args[0]))?;
+    anyhow::ensure!(
+        run.status.success(),
+        "cargo {} failed:\n{}",
+        args[0],
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Ok(run.stdout)
 }
