@@ -2,7 +2,7 @@
 //! toolchain needs: the release xtask binary, every test binary, the fixtures, and a
 //! `run.sh` that runs the GPU tests and the GPU bench with `KVCODEC_REQUIRE_GPU=1`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
@@ -13,24 +13,18 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(out.join("tests"))?;
     std::fs::create_dir_all(out.join("fixtures"))?;
-    crate::venv::run(Command::new("cargo").current_dir(&root).args(["build", "--release", "-p", "xtask"]))?;
-    // Wherever cargo puts its builds (CARGO_TARGET_DIR, a config file): cargo metadata says.
-    let xtask = target_dir(&root)?.join("release").join("xtask");
-    std::fs::copy(&xtask, out.join("xtask")).with_context(|| format!("copying {}", xtask.display()))?;
-    // Test binaries: ask cargo for their paths in its JSON messages.
-    let msgs =
-        cargo_stdout(&root, &["test", "--workspace", "--release", "--no-run", "--message-format=json"])?;
+    // Binaries are taken where cargo says it built them (its JSON messages), so a
+    // CARGO_TARGET_DIR or a config file's target dir is followed.
+    let xtask = executables(&root, &["build", "--release", "-p", "xtask"], false)?
+        .into_iter()
+        .find(|exe| exe.file_stem().is_some_and(|s| s == "xtask"))
+        .context("cargo build reported no xtask binary")?;
+    std::fs::copy(&xtask, out.join("xtask"))?;
     let mut tests = Vec::new();
-    for line in String::from_utf8(msgs)?.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if v["reason"] == "compiler-artifact" && v["profile"]["test"] == true {
-            if let Some(exe) = v["executable"].as_str() {
-                let exe = Path::new(exe);
-                let name = exe.file_name().context("test binary name")?;
-                std::fs::copy(exe, out.join("tests").join(name))?;
-                tests.push(name.to_string_lossy().into_owned());
-            }
-        }
+    for exe in executables(&root, &["test", "--workspace", "--release", "--no-run"], true)? {
+        let name = exe.file_name().context("test binary name")?;
+        std::fs::copy(&exe, out.join("tests").join(name))?;
+        tests.push(name.to_string_lossy().into_owned());
     }
     for f in crate::fixture_files()? {
         std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
@@ -71,27 +65,29 @@ for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
     Ok(())
 }
 
-/// The workspace's target directory, as `cargo metadata` reports it.
-fn target_dir(root: &Path) -> anyhow::Result<std::path::PathBuf> {
-    let meta = cargo_stdout(root, &["metadata", "--format-version=1", "--no-deps"])?;
-    let v: serde_json::Value = serde_json::from_slice(&meta)?;
-    let dir = v["target_directory"].as_str().context("cargo metadata: no target_directory")?;
-    Ok(dir.into())
-}
-
-/// Runs `cargo <args>` in `root` and returns its standard output; its standard error on
-/// failure.
-fn cargo_stdout(root: &Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
+/// The executables `cargo <args> --message-format=json` builds in `root`: test binaries
+/// when `test`, else the others. Cargo's error output on failure.
+fn executables(root: &Path, args: &[&str], test: bool) -> anyhow::Result<Vec<PathBuf>> {
     let run = Command::new("cargo")
         .current_dir(root)
         .args(args)
+        .arg("--message-format=json")
         .output()
-        .with_context(|| format!("cargo {}", args[0]))?;
+        .with_context(|| format!("cargo {}", args.join(" ")))?;
     anyhow::ensure!(
         run.status.success(),
         "cargo {} failed:\n{}",
-        args[0],
+        args.join(" "),
         String::from_utf8_lossy(&run.stderr)
     );
-    Ok(run.stdout)
+    let mut found = Vec::new();
+    for line in String::from_utf8(run.stdout)?.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if v["reason"] == "compiler-artifact" && v["profile"]["test"] == test {
+            if let Some(exe) = v["executable"].as_str() {
+                found.push(PathBuf::from(exe));
+            }
+        }
+    }
+    Ok(found)
 }
