@@ -33,10 +33,10 @@
 //! streams are forked from and joined back into the context's stream by events, so the
 //! call is ordered on that stream like a single launch.
 //!
-//! To capture it in a CUDA graph, make one plain call first (it loads the PTX module,
-//! which cannot happen during a capture), then capture the context's stream; the GPU
-//! test `gpu_encode_replays_from_a_cuda_graph` does this in
-//! `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`.
+//! To capture it in a CUDA graph, capture the context's stream around a call, as the
+//! GPU test `gpu_encode_replays_from_a_cuda_graph` does (after one plain call, in
+//! `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`; the PTX module, whose loading cannot be
+//! captured, is loaded when the [`EncodeWorkspace`] is made).
 //!
 //! The container length stays on the device until [`EncodeWorkspace::encoded_len`]
 //! reads it.
@@ -154,8 +154,11 @@ pub struct EncodeWorkspace {
     capacity_centers: usize,
     /// Blocks of the last [`encode_device`]: where its container length is.
     last_blocks: Option<usize>,
-    /// Blocks per pipeline chunk if set; else [`balanced_chunk_blocks`].
+    /// Blocks per pipeline chunk if set; else [`balanced_chunk_blocks`] of `wave`.
     chunk_blocks: Option<usize>,
+    /// `exans_encode_blocks` CTAs resident at once on the whole GPU (its occupancy per SM
+    /// times the SMs): one wave.
+    wave: usize,
     /// The pipeline's streams and events (see [`encode_device`]).
     pipeline: Pipeline,
 }
@@ -179,6 +182,24 @@ struct Pipeline {
 }
 
 impl Pipeline {
+    /// Makes both streams wait for the work queued on `stream` so far. Queues no work, so
+    /// nothing needs joining when it fails.
+    fn fork(&self, stream: &CudaStream) -> Result<(), GpuError> {
+        self.start.record(stream)?;
+        self.alternate.wait(&self.start)?;
+        self.writer.wait(&self.start)?;
+        Ok(())
+    }
+
+    /// Makes `stream` wait for everything queued on both streams.
+    fn join(&self, stream: &CudaStream) -> Result<(), GpuError> {
+        self.alternate_done.record(&self.alternate)?;
+        self.writer_done.record(&self.writer)?;
+        stream.wait(&self.alternate_done)?;
+        stream.wait(&self.writer_done)?;
+        Ok(())
+    }
+
     fn new(gpu: &GpuContext) -> Result<Self, GpuError> {
         // Same priority as the context's stream: giving the writer the highest measured
         // 1.2% slower (its CTAs then cut in ahead of the next chunk's encoders).
@@ -199,22 +220,13 @@ fn untimed_event(gpu: &GpuContext) -> Result<CudaEvent, GpuError> {
     Ok(gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))?)
 }
 
-/// Blocks per chunk of [`encode_device`]'s pipeline by default: `blocks` split into
-/// equal chunks of at most one wave of block encoders (`exans_encode_blocks` CTAs
-/// resident at once on every SM of `gpu`: 4 x 132 on the H200). Measured on the H200
-/// (PERF.md, seventh series): equal chunks of 491 blocks encode 1-2% faster than
-/// 528-block waves with a short last chunk, and both beat larger or smaller chunks.
-///
-/// # Errors
-/// [`GpuError::Cuda`] if the driver cannot report the kernel's occupancy.
-fn balanced_chunk_blocks(
-    gpu: &GpuContext,
-    encode_blocks: &CudaFunction,
-    blocks: usize,
-) -> Result<usize, GpuError> {
-    let per_sm = encode_blocks.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
-    let wave = (per_sm.max(1) as usize) * (gpu.multiprocessors.max(1) as usize);
-    Ok(blocks.div_ceil(blocks.div_ceil(wave).max(1)).max(1))
+/// Blocks per chunk of [`encode_device`]'s pipeline by default: `blocks` (at least 1)
+/// split into equal chunks of at most one `wave` of block encoders (4 x 132 CTAs on the
+/// H200). Measured on the H200 (PERF.md, seventh series): equal chunks of 491 blocks
+/// encode 1-2% faster than 528-block waves with a short last chunk, and both beat larger
+/// or smaller chunks.
+fn balanced_chunk_blocks(wave: usize, blocks: usize) -> usize {
+    blocks.div_ceil(blocks.div_ceil(wave))
 }
 
 impl EncodeWorkspace {
@@ -223,14 +235,16 @@ impl EncodeWorkspace {
     ///
     /// # Errors
     /// [`GpuError::Encode`] for a shape or block size the CPU encoder rejects;
-    /// [`GpuError::Cuda`] when allocation, or creating the pipeline's streams and
-    /// events, fails.
+    /// [`GpuError::Cuda`] when allocation, loading the encoder's PTX module, querying its
+    /// occupancy, or creating the pipeline's streams and events fails.
     pub fn new(gpu: &GpuContext, shape: KvShape, block_tokens: usize) -> Result<Self, GpuError> {
         let geometry = Geometry::new(shape, block_tokens).map_err(GpuError::Encode)?;
         let stream = gpu.stream();
         let blocks = geometry.blocks;
         let values = shape.total_values();
         let centers = blocks * 2 * shape.layers;
+        let encode_blocks = gpu.function(&MODULE, "exans_encode_blocks")?;
+        let per_sm = encode_blocks.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
         Ok(EncodeWorkspace {
             gain: stream.clone_htod(&gain_table())?,
             centers: stream.alloc_zeros(centers)?,
@@ -245,6 +259,7 @@ impl EncodeWorkspace {
             capacity_centers: centers,
             last_blocks: None,
             chunk_blocks: None,
+            wave: per_sm.max(1) as usize * gpu.multiprocessors.max(1) as usize,
             pipeline: Pipeline::new(gpu)?,
         })
     }
@@ -265,8 +280,9 @@ impl EncodeWorkspace {
 
     /// Sets the blocks per chunk of [`encode_device`]'s pipeline (0 is taken as 1). By
     /// default each call splits its blocks into equal chunks of at most one wave of
-    /// block encoders (4 CTAs per SM). Any chunk size gives the same container; it only
-    /// changes how the record writers overlap the block encoders.
+    /// block encoders (as many as fit on the GPU at once: 4 per SM on the H200). Any
+    /// chunk size gives the same container; it only changes how the record writers
+    /// overlap the block encoders.
     pub fn set_chunk_blocks(&mut self, blocks: usize) {
         self.chunk_blocks = Some(blocks.max(1));
     }
@@ -332,13 +348,10 @@ pub fn encode_device(
             why: format!("device address {ptr:#x} is not 16-byte aligned"),
         });
     }
-    let encode_blocks = gpu.function(&MODULE, "exans_encode_blocks")?;
-    let per_chunk = match workspace.chunk_blocks {
-        Some(blocks) => blocks,
-        None => balanced_chunk_blocks(gpu, &encode_blocks, g.blocks)?,
-    };
+    // Geometry::new: blocks >= 1.
+    let per_chunk = workspace.chunk_blocks.unwrap_or_else(|| balanced_chunk_blocks(workspace.wave, g.blocks));
     let kernels = Kernels {
-        encode_blocks,
+        encode_blocks: gpu.function(&MODULE, "exans_encode_blocks")?,
         write_index: gpu.function(&MODULE, "exans_encode_index")?,
         write_records: gpu.function(&MODULE, "exans_encode_records")?,
     };
@@ -346,17 +359,9 @@ pub fn encode_device(
     // still hold kernels of earlier chunks that read `words` and write `out` and the
     // workspace, and a caller that frees those after an error, or encodes again, must
     // find them done once the context's stream is (the next call forks after it).
-    let p = &workspace.pipeline;
-    p.start.record(stream)?;
+    workspace.pipeline.fork(stream)?;
     let launched = launch_chunks(gpu, &kernels, words, &g, per_chunk, out, workspace);
-    let p = &workspace.pipeline;
-    let joined = (|| -> Result<(), GpuError> {
-        p.alternate_done.record(&p.alternate)?;
-        p.writer_done.record(&p.writer)?;
-        stream.wait(&p.alternate_done)?;
-        stream.wait(&p.writer_done)?;
-        Ok(())
-    })();
+    let joined = workspace.pipeline.join(stream);
     launched?;
     joined?;
     workspace.last_blocks = Some(g.blocks);
@@ -371,7 +376,7 @@ struct Kernels {
 }
 
 /// Launches every chunk of `per_chunk` blocks on the pipeline's streams (see the module
-/// docs), after the fork: both side streams wait on `start` first. Checked by
+/// docs), between its fork and join. Checked by
 /// [`encode_device`]: `words` holds the cache, `out` is 16-byte aligned and holds
 /// [`Geometry::max_len`] bytes, the workspace fits `g`.
 fn launch_chunks(
@@ -385,8 +390,6 @@ fn launch_chunks(
 ) -> Result<(), GpuError> {
     let stream = gpu.stream();
     let p = &workspace.pipeline;
-    p.alternate.wait(&p.start)?;
-    p.writer.wait(&p.start)?;
     let cache_args = CacheArgs::new(g);
     let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     for c in 0..g.blocks.div_ceil(per_chunk) {

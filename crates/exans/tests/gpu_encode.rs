@@ -127,18 +127,49 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     }
 }
 
+/// A cache on the device with its output buffer and workspace, for `encode_device`.
+struct OnDevice {
+    words: CudaSlice<u16>,
+    out: CudaSlice<u8>,
+    ws: EncodeWorkspace,
+    shape: KvShape,
+    block_tokens: usize,
+}
+
+impl OnDevice {
+    fn new(gpu: &GpuContext, cache: &KvCache, block_tokens: usize) -> Self {
+        let stream = gpu.stream();
+        let shape = cache.shape();
+        OnDevice {
+            words: stream.clone_htod(&cache.concat_words()).unwrap(),
+            out: stream.alloc_zeros(max_container_len(shape, block_tokens).unwrap()).unwrap(),
+            ws: EncodeWorkspace::new(gpu, shape, block_tokens).unwrap(),
+            shape,
+            block_tokens,
+        }
+    }
+
+    /// Queues the encode on the context's stream.
+    fn encode(&mut self, gpu: &GpuContext) {
+        let (shape, b) = (self.shape, self.block_tokens);
+        encode_device(gpu, &self.words.as_view(), shape, b, &mut self.out.as_view_mut(), &mut self.ws)
+            .unwrap();
+    }
+
+    /// The container the last encode wrote.
+    fn container(&self, gpu: &GpuContext) -> Vec<u8> {
+        let n = self.ws.encoded_len(gpu).unwrap();
+        gpu.stream().clone_dtoh(&self.out.slice(..n)).unwrap()
+    }
+}
+
 /// `encode_device` on the fixture (B = 13: 40 blocks, the last one partial) into a
 /// workspace pipelined in chunks of `chunk_blocks`, read back.
 fn encode_in_chunks(gpu: &GpuContext, cache: &KvCache, chunk_blocks: usize) -> Vec<u8> {
-    let stream = gpu.stream();
-    let shape = cache.shape();
-    let words = stream.clone_htod(&cache.concat_words()).unwrap();
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 13).unwrap()).unwrap();
-    let mut ws = EncodeWorkspace::new(gpu, shape, 13).unwrap();
-    ws.set_chunk_blocks(chunk_blocks);
-    encode_device(gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
-    let n = ws.encoded_len(gpu).unwrap();
-    stream.clone_dtoh(&out.slice(..n)).unwrap()
+    let mut d = OnDevice::new(gpu, cache, 13);
+    d.ws.set_chunk_blocks(chunk_blocks);
+    d.encode(gpu);
+    d.container(gpu)
 }
 
 #[test]
@@ -169,16 +200,11 @@ fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
     let want = encode_cache(&cache, 2).unwrap();
     let raw = raw_flags(&want);
     assert!(raw.contains(&true) && raw.contains(&false), "the cache mixes coded and raw records");
-    let stream = gpu.stream();
-    let shape = cache.shape();
-    let words = stream.clone_htod(&cache.concat_words()).unwrap();
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 2).unwrap()).unwrap();
-    let mut ws = EncodeWorkspace::new(&gpu, shape, 2).unwrap();
+    let mut d = OnDevice::new(&gpu, &cache, 2);
     for chunk_blocks in [257, 300, 600] {
-        ws.set_chunk_blocks(chunk_blocks);
-        encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws).unwrap();
-        let n = ws.encoded_len(&gpu).unwrap();
-        let got = stream.clone_dtoh(&out.slice(..n)).unwrap();
+        d.ws.set_chunk_blocks(chunk_blocks);
+        d.encode(&gpu);
+        let got = d.container(&gpu);
         assert!(got == want, "chunks of {chunk_blocks} blocks: GPU container differs from the CPU's");
     }
 }
@@ -191,23 +217,19 @@ fn gpu_encode_replays_from_a_cuda_graph() {
     let (name, cache) = fixture_caches().swap_remove(1);
     let want = encode_cache(&cache, 13).unwrap();
     let stream = gpu.stream();
-    let shape = cache.shape();
-    let words = stream.clone_htod(&cache.concat_words()).unwrap();
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 13).unwrap()).unwrap();
-    let mut ws = EncodeWorkspace::new(&gpu, shape, 13).unwrap();
+    let mut d = OnDevice::new(&gpu, &cache, 13);
     // 6 chunks: both encoder streams and the writer stream are forked into the capture.
-    ws.set_chunk_blocks(7);
-    // One plain call first loads the module (not a stream operation).
-    encode_device(&gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
-    stream.memset_zeros(&mut out).unwrap();
+    d.ws.set_chunk_blocks(7);
+    // One plain call first, outside the capture, as a caller warming up would.
+    d.encode(&gpu);
+    stream.memset_zeros(&mut d.out).unwrap();
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    encode_device(&gpu, &words.as_view(), shape, 13, &mut out.as_view_mut(), &mut ws).unwrap();
+    d.encode(&gpu);
     let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
     for replay in 0..3 {
-        stream.memset_zeros(&mut out).unwrap();
+        stream.memset_zeros(&mut d.out).unwrap();
         graph.launch().unwrap();
-        let n = ws.encoded_len(&gpu).unwrap();
-        let bytes = stream.clone_dtoh(&out.slice(..n)).unwrap();
+        let bytes = d.container(&gpu);
         assert!(bytes == want, "{name}: replay {replay}: graph-encoded container differs from the CPU's");
     }
 }
