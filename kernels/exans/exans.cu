@@ -13,21 +13,22 @@
 //      of its warp's range), in a packing of its own (freq << 20 | bias << 8 | symbol,
 //      see ex_decode_round; a one-symbol model is written without the table);
 //   4. warp w decodes partition w (spec 6): lane j is rANS lane j; step-major, in step t
-//      every lane whose run is longer than t decodes symbol j*m + t, then the lanes whose
-//      state fell below 2^16 take the next words of the partition's stream in ascending
-//      lane order (ballot + popc(ballot & lanemask_lt)), straight from a per-warp
-//      shared-memory ring that cp.async fills up to a ring ahead (18 instructions a step,
-//      no branch, 10 of them on the ALU pipe, which was the busiest at 14 of 20; the
-//      ring's first 512 words are mirrored after it, so a round reads it without
-//      wrapping). Steps run in rounds of EX_ROUND: a lane keeps the round's symbols in
-//      registers, then turns each back into its exponent E = (C + c_g - 127) mod 256
-//      (four at a time), joins it with its raw sign+mantissa byte (loaded at the round's
-//      start, two rounds' bytes at a time, with an L2 prefetch-size hint) and writes its
-//      EX_ROUND consecutive words, 32 bytes, with two 16-byte stores when the round is full, inside one group
-//      and aligned, else word by word. When every lane's 32 bytes are a whole aligned
-//      sector, lane pairs trade halves so that each store fills 16 whole sectors
-//      (ex_store_paired): half-sector stores doubled the L2's write traffic and made it
-//      the limit (90% busy; PERF.md).
+//      every lane whose run is longer than t decodes symbol 256 (t / 8) + 8 j + t mod 8
+//      (format version 2's tiles: lane j holds values 8 j .. 8 j + 7 of every 256-value
+//      tile), then the lanes whose state fell below 2^16 take the next words of the
+//      partition's stream in ascending lane order (ballot + popc(ballot & lanemask_lt)),
+//      straight from a per-warp shared-memory ring that cp.async fills up to a ring ahead
+//      (18 instructions a step, no branch, 10 of them on the ALU pipe; the ring's first
+//      512 words are mirrored after it, so a round reads it without wrapping). Steps run
+//      in rounds of EX_ROUND = 16, two tiles: a lane keeps the round's symbols in
+//      registers, then, per tile, turns its 8 back into exponents E = (C + c_g - 127) mod
+//      256 (four at a time; the tile's group, and so its center, is warp-uniform), joins
+//      them with their raw sign+mantissa bytes (one 8-byte load per lane, issued at the
+//      round's start: 256 contiguous bytes per warp) and writes the 8 BF16 words with one
+//      16-byte store: 512 contiguous bytes per warp, whole sectors with no data exchanged
+//      between lanes. A regular partition (whole tiles, groups of whole tiles) keeps a
+//      running output pointer per lane; any other tile is checked (whole, inside one
+//      group, aligned) and written value by value when it is not.
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -42,6 +43,7 @@
 // host then runs the CPU decoder for the exact typed error.
 #include "../common/bf16_field.cuh"
 
+#define EX_VERSION 2  // of records (spec 3)
 #define EX_THREADS 256
 #define EX_PARTITIONS 8
 #define EX_LANES 32
@@ -53,8 +55,10 @@
 #define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
-#define EX_ROUND 16  // decode steps per output round: 16 values, one 32-byte sector per lane
-static_assert(EX_ROUND == 16, "a round's join and stores handle exactly one uint4 of sign+mantissa bytes");
+#define EX_GROUP 8  // consecutive symbols of a tile a lane decodes in consecutive steps (spec 6.2)
+#define EX_TILE 256  // symbols of a tile: EX_LANES x EX_GROUP
+#define EX_ROUND 16  // decode steps per round: two tiles
+static_assert(EX_ROUND == 2 * EX_GROUP, "a round decodes and stores exactly two tiles");
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
 // Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (a step reads at most one word
 // per lane, at pos + its rank). The lookahead requested at a round's start reaches
@@ -85,17 +89,6 @@ __device__ __forceinline__ void ex_cp_async_wait_all() { asm volatile("cp.async.
 // Waits for every group but the newest one.
 __device__ __forceinline__ void ex_cp_async_wait_all_but_newest() {
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-// 16 sign+mantissa bytes of a lane's run. A lane reads its run 32 bytes at a time, one
-// DRAM sector per request without a hint; the L2::128B prefetch-size hint has the first
-// miss fetch the whole line, so the lane's next three reads of it are L2 hits: 2.6%
-// faster decode (256B: 0.7%; PERF.md, same session). Not volatile and no memory clobber:
-// the container is read-only while the kernel runs.
-__device__ __forceinline__ uint4 ex_ld_sm(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
 }
 
 __device__ __forceinline__ unsigned long long ex_align16(unsigned long long x) { return (x + 15ull) & ~15ull; }
@@ -139,7 +132,7 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     auto u8_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffu; };
     const unsigned long long record_len = h[5];  // offset 20
     if (record_len < EX_HEADER_LEN || record_len > slot_end - slot_start) return false;
-    if (h[0] != 0x4158564bu /* "KVXA" */ || u16_at(4) != 1) return false;
+    if (h[0] != 0x4158564bu /* "KVXA" */ || u16_at(4) != EX_VERSION) return false;
     const uint32_t flags = u16_at(6);
     if ((flags & ~1u) != 0) return false;
     // The shape must be the one the container implies (it fixes where the output goes).
@@ -219,22 +212,21 @@ __device__ __forceinline__ uint32_t ex_ballot(bool p) {
 struct ExLane {
     uint32_t x;             // rANS state
     unsigned pos;           // words of the partition consumed (warp-uniform)
-    unsigned run;           // symbols this lane decodes
+    unsigned run;           // steps this lane decodes
     unsigned count;         // words in the partition's stream
     unsigned total_chunks;  // 16-byte chunks of the stream
     unsigned done;          // chunks requested (warp-uniform)
     unsigned done_old;      // chunks requested before the newest cp.async group
     uint32_t ring;          // the partition's word ring (shared address)
     const uint4* chunks;    // the stream
-    unsigned g, r;          // group of the next value, and its offset in the group
-    uint32_t center;        // that group's center
-    uint16_t* dst;          // where the next value goes
-    const uint8_t* src;     // the lane's first sign+mantissa byte
 };
 
 // Requests the stream chunks [from, to) of `lane`'s partition into its ring (one 16-byte
 // cp.async per chunk, lanes striding; a second one for a chunk whose slot is mirrored).
+// Not unrolled: a round's lookahead is about one chunk per lane, and ptxas's 4-fold
+// unrolling of this loop (with its branch-sync blocks) measured 2% slower (PERF.md).
 __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsigned to, unsigned lane) {
+#pragma unroll 1
     for (unsigned c = from + lane; c < to; c += EX_LANES) {
         const uint32_t off = (16u * c) & (EX_RING_BYTES - 1);
         ex_cp_async16(l.ring + off, l.chunks + c);
@@ -295,90 +287,67 @@ __device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_R
     l.pos += (rp - rp0) / 2u;
 }
 
-// Moves the lane's output to the start of its next group (at a group's end), and loads
-// that group's center when the lane has values left (its next step `t` is in its run).
-__device__ __forceinline__ void ex_next_group(ExLane& l, unsigned t, unsigned long long group_jump,
-                                              const uint8_t* centers) {
-    l.r = 0;
-    ++l.g;
-    l.dst += group_jump;
-    if (t < l.run) l.center = centers[l.g];
+// Where a tile's values go (warp-uniform): group g, and offset r in the group of the
+// tile's first value.
+struct ExTile {
+    unsigned g, r;
+};
+
+// Moves a regular partition's tile (and the lane's output pointer in it) one tile on:
+// to the next group's start at a group's end (groups are whole tiles there).
+__device__ __forceinline__ void ex_next_tile(ExTile& tile, uint16_t*& dst, unsigned group_len,
+                                             unsigned long long group_jump) {
+    dst += EX_TILE;
+    tile.r += EX_TILE;
+    if (tile.r == group_len) {
+        tile.r = 0;
+        ++tile.g;
+        dst += group_jump;
+    }
 }
 
-// Writes the 32 bytes (lo, hi) of each lane to its `dst` (32-byte aligned) with two
-// 16-byte stores per lane that fill whole 32-byte sectors: lanes 2k and 2k+1 trade one
-// half (the even lane's hi for the odd lane's lo), then store 1 writes the even lane's
-// sector and store 2 the odd lane's. Storing each lane's own halves instead makes every
-// store instruction write 32 half sectors, which doubled the L2's store sectors and was
-// what the decoder waited on (PERF.md). Every lane of the warp must call it.
-__device__ __forceinline__ void ex_store_paired(uint16_t* dst, uint4 lo, uint4 hi, unsigned lane) {
-    const bool odd = lane & 1u;
-    uint16_t* const partner = reinterpret_cast<uint16_t*>(
-        __shfl_xor_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst), 1));
-    const uint4 give = odd ? lo : hi;
-    const uint4 got = make_uint4(__shfl_xor_sync(0xffffffffu, give.x, 1), __shfl_xor_sync(0xffffffffu, give.y, 1),
-                                 __shfl_xor_sync(0xffffffffu, give.z, 1), __shfl_xor_sync(0xffffffffu, give.w, 1));
-    uint4* const even_sector = reinterpret_cast<uint4*>(odd ? partner : dst);
-    uint4* const odd_sector = reinterpret_cast<uint4*>(odd ? dst : partner);
-    // Streaming stores (evict first): the output is not read again here, and the hint
-    // measured 2.5% faster (PERF.md).
-    __stcs(even_sector + (odd ? 1 : 0), odd ? got : lo);
-    __stcs(odd_sector + (odd ? 1 : 0), odd ? hi : got);
+// Joins one tile's symbols of this lane (steps t .. t + 7: values 8 lane .. 8 lane + 7
+// of the tile, bytes of s0 then s1) with their sign+mantissa bytes `sm` and writes them
+// as one 16-byte store: the warp writes the tile's 512 contiguous bytes. The tile lies
+// in one group, whose center is warp-uniform, and every address is aligned.
+__device__ __forceinline__ void ex_store_tile(uint16_t* dst, uint32_t s0, uint32_t s1, uint2 sm, uint32_t center) {
+    // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits, then
+    // flip the top bit by the carry-less sum of the top bits.
+    const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
+    const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
+    const uint32_t e0 = ((s0 & 0x7f7f7f7fu) + c4_low) ^ ((s0 & 0x80808080u) ^ c4_top);
+    const uint32_t e1 = ((s1 & 0x7f7f7f7fu) + c4_low) ^ ((s1 & 0x80808080u) ^ c4_top);
+    const uint2 a = kv_join_quad(e0, sm.x);
+    const uint2 b = kv_join_quad(e1, sm.y);
+    // Streaming store (evict first): the output is not read again here (PERF.md).
+    __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
 }
 
-// Joins a round's symbols with their sign+mantissa bytes and writes them: as 16-byte
-// chunks when `whole` (sm holds the round's sign+mantissa bytes), sector-paired across
-// lanes when `paired` (warp-uniform: every lane whole and 32-byte aligned), else value by
-// value. Advances the lane's output position, group and center.
-__device__ __forceinline__ void ex_store_round(ExLane& l, bool whole, bool paired, uint4 sm,
-                                               const uint32_t (&syms)[EX_ROUND / 4], unsigned t0,
-                                               unsigned group_len, unsigned long long group_jump,
-                                               const uint8_t* centers, unsigned lane) {
-    if (t0 >= l.run) return;  // never when paired: every lane is whole
-    if (whole) {
-        // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits,
-        // then flip the top bit by the carry-less sum of the top bits.
-        const uint32_t c4 = ((l.center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
-        const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
-        uint32_t e4[4];
+// The general path of a tile (partial, across groups or unaligned): value by value, each
+// finding its group by division (rare: never for whole tiles of a record whose groups
+// are multiples of 256 values at aligned offsets).
+__device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sm, const uint8_t* centers,
+                                   uint32_t s0, uint32_t s1, unsigned first, unsigned p_len, unsigned p_start,
+                                   unsigned group_len, unsigned long long tensor_values,
+                                   unsigned long long out_block) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t sy = syms[j];
-            e4[j] = ((sy & 0x7f7f7f7fu) + c4_low) ^ ((sy & 0x80808080u) ^ c4_top);
-        }
-        const uint2 a = kv_join_quad(e4[0], sm.x);
-        const uint2 b = kv_join_quad(e4[1], sm.y);
-        const uint2 d = kv_join_quad(e4[2], sm.z);
-        const uint2 h = kv_join_quad(e4[3], sm.w);
-        const uint4 lo = make_uint4(a.x, a.y, b.x, b.y), hi = make_uint4(d.x, d.y, h.x, h.y);
-        if (paired) {
-            ex_store_paired(l.dst, lo, hi, lane);
-        } else {
-            reinterpret_cast<uint4*>(l.dst)[0] = lo;
-            reinterpret_cast<uint4*>(l.dst)[1] = hi;
-        }
-        l.dst += EX_ROUND;
-        l.r += EX_ROUND;
-        if (l.r == group_len) ex_next_group(l, t0 + EX_ROUND, group_jump, centers);
-    } else {
-#pragma unroll
-        for (int i = 0; i < EX_ROUND; ++i) {
-            const unsigned t = t0 + i;
-            if (t < l.run) {
-                const uint32_t sym = (syms[i / 4] >> (8 * (i % 4))) & 0xffu;
-                const uint32_t exponent = (sym + l.center - EX_CENTER_SYMBOL) & 0xffu;
-                *l.dst++ = (uint16_t)kv_join(exponent, l.src[t]);
-                if (++l.r == group_len) ex_next_group(l, t + 1, group_jump, centers);
-            }
+    for (int i = 0; i < 8; ++i) {
+        const unsigned idx = first + i;  // index in the partition
+        if (idx < p_len) {
+            const uint32_t sym = ((i < 4 ? s0 : s1) >> (8 * (i % 4))) & 0xffu;
+            const unsigned v = p_start + idx;
+            const unsigned g = v / group_len, r = v - g * group_len;
+            const uint32_t exponent = (sym + centers[g] - EX_CENTER_SYMBOL) & 0xffu;
+            out[g * tensor_values + out_block + r] = (uint16_t)kv_join(exponent, sm[v]);
         }
     }
 }
 
-// Three CTAs of 256 threads per SM (at most 80 registers; ptxas 13 uses 77): measured
-// faster than four CTAs at 64 registers, and than two partitions per warp (also with this
-// step, before the L2 hints: 1133 against 1265 GB/s in one session) or an 8-byte table
-// (PERF.md).
-extern "C" __global__ void __launch_bounds__(EX_THREADS, 3)
+// Four CTAs of 256 threads per SM (64 registers, no spills; 43 KiB of shared memory each):
+// with the tile layout of format version 2 the round needs fewer registers than version
+// 1's contiguous runs did, and 4 CTAs measured 12% faster than 3 (80 registers), while 5
+// (48 registers, with spills) lost (PERF.md, eighth series).
+extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
                      unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
@@ -521,16 +490,17 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const bool single = k == 1;
         const uint32_t single4 = (table[0] & 0xffu) * 0x01010101u;
         const unsigned group_len = (unsigned)per_group;
-        const unsigned long long group_jump = tensor_values - per_group;  // dst step at a group end
         const unsigned p = warp;
         const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
         const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
-        const unsigned m = (p_len + EX_LANES - 1) / EX_LANES;
-        // Lanes 0..full own m symbols; lane `full` owns rem when rem > 0; the rest none.
-        const unsigned full = m ? p_len / m : 0;
-        const unsigned rem = m ? p_len % m : 0;
+        // Tiles of 256 symbols (spec 6.2): lane j decodes symbols 8 j .. 8 j + 7 of each,
+        // in 8 steps. Its run is 8 steps per whole tile, plus clamp(rest - 8 j, 0, 8) in a
+        // last, partial tile of `rest` symbols.
+        const unsigned whole_tiles = p_len / EX_TILE, rest = p_len % EX_TILE;
+        const unsigned rest_lane = rest > EX_GROUP * lane ? min(rest - EX_GROUP * lane, (unsigned)EX_GROUP) : 0u;
+        const unsigned m = EX_GROUP * whole_tiles + min(rest, (unsigned)EX_GROUP);  // lane 0's run
         ExLane l;
-        l.run = lane < full ? m : (lane == full ? rem : 0);
+        l.run = EX_GROUP * whole_tiles + rest_lane;
         l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
         if (__any_sync(0xffffffffu, l.x < EX_STATE_LOWER)) {
             if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
@@ -551,28 +521,33 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // only an invalid record reads them, and the final check flags it (pos > count).
         l.ring = rings + p * EX_SLOT_BYTES;
         l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
-        // This lane's first value v0, its group g, offset r in the group, output address
-        // and sign+mantissa bytes.
-        const unsigned v0 = p_start + lane * m;
-        l.g = l.r = 0;
-        l.center = 0;
-        l.dst = out;
-        if (l.run > 0) {
-            l.g = v0 / group_len;
-            l.r = v0 % group_len;
-            l.dst = out + (l.g * tensor_values + out_block + l.r);
-            l.center = centers[l.g];
-        }
-        l.src = rp + rs.sign_mantissa + v0;
-        // Steps where all 32 lanes decode (every lane's run is at least this long) take
-        // the fast path, with no per-lane activity test; the rest the general one.
-        const unsigned all_active = __reduce_min_sync(0xffffffffu, l.run);
-        // Rounds of EX_ROUND steps: the round's symbols are kept in registers (4 per u32,
-        // compile-time indexed), then joined with their sign+mantissa bytes and written as
-        // the lane's 32 bytes when the round is full, inside one group and aligned (as
-        // whole sectors when every lane's are, ex_store_paired); otherwise value by value.
-        uint4 sm_next = make_uint4(0, 0, 0, 0);
-        bool have_next = false;
+        // The partition's sign+mantissa bytes, and the group and offset of its first tile
+        // (warp-uniform, advanced a tile at a time).
+        const uint8_t* const sm_part = rp + rs.sign_mantissa + p_start;
+        ExTile tile;
+        tile.g = p_start / group_len;
+        tile.r = p_start - tile.g * group_len;
+        // A lane's 8 values are 16-byte aligned in `out` and 8-byte aligned in the
+        // sign+mantissa section in every tile when every term of their offsets is a
+        // multiple of 8 values (tiles are 256 values apart).
+        const bool aligned =
+            ((out_block | tile.r | p_start | group_len | tensor_values) & 7u) == 0 &&
+            (reinterpret_cast<uintptr_t>(out) & 15u) == 0 && (reinterpret_cast<uintptr_t>(sm_part) & 7u) == 0;
+        // A regular partition (the common case: whole tiles, groups of whole tiles, both
+        // starting at multiples of 256 values, aligned) stores every tile with 16-byte
+        // stores at a running per-lane pointer, with no per-tile tests.
+        const bool regular =
+            aligned && p_len % EX_TILE == 0 && p_start % EX_TILE == 0 && group_len % EX_TILE == 0;
+        uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EX_GROUP * lane);
+        const unsigned long long group_jump = tensor_values - group_len;
+        // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
+        // per-lane activity test; the rest the general one.
+        const unsigned all_active = EX_GROUP * whole_tiles + (rest > EX_GROUP * 31u ? rest - EX_GROUP * 31u : 0u);
+        // Rounds of EX_ROUND steps, two tiles: the round's symbols are kept in registers
+        // (4 per u32, compile-time indexed), then each tile is joined with its
+        // sign+mantissa bytes and written, 16 bytes per lane and 512 contiguous bytes per
+        // warp when the tile is whole, inside one group and aligned; otherwise value by
+        // value.
         for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             // The words this round can read are normally in groups older than the newest
@@ -593,30 +568,16 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
             l.done_old = l.done;
             l.done = max(l.done, ahead);
             ex_cp_async_commit();
-            // A full round inside one group, aligned, is stored with 16-byte stores; its
-            // sign+mantissa bytes are loaded now, so the load's latency hides behind the
-            // round's decode steps.
-            const bool whole = t0 + EX_ROUND <= l.run && l.r + EX_ROUND <= group_len &&
-                               ((reinterpret_cast<uintptr_t>(l.dst) | reinterpret_cast<uintptr_t>(l.src + t0)) &
-                                15u) == 0;
-            const bool paired =
-                __all_sync(0xffffffffu, whole && (reinterpret_cast<uintptr_t>(l.dst) & 31u) == 0);
-            // The round's sign+mantissa bytes, 16 per lane, loaded together with the next
-            // round's 16 when those are in the lane's run too: two adjacent 16-byte loads
-            // (one 32-byte sector when the run is 32-byte aligned), measured faster than
-            // one load per round (PERF.md, decode v4b) and than lane pairs loading each
-            // other's halves as whole sectors (sixth series).
-            uint4 sm = make_uint4(0, 0, 0, 0);
-            if (have_next) {
-                sm = sm_next;
-                have_next = false;
-            } else if (whole) {
-                const uint4* const s4 = reinterpret_cast<const uint4*>(l.src + t0);
-                sm = ex_ld_sm(s4);
-                if (t0 + 2 * EX_ROUND <= l.run) {
-                    sm_next = ex_ld_sm(s4 + 1);
-                    have_next = true;
-                }
+            // The round's tiles, tile0 and tile0 + 1 (when in the partition).
+            const unsigned tile0 = t0 / EX_GROUP;
+            const bool second = (tile0 + 1) * EX_TILE < p_len;  // warp-uniform
+            // Regular partitions load the round's sign+mantissa bytes now, so that the
+            // loads' latency hides behind the decode steps.
+            uint2 sm0 = make_uint2(0, 0), sm1 = make_uint2(0, 0);
+            if (regular) {
+                const uint2* const sm_tile = reinterpret_cast<const uint2*>(sm_part + tile0 * EX_TILE) + lane;
+                sm0 = __ldg(sm_tile);
+                if (second) sm1 = __ldg(sm_tile + EX_TILE / 8);
             }
             uint32_t syms[EX_ROUND / 4];
             if (single) {
@@ -626,7 +587,42 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 ex_decode_round<true>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
             else
                 ex_decode_round<false>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
-            ex_store_round(l, whole, paired, sm, syms, t0, group_len, group_jump, centers, lane);
+            if (regular) {
+                // Every tile whole, inside one group and aligned: the lane's 16 bytes at
+                // dst, which moves a tile on, and past the rest of the tensor at a group's
+                // end (where the tile offset r comes back to 0).
+                ex_store_tile(dst, syms[0], syms[1], sm0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                ex_next_tile(tile, dst, group_len, group_jump);
+                if (second) {
+                    ex_store_tile(dst, syms[2], syms[3], sm1, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                    ex_next_tile(tile, dst, group_len, group_jump);
+                }
+            } else {
+                // Any other partition, tile by tile: 16-byte stores where the tile is
+                // whole, inside one group and aligned, else value by value.
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const unsigned first = (tile0 + u) * EX_TILE;  // the tile's first symbol
+                    if (first >= p_len) break;                     // warp-uniform
+                    if (aligned && first + EX_TILE <= p_len && tile.r + EX_TILE <= group_len) {
+                        const uint2 sm = __ldg(reinterpret_cast<const uint2*>(sm_part + first) + lane);
+                        uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EX_GROUP * lane);
+                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sm, centers[tile.g]);
+                    } else {
+                        ex_store_tile_slow(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
+                                           first + EX_GROUP * lane, p_len, p_start, group_len, tensor_values,
+                                           out_block);
+                    }
+                    // The next tile's group: a loop, not a division, which ptxas predicates
+                    // into every round; one pass when groups hold at least a tile, at most
+                    // EX_TILE passes for groups of a single value.
+                    tile.r += EX_TILE;
+                    while (tile.r >= group_len) {
+                        tile.r -= group_len;
+                        ++tile.g;
+                    }
+                }
+            }
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;

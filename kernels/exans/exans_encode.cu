@@ -12,8 +12,7 @@
 // workspace), each launched per chunk [first, end) of the blocks: the host pipelines the
 // chunks over streams (crates/exans/src/gpu_encode.rs): 2 of chunk c after 1 of chunk c
 // and 2 of chunk c - 1, then 3 of chunk c after 2 of chunk c.
-//   1. exans_encode_blocks, one 256-thread CTA per block (EE_SPLIT = 4 staging windows at
-//      a time, 64 registers):
+//   1. exans_encode_blocks, one 256-thread CTA per block (64 registers):
 //      a. warp w takes groups w, w+8, ...: a 256-bin exponent histogram in shared memory
 //         (4 copies, lane & 3, so that lanes hitting the dominant bins conflict less),
 //         filled from 16-byte loads (EE_HIST_BATCH per lane, the next batch issued before
@@ -29,17 +28,15 @@
 //         outranks a held one (warp argmax/argmin over 256 symbols by the (count x gain,
 //         symbol) total order);
 //      c. warp p encodes partition p (spec 6): lane j is rANS lane j, steps t = m-1..0,
-//         in rounds of EE_ROUND steps. Each round the warp first stages the round's
-//         symbols C = (E + 127 - center) mod 256, 4 steps per word, in its 4 KiB of the
-//         pool: lane j's window (EE_ROUND consecutive words of the stream) is read by
-//         32 / EE_SPLIT lanes, EE_SPLIT windows at a time, EE_SPLIT 8-byte loads (one
-//         per row group of 4 words) in flight per lane when the window is 8-byte aligned,
-//         else 4 EE_SPLIT 2-byte loads (the next round's windows are prefetched into L2);
-//         a window that runs into
-//         the next group takes the same loads, its rows past the boundary shifted to
-//         that group and centered by it (word by word only for groups shorter than a
-//         round); then every step reads its symbol from shared memory (conflict-free by
-//         an XOR swizzle), not global.
+//         in rounds of EE_ROUND steps (16 tiles of 256 symbols; lane j's step t codes
+//         symbol 256 (t / 8) + 8 j + t mod 8 of the partition). Each round the warp first
+//         stages the round's symbols C = (E + 127 - center) mod 256, 4 steps per word, in
+//         its 4 KiB of the pool: the round's 4096 symbols are contiguous in the partition,
+//         so the warp reads them as 8-byte chunks of 4 words, 256 contiguous bytes per
+//         load instruction and 8 loads in flight per lane, when every chunk lies in one
+//         group and is aligned (else word by word); the next round's symbols are
+//         prefetched into L2; then every step reads its symbol from shared memory
+//         (conflict-free by a swizzle), not global.
 //         The lanes that shed a word in step t push it in descending lane order, so its
 //         stack index is (words so far) + popc(ballot & lanemask_gt); the word is stored
 //         at scratch[partition end - 1 - index] (a pointer that moves down by popc(ballot)
@@ -76,12 +73,14 @@
 #define EE_STATE_LOWER 65536u
 #define EE_CENTER_SYMBOL 127u
 #define EE_CONTAINER_HEADER_LEN 32ull
+#define EE_VERSION 2u                   // records and containers (spec 3, 8)
 #define EE_RECORD_MAGIC 0x4158564bu     // "KVXA" little-endian
 #define EE_CONTAINER_MAGIC 0x4358564bu  // "KVXC" little-endian
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 #define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
-#define EE_SPLIT 4u    // windows a warp stages at once in (c), EE_LANES / EE_SPLIT lanes each
+#define EE_GROUP 8     // consecutive symbols of a tile a lane codes in consecutive steps (spec 6.2)
+#define EE_TILE 256    // symbols of a tile: EE_LANES x EE_GROUP
 #define EE_HIST_BATCH 4  // 16-byte histogram loads per lane in flight (x2: the next batch too)
 #define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
@@ -211,12 +210,12 @@ __device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
 }
 
 // The staging word of row group rg (rows 4 rg .. 4 rg + 3, byte row & 3) and column
-// (lane) j: row groups of 32 words, the column XOR-swizzled by S rg mod 32 (S = EE_SPLIT)
-// so that neither the staging stores (for one u: row groups 32 u / S + sl, sl < 32 / S, of
-// S windows jj + d, d < S, jj a multiple of S: banks (jj ^ S sl) + d, all distinct) nor
-// the step loads (one row group, 32 columns) conflict.
+// (lane) j: row groups of 32 words, the column's bit 4 flipped in odd row groups, so that
+// neither the staging stores (one store instruction writes row groups 2 h and 2 h + 1, 16
+// columns each, the same 16 in both: the flip puts them in the two halves of the banks)
+// nor the step loads (one row group, 32 columns) conflict.
 __device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
-    return rg * EE_LANES + (j ^ ((EE_SPLIT * rg) & 31u));
+    return rg * EE_LANES + (j ^ ((rg & 1u) << 4));
 }
 
 // One rANS step (spec 6) of symbol sym; ALL: every lane is active. The symbol's s_tab
@@ -286,11 +285,7 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
     }
 }
 
-// One CTA per block (header comment, step 1). EE_SPLIT = 4 staging windows at a time, 64
-// registers, 4 CTAs (32 warps) per SM (its spills, as ptxas 13 builds it for sm_90, lie
-// outside the loops but for the quantizer's floor-scaled start). Measured against it on
-// the H200 and dropped: 2 windows at the same budget (557 vs 576 GB/s), 2 windows in 48
-// registers at 5 CTAs per SM (499 GB/s).
+// One CTA per block (header comment, step 1), 64 registers, 4 CTAs (32 warps) per SM.
 extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
@@ -306,8 +301,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
     static_assert(EE_WARPS * EE_ROUND * EE_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
-    constexpr uint32_t WIN_LANES = EE_LANES / EE_SPLIT;
-    static_assert(WIN_LANES % 4 == 0 && EE_ROUND % (4 * WIN_LANES) == 0, "whole row groups per staging lane");
+    static_assert(EE_ROUND % (2 * EE_GROUP) == 0 && EE_TILE == EE_LANES * EE_GROUP,
+                  "a round is whole pairs of tiles: the staging chunks' row groups come in pairs");
 
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const u64 hd = (u64)kv_heads * head_dim;
@@ -418,24 +413,21 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
             }
             __syncwarp();
         }
-        // The first round of (c)'s windows (see there) into L2 while warp 0 quantizes: the
+        // The first round of (c)'s symbols (see there) into L2 while warp 0 quantizes: the
         // round loop prefetches each next round, but nothing covered the first one. A hint
-        // only, for the windows that lie in one group (so every address is a word of the
-        // cache): three addresses at most 128 bytes apart touch every line.
+        // only, for the 128-byte lines that lie in one group: two per lane.
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
-            const uint32_t np = (uint32_t)(pe - ps), m = (np + EE_LANES - 1) / EE_LANES;
-            const uint32_t lo = lane * m, len = lo < np ? min(m, np - lo) : 0;
-            const uint32_t t_lo = m > EE_ROUND ? m - EE_ROUND : 0;
-            if (len > t_lo) {
-                const uint32_t wl = len - t_lo;  // min(t_hi = m, len) - t_lo, len <= m
-                const uint32_t k0 = (uint32_t)ps + lo + t_lo, pg = (uint32_t)per_group;
-                const uint32_t g0 = k0 / pg, r0 = k0 - g0 * pg;
-                if (r0 + wl <= pg) {
-                    const uint16_t* const wp = words + (u64)g0 * thd + base + r0;
-                    ee_prefetch_l2(wp);
-                    ee_prefetch_l2(wp + wl / 2);
-                    ee_prefetch_l2(wp + wl - 1);
+            const uint32_t np = (uint32_t)(pe - ps), pg = (uint32_t)per_group;
+            const uint32_t whole = np / EE_TILE, rest = np % EE_TILE;
+            const uint32_t m = EE_GROUP * whole + min(rest, (uint32_t)EE_GROUP);
+            const uint32_t q0 = m ? EE_LANES * ((m - 1) / EE_ROUND * EE_ROUND) : np;
+#pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                const uint32_t o = q0 + 64u * (2u * lane + h);
+                if (o < np) {
+                    const uint32_t k = (uint32_t)ps + o, g = k / pg, r = k - g * pg;
+                    if (r + 63u < pg) ee_prefetch_l2(words + (u64)g * thd + base + r);
                 }
             }
         }
@@ -534,18 +526,23 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         }
         __syncthreads();
 
-        // (c) warp p encodes partition p, in rounds of EE_ROUND steps t = t_hi-1 .. t_lo:
-        // the warp first stages the round's symbols C = (E + 127 - center) mod 256 in
-        // shared memory (lane j's window of stream indices ps + j m + [t_lo, t_hi) is read
-        // by WIN_LANES lanes), the 4 symbols of rows 4 rg .. 4 rg + 3 (row = t - t_lo)
-        // of column j packed in staging word ee_stage_word(rg, j); then each lane steps
-        // through its column, one 32-bit shared load per 4 steps.
+        // (c) warp p encodes partition p, in rounds of EE_ROUND steps t = t_hi-1 .. t_lo
+        // (t_lo a multiple of EE_ROUND, so a round is 16 whole tiles but for the
+        // partition's last): the warp first stages the round's symbols C = (E + 127 -
+        // center) mod 256 in shared memory, the 4 symbols of lane j's rows 4 rg .. 4 rg + 3
+        // (row = t - t_lo) packed in staging word ee_stage_word(rg, j); then each lane
+        // steps through its column, one 32-bit shared load per 4 steps. By the tile order
+        // (spec 6.2) that staging word holds the 4 consecutive symbols at partition offset
+        // 32 t_lo + 4 c, chunk c = 64 (rg / 2) + 2 j + rg % 2: the round's symbols are
+        // 32 EE_ROUND consecutive ones, which the warp reads as 8-byte chunks, lane L
+        // taking chunks L + 32 i (256 contiguous bytes per load instruction).
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps);
-            const uint32_t m = (np + EE_LANES - 1) / EE_LANES;
-            const uint32_t lo = lane * m;
-            const uint32_t len = lo < np ? min(m, np - lo) : 0;
+            const uint32_t whole = np / EE_TILE, rest = np % EE_TILE;
+            const uint32_t rest_lane = rest > EE_GROUP * lane ? min(rest - EE_GROUP * lane, (uint32_t)EE_GROUP) : 0u;
+            const uint32_t len = EE_GROUP * whole + rest_lane;  // this lane's run (steps)
+            const uint32_t m = EE_GROUP * whole + min(rest, (uint32_t)EE_GROUP);  // lane 0's
             const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
             uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EE_LANES);
             uint32_t x = EE_STATE_LOWER;
@@ -556,120 +553,73 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
             uint16_t* stk = region + np - 1;
             const uint32_t gt = ee_lanemask_gt();
             const uint32_t minlen = __shfl_sync(0xffffffffu, len, EE_LANES - 1);  // len falls with lane
+            // 8-byte chunk loads need every chunk inside one group and 8-byte aligned: the
+            // block index ps + 32 t_lo + 4 c is a multiple of 4 when ps is, a group of
+            // pg >= 128 values (a multiple of 4) holds whole chunks, and a chunk's word
+            // sits at g thd + base + r.
+            const bool vec = ((ps | pg | thd | base) & 3u) == 0 && pg >= 4 * EE_LANES &&
+                             ((size_t)words & 7u) == 0;
             for (uint32_t t_hi = m; t_hi > 0;) {
-                const uint32_t t_lo = t_hi > EE_ROUND ? t_hi - EE_ROUND : 0;
-                // This lane's window: valid steps t_lo .. min(t_hi, len) - 1.
-                const uint32_t wlen = len > t_lo ? min(t_hi, len) - t_lo : 0;
-                const uint32_t k0 = (uint32_t)ps + lo + t_lo;
-                const uint32_t g0 = wlen ? k0 / pg : 0;
-                const uint32_t r0 = k0 - g0 * pg;
-                const uint16_t* const wp = words + (u64)g0 * thd + base + r0;
-                // The next round's window (the EE_ROUND words before this one's) into L2,
-                // when it lies in the same group.
-                if (wlen && t_lo > 0 && r0 >= EE_ROUND) {
-                    ee_prefetch_l2(wp - EE_ROUND);
-                    ee_prefetch_l2(wp - EE_ROUND / 2);
-                    ee_prefetch_l2(wp - 1);
+                const uint32_t t_lo = (t_hi - 1) / EE_ROUND * EE_ROUND;
+                const uint32_t q0 = EE_LANES * t_lo;  // the round's first symbol in the partition
+                const uint32_t vals = min(np - q0, EE_LANES * EE_ROUND);  // symbols staged
+                // The next round's symbols, [q0 - 4096, q0), into L2: two 128-byte lines
+                // per lane, each where it lies in one group.
+                if (t_lo > 0) {
+#pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        const uint32_t k = (uint32_t)ps + q0 - EE_LANES * EE_ROUND + 64u * (2u * lane + h);
+                        const uint32_t g = k / pg, r = k - g * pg;
+                        if (r + 63u < pg) ee_prefetch_l2(words + (u64)g * thd + base + r);
+                    }
                 }
                 __syncwarp();
-                // EE_SPLIT windows at a time, WIN_LANES lanes each: EE_ROUND / WIN_LANES
-                // loads in flight per lane.
-                const uint32_t sl = lane % WIN_LANES;
+                if (vec) {
+                    // Lane L's chunks c = L + 32 i lie 128 symbols apart: its group g and
+                    // offset r advance by 128 per chunk (one group boundary at most, as
+                    // pg >= 128). 8 loads in flight, then their symbols packed and stored.
+                    uint32_t k = (uint32_t)ps + q0 + 4u * lane;
+                    uint32_t g = k / pg, r = k - g * pg;
 #pragma unroll 1
-                for (uint32_t jj = 0; jj < EE_LANES; jj += EE_SPLIT) {
-                    const uint32_t j = jj + lane / WIN_LANES;  // this lane's window
-                    const uint32_t wl = __shfl_sync(0xffffffffu, wlen, j);
-                    const uint32_t gj = __shfl_sync(0xffffffffu, g0, j);
-                    const uint32_t rj = __shfl_sync(0xffffffffu, r0, j);
-                    // Window j's first word (wp of lane j), from its group and row: two
-                    // fewer shuffles and no 64-bit pointer live through the loop.
-                    const uint16_t* const wpj = words + (u64)gj * thd + base + rj;
-                    if (rj + EE_ROUND <= pg) {
-                        // A whole round's words from rj on lie in group gj: the loads need
-                        // no predicate (the ones past wl are dropped). The lane takes row
-                        // groups rg = u WIN_LANES + sl, rows 4 rg .. 4 rg + 3, and stores
-                        // each group's 4 symbols as one word.
-                        const uint32_t cj = EE_CENTER_SYMBOL - cen[gj];
-                        const int rem = (int)wl - (int)(4 * sl);
-                        if ((reinterpret_cast<uintptr_t>(wpj) & 7u) == 0) {
-                            // Row group rg's 4 words in one 8-byte load (a quarter of the
-                            // load instructions of the 2-byte path below).
-                            uint2 q[EE_ROUND / (4 * WIN_LANES)];
+                    for (uint32_t i0 = 0; i0 < EE_ROUND / 4; i0 += 8) {
+                        uint2 w[8];
+                        uint32_t cj[8];
 #pragma unroll
-                            for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u)
-                                q[u] = __ldg(reinterpret_cast<const uint2*>(wpj + 4 * (u * WIN_LANES + sl)));
-#pragma unroll
-                            for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u) {
-                                if ((int)(4 * u * WIN_LANES) < rem) {
-                                    const uint32_t rg = u * WIN_LANES + sl;
-                                    const uint32_t packed = ((kv_exponent_of(q[u].x) + cj) & 255u) |
-                                                            ((kv_exponent_of(q[u].x >> 16) + cj) & 255u) << 8 |
-                                                            ((kv_exponent_of(q[u].y) + cj) & 255u) << 16 |
-                                                            (kv_exponent_of(q[u].y >> 16) + cj) << 24;
-                                    stage32[ee_stage_word(rg, j)] = packed;
-                                }
+                        for (uint32_t u = 0; u < 8; ++u) {
+                            const uint32_t o = 4u * (lane + EE_LANES * (i0 + u));  // offset in the round
+                            w[u] = make_uint2(0, 0);
+                            cj[u] = 0;
+                            if (o < vals) {  // else g may lie past the cache
+                                cj[u] = EE_CENTER_SYMBOL - cen[g];
+                                w[u] = __ldg(reinterpret_cast<const uint2*>(words + (u64)g * thd + base + r));
                             }
-                        } else {
-                            const uint16_t* const from = wpj + 4 * sl;
-                            uint32_t w[EE_ROUND / WIN_LANES];
-#pragma unroll
-                            for (uint32_t v = 0; v < EE_ROUND / WIN_LANES; ++v)
-                                w[v] = __ldg(from + (v >> 2) * 4 * WIN_LANES + (v & 3));
-#pragma unroll
-                            for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u) {
-                                if ((int)(4 * u * WIN_LANES) < rem) {
-                                    const uint32_t rg = u * WIN_LANES + sl;
-                                    const uint32_t packed = ((kv_exponent_of(w[4 * u]) + cj) & 255u) |
-                                                            ((kv_exponent_of(w[4 * u + 1]) + cj) & 255u) << 8 |
-                                                            ((kv_exponent_of(w[4 * u + 2]) + cj) & 255u) << 16 |
-                                                            (kv_exponent_of(w[4 * u + 3]) + cj) << 24;
-                                    stage32[ee_stage_word(rg, j)] = packed;
-                                }
+                            r += 4 * EE_LANES;
+                            if (r >= pg) {
+                                r -= pg;
+                                ++g;
                             }
                         }
-                    } else if (pg >= EE_ROUND) {
-                        // The window runs into group gj + 1 at row split = pg - rj (a window
-                        // of at most EE_ROUND <= pg words crosses one boundary at most): the
-                        // rows from there on are read thd - pg words further on and take
-                        // that group's center. Same lanes and rows as above, but the rows
-                        // past wl are not loaded: group gj + 1 may lie past the cache. When
-                        // wl = 0, rj may exceed pg; nothing is loaded or stored then.
-                        const uint32_t split = pg - rj;
-                        const u64 jump = thd - pg;
-                        const uint32_t c0 = EE_CENTER_SYMBOL - cen[gj];
-                        const uint32_t c1 = split < wl ? EE_CENTER_SYMBOL - cen[gj + 1] : 0u;
-                        const int rem = (int)wl - (int)(4 * sl);
-                        uint32_t w[EE_ROUND / WIN_LANES];
 #pragma unroll
-                        for (uint32_t v = 0; v < EE_ROUND / WIN_LANES; ++v) {
-                            const uint32_t i = (v >> 2) * 4 * WIN_LANES + 4 * sl + (v & 3);
-                            w[v] = i < wl ? __ldg(wpj + i + (i >= split ? jump : 0ull)) : 0u;
-                        }
-#pragma unroll
-                        for (uint32_t u = 0; u < EE_ROUND / (4 * WIN_LANES); ++u) {
-                            if ((int)(4 * u * WIN_LANES) < rem) {
-                                const uint32_t rg = u * WIN_LANES + sl;
-                                uint32_t packed = 0;
-#pragma unroll
-                                for (uint32_t e = 0; e < 4; ++e) {
-                                    const uint32_t c = 4 * rg + e >= split ? c1 : c0;
-                                    packed |= ((kv_exponent_of(w[4 * u + e]) + c) & 255u) << (8 * e);
-                                }
-                                stage32[ee_stage_word(rg, j)] = packed;
+                        for (uint32_t u = 0; u < 8; ++u) {
+                            const uint32_t c = lane + EE_LANES * (i0 + u);
+                            if (4u * c < vals) {
+                                const uint32_t packed = ((kv_exponent_of(w[u].x) + cj[u]) & 255u) |
+                                                        ((kv_exponent_of(w[u].x >> 16) + cj[u]) & 255u) << 8 |
+                                                        ((kv_exponent_of(w[u].y) + cj[u]) & 255u) << 16 |
+                                                        (kv_exponent_of(w[u].y >> 16) + cj[u]) << 24;
+                                stage32[ee_stage_word(2u * (c / 64u) + (c & 1u), (c % 64u) / 2u)] = packed;
                             }
                         }
-                    } else {
-                        // Tiny groups (fewer words than a round): word by word.
-                        for (uint32_t i = sl; i < wl; i += WIN_LANES) {
-                            uint32_t gg = gj, rr = rj + i;
-                            if (rr >= pg) {
-                                gg += rr / pg;
-                                rr %= pg;
-                            }
-                            const uint32_t w = words[(u64)gg * thd + base + rr];
-                            ((uint8_t*)stage32)[4 * ee_stage_word(i >> 2, j) + (i & 3u)] =
-                                (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[gg]);
-                        }
+                    }
+                } else {
+                    // Any other shape: symbol by symbol, each finding its group by division.
+                    for (uint32_t o = lane; o < vals; o += EE_LANES) {
+                        const uint32_t k = (uint32_t)ps + q0 + o;
+                        const uint32_t g = k / pg, r = k - g * pg;
+                        const uint32_t w = words[(u64)g * thd + base + r];
+                        const uint32_t c = o / 4u;
+                        ((uint8_t*)stage32)[4 * ee_stage_word(2u * (c / 64u) + (c & 1u), (c % 64u) / 2u) + (o & 3u)] =
+                            (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[g]);
                     }
                 }
                 __syncwarp();
@@ -715,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     if (first == 0 && tid == 0) {
         uint32_t* h = (uint32_t*)out;
         h[0] = EE_CONTAINER_MAGIC;
-        h[1] = 1u;  // version 1, flags 0
+        h[1] = EE_VERSION;  // version, flags 0
         h[2] = layers | (kv_heads << 16);
         h[3] = head_dim | (block_tokens << 16);
         h[4] = (uint32_t)tokens;
@@ -812,7 +762,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
         if (raw) {
             if (tid == 0) {
                 rec32[0] = EE_RECORD_MAGIC;
-                rec32[1] = 1u | (1u << 16);  // version 1, flags RAW
+                rec32[1] = EE_VERSION | (1u << 16);  // version, flags RAW
                 rec32[2] = layers | (kv_heads << 16);
                 rec32[3] = head_dim | ((uint32_t)bt << 16);
                 rec32[4] = (uint32_t)n;
@@ -866,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
 
         if (tid == 0) {
             rec32[0] = EE_RECORD_MAGIC;
-            rec32[1] = 1u;  // version 1, flags 0
+            rec32[1] = EE_VERSION;  // version, flags 0
             rec32[2] = layers | (kv_heads << 16);
             rec32[3] = head_dim | ((uint32_t)bt << 16);
             rec32[4] = (uint32_t)n;

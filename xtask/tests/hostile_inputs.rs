@@ -204,7 +204,7 @@ fn codebook_json_hostile() {
 fn rec_header(flags: u16, l: u16, h: u16, d: u16, t: u16, n: u32, len: u32) -> Vec<u8> {
     let mut r = vec![0u8; 48];
     r[..4].copy_from_slice(b"KVXA");
-    r[4..6].copy_from_slice(&1u16.to_le_bytes());
+    r[4..6].copy_from_slice(&exans::format::VERSION.to_le_bytes());
     r[6..8].copy_from_slice(&flags.to_le_bytes());
     for (i, v) in [l, h, d, t].iter().enumerate() {
         r[8 + 2 * i..10 + 2 * i].copy_from_slice(&v.to_le_bytes());
@@ -312,7 +312,7 @@ fn exans_model_and_directory_extremes() {
 fn container_header(l: u16, h: u16, d: u16, b: u16, t: u64, blocks: u32) -> Vec<u8> {
     let mut c = vec![0u8; 32];
     c[..4].copy_from_slice(b"KVXC");
-    c[4..6].copy_from_slice(&1u16.to_le_bytes());
+    c[4..6].copy_from_slice(&exans::format::VERSION.to_le_bytes());
     for (i, v) in [l, h, d, b].iter().enumerate() {
         c[8 + 2 * i..10 + 2 * i].copy_from_slice(&v.to_le_bytes());
     }

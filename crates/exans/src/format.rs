@@ -1,4 +1,4 @@
-//! Every constant of the ExANS format, version 1, in one place.
+//! Every constant of the ExANS format, version 2, in one place.
 //!
 //! Each item names the section of `docs/formats/exans.md` ("spec §n") that defines it.
 //! Change a constant only together with that section and [`VERSION`]; the CUDA kernels
@@ -13,7 +13,7 @@ pub const RECORD_MAGIC: [u8; 4] = *b"KVXA";
 /// Magic of a whole-cache container, the ASCII bytes `KVXC` (spec §8).
 pub const CONTAINER_MAGIC: [u8; 4] = *b"KVXC";
 /// Version of records and containers; a decoder rejects any other (spec §3, §8).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Record flag bit 0: the block is stored raw, BF16 words little-endian (spec §7).
 pub const FLAG_RAW: u16 = 1;
 /// Every record flag bit this version defines; any other set bit is rejected (spec §3).
@@ -173,11 +173,34 @@ pub const fn partition_range(n: usize, p: usize) -> (usize, usize) {
     (start, end)
 }
 
-/// Steps `m = ceil(n_p / 32)` of a partition of `n_p` symbols: lane `j` owns the run
-/// `[j m, min((j + 1) m, n_p))` (spec §6.2).
+/// Consecutive symbols of a partition a lane decodes in consecutive steps: lane `j`
+/// holds symbols `8 j .. 8 j + 8` of every tile (spec §6.2).
+pub const LANE_GROUP: usize = 8;
+/// Symbols of a partition in one tile, [`LANES`] x [`LANE_GROUP`]: the 32 lanes decode a
+/// tile in [`LANE_GROUP`] steps (spec §6.2).
+pub const TILE: usize = LANES * LANE_GROUP;
+
+/// The symbol lane `j` decodes in step `t`, as an index into its partition:
+/// `256 floor(t / 8) + 8 j + t mod 8` (spec §6.2). It lies in the partition exactly when
+/// `t < lane_run(n_p, j)`.
+#[inline]
+pub const fn lane_symbol(lane: usize, step: usize) -> usize {
+    TILE * (step / LANE_GROUP) + LANE_GROUP * lane + step % LANE_GROUP
+}
+
+/// Steps lane `j` decodes in a partition of `n_p` symbols: 8 per whole tile, and
+/// `clamp(r - 8 j, 0, 8)` in a last, partial tile of `r = n_p mod 256` symbols (spec §6.2).
+/// It falls with `j`: lane 0's is the partition's step count `m`.
+#[inline]
+pub const fn lane_run(partition_len: usize, lane: usize) -> usize {
+    let rest = (partition_len % TILE).saturating_sub(LANE_GROUP * lane);
+    LANE_GROUP * (partition_len / TILE) + if rest < LANE_GROUP { rest } else { LANE_GROUP }
+}
+
+/// Steps `m` of a partition of `n_p` symbols, lane 0's run (spec §6.2).
 #[inline]
 pub const fn lane_steps(partition_len: usize) -> usize {
-    partition_len.div_ceil(LANES)
+    lane_run(partition_len, 0)
 }
 
 #[cfg(test)]
@@ -240,20 +263,27 @@ mod tests {
 
     #[test]
     fn partitions_and_lanes_cover_every_symbol_once() {
-        for n in [0usize, 1, 7, 8, 9, 31, 33, 255, 256, 257, 1000, 184_320] {
+        for n in [0usize, 1, 7, 8, 9, 31, 33, 255, 256, 257, 1000, 2047, 2048, 2049, 184_320] {
             let mut next = 0;
             for p in 0..PARTITIONS {
                 let (start, end) = partition_range(n, p);
                 assert_eq!(start, next, "n = {n}, p = {p}");
                 let len = end - start;
                 let m = lane_steps(len);
-                let mut lane_next = 0;
+                let mut seen = vec![false; len];
                 for j in 0..LANES {
-                    let (a, b) = ((j * m).min(len), ((j + 1) * m).min(len));
-                    assert_eq!(a, lane_next);
-                    lane_next = b;
+                    let run = lane_run(len, j);
+                    assert!(run <= m && (j == 0 || run <= lane_run(len, j - 1)));
+                    for t in 0..m {
+                        let i = lane_symbol(j, t);
+                        assert_eq!(i < len, t < run, "n = {n}, p = {p}, lane {j}, step {t}");
+                        if i < len {
+                            assert!(!seen[i]);
+                            seen[i] = true;
+                        }
+                    }
                 }
-                assert_eq!(lane_next, len);
+                assert!(seen.iter().all(|&s| s), "n = {n}, p = {p}");
                 next = end;
             }
             assert_eq!(next, n);

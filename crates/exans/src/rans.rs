@@ -1,13 +1,18 @@
 //! One partition's 32-lane interleaved rANS coder (spec §6).
 //!
-//! A partition of `n` symbols has `m = ceil(n / 32)` steps; lane `j` owns the run
-//! `[j m, min((j + 1) m, n))`. The decoder runs steps `t = 0..m`; in step `t` every lane
-//! whose run is longer than `t` decodes its `t`-th symbol and then, if its state fell
-//! below `2^16`, takes the next 16-bit word of the partition's single stream, lanes in
-//! ascending order (the GPU's ballot/popc order). The encoder visits the same
-//! (step, lane) pairs in exactly the reverse order and reverses its word stack.
+//! A partition is cut into tiles of 256 symbols; lane `j` holds symbols `8 j .. 8 j + 8`
+//! of every tile, so in step `t` it decodes symbol `256 floor(t / 8) + 8 j + t mod 8`
+//! ([`lane_symbol`]): a warp's 8 steps fill a tile, and each lane's 8 symbols are
+//! adjacent. The decoder runs steps `t = 0..m`; in step `t` every lane whose run is
+//! longer than `t` decodes its symbol and then, if its state fell below `2^16`, takes the
+//! next 16-bit word of the partition's single stream, lanes in ascending order (the GPU's
+//! ballot/popc order). The encoder visits the same (step, lane) pairs in exactly the
+//! reverse order and reverses its word stack.
 
-use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANES, STATE_LOWER, WORD_BITS};
+use crate::format::{
+    ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANES, STATE_LOWER, TILE, WORD_BITS, lane_run,
+    lane_steps, lane_symbol,
+};
 use crate::model::EncEntry;
 use crate::{Error, Result};
 
@@ -22,7 +27,7 @@ pub(crate) fn encode_partition(
     words: &mut Vec<u16>,
 ) -> [u32; LANES] {
     let n = symbols.len();
-    let m = n.div_ceil(LANES);
+    let m = lane_steps(n);
     let mut states = [STATE_LOWER; LANES];
     let first = words.len();
     // Emit threshold per symbol: x >= freq << (32 - n) needs a word out first; computed
@@ -30,9 +35,9 @@ pub(crate) fn encode_partition(
     let shift = 2 * WORD_BITS - precision;
     for t in (0..m).rev() {
         for j in (0..LANES).rev() {
-            let i = j * m + t;
+            let i = lane_symbol(j, t);
             if i >= n {
-                // t < m, so i belongs to lane j exactly when i < n.
+                // Lane j's run ends before step t (a partial last tile).
                 continue;
             }
             let e = table[symbols[i] as usize];
@@ -96,7 +101,7 @@ pub(crate) fn decode_partition_with(
         }
     }
     let n = out.len();
-    let m = n.div_ceil(LANES);
+    let m = lane_steps(n);
     let mut st = *states_in;
     let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
     let count = word_bytes.len() / 2;
@@ -104,24 +109,23 @@ pub(crate) fn decode_partition_with(
     load_words(words, word_bytes);
     let words = &words[..];
     let mut pos = 0usize;
-    // Lanes `0..full` own m symbols each; lane `full` owns `rem` when rem > 0; m = 0
-    // (an empty partition) decodes nothing.
-    let (full, rem) = (n.checked_div(m).unwrap_or(0), n.checked_rem(m).unwrap_or(0));
-    if full == LANES {
-        // The common case: every lane busy in every step (then rem = 0).
+    if n % TILE == 0 {
+        // The common case, whole tiles: every lane busy in every step (n = 32 m).
         let body = &mut out[..LANES * m];
         match full_steps(&mut st, table, mask, precision, words, count, body, m, true) {
             Some(p) => pos = p,
             None => return Err(Error::WordStreamExhausted { partition }),
         }
     } else {
+        // The lanes' runs fall with the lane: in step t, lanes 0..active decode.
+        let runs: [usize; LANES] = std::array::from_fn(|j| lane_run(n, j));
         for t in 0..m {
-            let active = if t < rem { full + 1 } else { full };
+            let active = runs.iter().take_while(|&&run| run > t).count();
             let Some(window) = words.get(pos..pos + LANES) else {
                 return Err(Error::WordStreamExhausted { partition });
             };
             let mut k = 0usize;
-            for j in 0..active.min(LANES) {
+            for j in 0..active {
                 let x = st[j];
                 let e = table[(x & mask) as usize];
                 let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
@@ -130,7 +134,7 @@ pub(crate) fn decode_partition_with(
                 let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
                 st[j] = if renormalise { refilled } else { x };
                 k += renormalise as usize;
-                out[j * m + t] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+                out[lane_symbol(j, t)] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
             }
             pos += k;
             if pos > count {
@@ -184,7 +188,7 @@ pub(crate) fn decode_partitions_with<const P: usize>(
         let m = n / LANES;
         let valid = states_in.iter().all(|s| s.iter().all(|&x| x >= STATE_LOWER));
         if m > 0
-            && n == LANES * m
+            && n % TILE == 0
             && out.iter().all(|o| o.len() == n)
             && valid
             && std::arch::is_x86_feature_detected!("avx2")
@@ -232,8 +236,8 @@ pub(crate) fn decode_partitions_with<const P: usize>(
     Ok(())
 }
 
-/// Decodes the `m` steps of a partition whose 32 lanes all own `m` symbols into `body`
-/// (lane-major, `32 x m`). Returns the words consumed, or `None` as soon as a step needs
+/// Decodes the `m` steps of a partition of whole tiles (every lane owns `m` symbols,
+/// `m` a multiple of 8) into `body` (`32 m` symbols, in partition order). Returns the words consumed, or `None` as soon as a step needs
 /// a word past `count`. `words` holds the stream plus [`WORD_PAD`] zeros. `simd` allows
 /// the AVX2 path where the CPU has it (the tests run both).
 #[allow(clippy::too_many_arguments)]
@@ -284,8 +288,8 @@ fn full_steps(
         if pos > count {
             return None;
         }
-        for (lane, &s) in body.chunks_exact_mut(m).zip(&syms) {
-            lane[t] = s;
+        for (j, &s) in syms.iter().enumerate() {
+            body[lane_symbol(j, t)] = s;
         }
     }
     Some(pos)
@@ -295,7 +299,7 @@ fn full_steps(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{LANES, TABLE_SLOTS, WORD_BITS};
+    use super::{LANES, TABLE_SLOTS, WORD_BITS, lane_symbol};
     use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT};
 
     /// For each 8-lane renormalisation mask, the word index each lane takes: lane i
@@ -432,14 +436,14 @@ mod x86 {
             for (rows, body) in rows.iter().zip(body.iter_mut()) {
                 if steps == 8 {
                     // SAFETY: AVX2 is enabled in this function.
-                    unsafe { store_transposed(rows, body, m, t) };
+                    unsafe { store_transposed(rows, body, t) };
                 } else {
                     for (r, row) in rows.iter().take(steps).enumerate() {
                         let mut bytes = [0u8; LANES];
                         // SAFETY: `bytes` is 32 bytes.
                         unsafe { _mm256_storeu_si256(bytes.as_mut_ptr().cast(), *row) };
                         for (&b, &lane) in bytes.iter().zip(&ROW_LANE) {
-                            body[lane as usize * m + t + r] = b;
+                            body[lane_symbol(lane as usize, t + r)] = b;
                         }
                     }
                 }
@@ -455,14 +459,14 @@ mod x86 {
         Some(pos)
     }
 
-    /// Transposes 8 packed rows (steps `t..t + 8`) and stores each lane's 8 symbols at
-    /// `body[lane m + t..][..8]`.
+    /// Transposes 8 packed rows (steps `t..t + 8`, `t` a multiple of 8: one tile) and
+    /// stores each lane's 8 symbols at `body[lane_symbol(lane, t)..][..8]`.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn store_transposed(rows: &[__m256i; 8], body: &mut [u8], m: usize, t: usize) {
+    unsafe fn store_transposed(rows: &[__m256i; 8], body: &mut [u8], t: usize) {
         let [c0, c1, c2, c3, c4, c5, c6, c7] = *rows;
         let (a0, a1) = (_mm256_unpacklo_epi8(c0, c1), _mm256_unpackhi_epi8(c0, c1));
         let (a2, a3) = (_mm256_unpacklo_epi8(c2, c3), _mm256_unpackhi_epi8(c2, c3));
@@ -490,7 +494,7 @@ mod x86 {
             }
         }
         for (&v, &lane) in out.iter().zip(&CHUNK_LANE) {
-            let at = lane as usize * m + t;
+            let at = lane_symbol(lane as usize, t);
             body[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }
     }
@@ -553,7 +557,7 @@ mod tests {
     #[test]
     fn round_trips_every_partition_length_around_the_lane_boundaries() {
         let mut seed = 1u32;
-        for n in (0..70).chain([95, 96, 97, 1000, 4097]) {
+        for n in (0..70).chain([95, 96, 97, 255, 256, 257, 511, 512, 513, 1000, 4097]) {
             let symbols: Vec<u8> = (0..n)
                 .map(|_| {
                     seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -572,7 +576,7 @@ mod tests {
     #[test]
     fn simd_and_scalar_full_steps_agree_on_valid_and_corrupt_streams() {
         let mut seed = 7u32;
-        for n in [32usize, 64, 320, 4096, 23040] {
+        for n in [256usize, 512, 2560, 4096, 23040] {
             let symbols: Vec<u8> = (0..n)
                 .map(|_| {
                     seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -689,7 +693,7 @@ mod tests {
     #[test]
     fn grouped_decode_matches_one_by_one_on_valid_and_corrupt_streams() {
         let mut seed = 11u32;
-        for n in [0usize, 31, 32, 64, 320, 4096, 23040, 23041] {
+        for n in [0usize, 31, 32, 64, 256, 320, 4096, 23040, 23041] {
             check_group::<1>(n, &mut seed);
             check_group::<2>(n, &mut seed);
             check_group::<4>(n, &mut seed);
@@ -725,23 +729,28 @@ mod tests {
 
     #[test]
     fn word_order_is_step_major_then_ascending_lane() {
-        // 64 symbols, m = 2: lane j owns symbols 2j and 2j + 1. Only lanes 3 and 17 see
-        // rare symbols, so only they ever read words; lane 17's word in step 0 must come
-        // after lane 3's step-0 word, and there are no step-1 words (a lane's last
-        // symbol never needs one: its state ends at 2^16).
+        // 64 symbols, one partial tile: lane j < 8 owns symbols 8j .. 8j + 7 (steps 0..8),
+        // lanes 8..32 are idle. Only lanes 3 and 6 see rare symbols, in their steps 0 and
+        // 1, so only they ever read words; lane 6's word in step 0 must come after lane
+        // 3's step-0 word, and there are no step-1 words (a lane's last symbol never
+        // needs one: its state ends at 2^16).
         let mut symbols = vec![0u8; 64];
-        (symbols[6], symbols[7], symbols[34], symbols[35]) = (1, 2, 2, 1);
+        (symbols[24], symbols[25], symbols[48], symbols[49]) = (1, 2, 2, 1);
         let model = Model::from_entries(12, vec![(0, 4094), (1, 1), (2, 1)]).unwrap();
         let mut words = Vec::new();
         let states = encode_partition(&symbols, &model.encode_table(), 12, &mut words);
-        // Lane 3 encodes symbol 7 (sym 2, cdf 4095) first: x = 2^16 << 12 | 4095, then
-        // sheds its low word 4095 before encoding symbol 6 (sym 1, cdf 4094). Lane 17
-        // mirrors it and sheds 4094. The decoder reads lane 3's word first.
+        // Steps 7..2 of symbol 0 (freq 4094, cdf 0) take 2^16 to 2^16 + 6 * 32 = 65728.
+        // Lane 3 then encodes symbol 25 (sym 2, cdf 4095): x = 65728 << 12 | 4095, and
+        // sheds its low word 4095 before encoding symbol 24 (sym 1, cdf 4094), leaving
+        // (65728 >> 4) << 12 | 4094. Lane 6 mirrors it and sheds 4094. The decoder reads
+        // lane 3's word first.
         assert_eq!(words, vec![4095, 4094]);
-        assert_eq!(states[3], (1 << 24) + 4094);
-        assert_eq!(states[17], (1 << 24) + 4095);
-        // 2^16 -> 16 << 12 | 32 -> 16 << 12 | 64 under freq 4094, cdf 0.
-        assert_eq!(states[0], 65_600);
-        assert_eq!(states[31], 65_600);
+        assert_eq!(states[3], (4108 << 12) + 4094);
+        assert_eq!(states[6], (4108 << 12) + 4095);
+        // 8 steps of symbol 0: 2^16 + 8 * 32. Idle lanes keep 2^16.
+        assert_eq!(states[0], 65_792);
+        assert_eq!(states[7], 65_792);
+        assert_eq!(states[8], STATE_LOWER);
+        assert_eq!(states[31], STATE_LOWER);
     }
 }

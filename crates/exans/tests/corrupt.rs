@@ -3,7 +3,7 @@
 //! whose byte map is:
 //!
 //! ```text
-//! 0x000 magic "KVXA"      0x004 version 1      0x006 flags 0
+//! 0x000 magic "KVXA"      0x004 version 2      0x006 flags 0
 //! 0x008 L=1  0x00a H=1  0x00c D=33  0x00e B'=8  0x010 N=528  0x014 record_len=1680
 //! 0x018 precision 12  0x019 partitions 8  0x01a lanes 32  0x01b reserved
 //! 0x01c model_offset 0x32  0x020 directory 0x50  0x024 words 0x470  0x028 sm 0x480
@@ -13,7 +13,7 @@
 //!       0x03d (124,8) 0x040 (127,4048) 0x043 (135,8) 0x046 (157,8); padding 0x049..0x050
 //! 0x050 word counts [3, 0, 0, 0, 0, 0, 0, 0]
 //! 0x070 final states, partition p lane j at 0x070 + 4 (32 p + j)
-//! 0x470 partition 0's words 0x4010 0x4000 0x0018; padding 0x476..0x480
+//! 0x470 partition 0's words 0xe018 0xc000 0x0010; padding 0x476..0x480
 //! 0x480 528 sign+mantissa bytes, to 0x690
 //! ```
 
@@ -46,7 +46,7 @@ fn the_byte_map_above_is_the_example_record() {
     assert_eq!(&r[0x30..0x34], &[127, 126, 7, 0]);
     assert_eq!(&r[0x40..0x43], &[127, 0xd0, 0x0f]);
     assert_eq!(&r[0x50..0x54], &[3, 0, 0, 0]);
-    assert_eq!(&r[0x470..0x480], &[0x10, 0x40, 0x00, 0x40, 0x18, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&r[0x470..0x480], &[0x18, 0xe0, 0x00, 0xc0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(&r[0xec..0xf0], &[0, 0, 1, 0], "partition 0 lane 31 is idle: state 2^16");
     assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
 }
@@ -55,7 +55,8 @@ fn the_byte_map_above_is_the_example_record() {
 rejects!(truncated_header, |r| r.truncate(47), Error::Truncated { needed: 48, got: 47 });
 rejects!(truncated_body, |r| r.truncate(0x68f), Error::Truncated { needed: 0x690, got: 0x68f });
 rejects!(bad_magic, |r| r[0] = b'X', Error::BadMagic { found: *b"XVXA" });
-rejects!(version_2, |r| r[4] = 2, Error::UnsupportedVersion { version: 2 });
+rejects!(version_1, |r| r[4] = 1, Error::UnsupportedVersion { version: 1 });
+rejects!(version_3, |r| r[4] = 3, Error::UnsupportedVersion { version: 3 });
 rejects!(unknown_flag_bit_1, |r| r[6] = 2, Error::UnsupportedFlags { flags: 2 });
 rejects!(reserved_byte, |r| r[0x1b] = 1, Error::ReservedNonZero { offset: 0x1b, value: 1 });
 rejects!(reserved_word, |r| r[0x2c] = 5, Error::ReservedNonZero { offset: 0x2c, value: 5 });
@@ -138,11 +139,11 @@ rejects!(
     // Partition 0 lane 0's state 0x00010960 loses its high half.
     state_below_2_pow_16,
     |r| put(r, 0x72, &[0, 0]),
-    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x0960 }
+    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x4b38 }
 );
 rejects!(
-    // Partition 0 keeps 2 of its 3 words (the third becomes zero padding): lane 5 runs
-    // dry at step 1.
+    // Partition 0 keeps 2 of its 3 words (the third becomes zero padding): lane 0 runs
+    // dry at step 6.
     word_stream_exhausted,
     |r| {
         r[0x50] = 2;
@@ -157,11 +158,11 @@ rejects!(
     Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0001_0001 }
 );
 rejects!(
-    // Lane 2's state flipped in its low bits: it decodes other symbols, reads other
-    // words, and cannot land on 2^16.
+    // Lane 1's state flipped in its low bit: it decodes 127 eight times, reads no word,
+    // and ends one above 2^16.
     busy_lane_state,
-    |r| r[0x78] ^= 0x01,
-    Error::FinalStateMismatch { partition: 0, lane: 2, state: 0x0001_0080 }
+    |r| r[0x74] ^= 0x01,
+    Error::FinalStateMismatch { partition: 0, lane: 1, state: 0x0001_0001 }
 );
 rejects!(
     // Partition 0 claims a fourth word (0x0000, from its padding): never read.

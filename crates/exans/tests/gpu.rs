@@ -139,6 +139,11 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
         let deep = kv_like(layers, 1, 1, 5, 21);
         check_round_trip(&gpu, &format!("L={layers}"), &deep, 4, &never);
     }
+    // The same above 512 groups in a regular layout (partitions and groups of whole
+    // 256-value tiles, spec 6.2), where the kernel stores tiles at a running pointer:
+    // 2L = 514 groups of 8 x 256 values.
+    let deep_regular = kv_like(257, 1, 256, 8, 23);
+    check_round_trip(&gpu, "L=257, regular tiles", &deep_regular, 8, &never);
 
     // Many records in one launch, with varied centers per group.
     let many = kv_like(4, 3, 32, 333, 77);
