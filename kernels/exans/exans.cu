@@ -143,7 +143,7 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     if (u16_at(8) != layers || u16_at(10) != kv_heads || u16_at(12) != head_dim || u16_at(14) != bt) return false;
     const unsigned long long per_group = bt * kv_heads * head_dim;
     const unsigned long long n = 2ull * layers * per_group;
-    if (h[4] != n) return false;  // offset 16
+    if (n == 0 || h[4] != n) return false;  // offset 16; n = 0 only with a zero dimension
     r.start = slot_start;
     r.values = n;
     r.per_group = per_group;
@@ -356,8 +356,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias
     __shared__ uint32_t warp_sums[EX_PARTITIONS];
     // The record's 2L centers when 2L <= EX_SHARED_GROUPS (else read from the record): a
-    // lane reaching a new group reads its center here, where a global load at that point
-    // stalled the next round's join (3% of all stall samples, Nsight Compute).
+    // tile's join reads its group's center here by a shared load, where a global load
+    // stalled the join (3% of all stall samples, Nsight Compute, format version 1).
     __shared__ uint8_t s_centers[EX_SHARED_GROUPS];
     __shared__ ExRecord rs;
     // 4 and 2^16 for ex_decode_round, read back from shared memory so that ptxas cannot
@@ -607,7 +607,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                     if (aligned && first + EX_TILE <= p_len && tile.r + EX_TILE <= group_len) {
                         const uint2 sm = __ldg(reinterpret_cast<const uint2*>(sm_part + first) + lane);
                         uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EX_GROUP * lane);
-                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sm, centers[tile.g]);
+                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sm,
+                                      shared_centers ? s_centers[tile.g] : centers[tile.g]);
                     } else {
                         ex_store_tile_slow(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
                                            first + EX_GROUP * lane, p_len, p_start, group_len, tensor_values,

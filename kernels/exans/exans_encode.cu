@@ -415,7 +415,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         }
         // The first round of (c)'s symbols (see there) into L2 while warp 0 quantizes: the
         // round loop prefetches each next round, but nothing covered the first one. A hint
-        // only, for the 128-byte lines that lie in one group: two per lane.
+        // only: two prefetches per lane, one every 64 words (128 bytes) of the round, so
+        // every line of it but the last partial one is touched, each where its 64 words
+        // lie in one group (the spans need not be line-aligned).
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps), pg = (uint32_t)per_group;
@@ -557,14 +559,15 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
             // block index ps + 32 t_lo + 4 c is a multiple of 4 when ps is, a group of
             // pg >= 128 values (a multiple of 4) holds whole chunks, and a chunk's word
             // sits at g thd + base + r.
-            const bool vec = ((ps | pg | thd | base) & 3u) == 0 && pg >= 4 * EE_LANES &&
-                             ((size_t)words & 7u) == 0;
+            const bool chunked = ((ps | pg | thd | base) & 3u) == 0 && pg >= 4 * EE_LANES &&
+                                 ((size_t)words & 7u) == 0;
             for (uint32_t t_hi = m; t_hi > 0;) {
                 const uint32_t t_lo = (t_hi - 1) / EE_ROUND * EE_ROUND;
                 const uint32_t q0 = EE_LANES * t_lo;  // the round's first symbol in the partition
                 const uint32_t vals = min(np - q0, EE_LANES * EE_ROUND);  // symbols staged
-                // The next round's symbols, [q0 - 4096, q0), into L2: two 128-byte lines
-                // per lane, each where it lies in one group.
+                // The next round's symbols, [q0 - 4096, q0), into L2: two prefetches per
+                // lane, one every 64 words (as before the quantizer), each where its 64
+                // words lie in one group.
                 if (t_lo > 0) {
 #pragma unroll
                     for (uint32_t h = 0; h < 2; ++h) {
@@ -574,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                     }
                 }
                 __syncwarp();
-                if (vec) {
+                if (chunked) {
                     // Lane L's chunks c = L + 32 i lie 128 symbols apart: its group g and
                     // offset r advance by 128 per chunk (one group boundary at most, as
                     // pg >= 128). 8 loads in flight, then their symbols packed and stored.

@@ -10,8 +10,8 @@
 //! reverse order and reverses its word stack.
 
 use crate::format::{
-    ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANES, STATE_LOWER, TILE, WORD_BITS, lane_run,
-    lane_steps, lane_symbol,
+    ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANE_GROUP, LANES, STATE_LOWER, TILE, WORD_BITS,
+    lane_run, lane_steps, lane_symbol,
 };
 use crate::model::EncEntry;
 use crate::{Error, Result};
@@ -101,48 +101,72 @@ pub(crate) fn decode_partition_with(
         }
     }
     let n = out.len();
-    let m = lane_steps(n);
     let mut st = *states_in;
     let mask = ((1u32 << precision) - 1) & (TABLE_SLOTS as u32 - 1);
     let count = word_bytes.len() / 2;
     words.clear();
     load_words(words, word_bytes);
     let words = &words[..];
+    // The whole tiles first, where every lane decodes in every step (the fast path),
+    // then a last, partial tile lane by lane.
+    let whole = n / TILE * TILE;
     let mut pos = 0usize;
-    if n % TILE == 0 {
-        // The common case, whole tiles: every lane busy in every step (n = 32 m).
-        let body = &mut out[..LANES * m];
-        match full_steps(&mut st, table, mask, precision, words, count, body, m, true) {
+    if whole > 0 {
+        let m = whole / LANES;
+        match full_steps(&mut st, table, mask, precision, words, count, &mut out[..whole], m, true) {
             Some(p) => pos = p,
             None => return Err(Error::WordStreamExhausted { partition }),
         }
-    } else {
-        // The lanes' runs fall with the lane: in step t, lanes 0..active decode.
-        let runs: [usize; LANES] = std::array::from_fn(|j| lane_run(n, j));
-        for t in 0..m {
-            let active = runs.iter().take_while(|&&run| run > t).count();
-            let Some(window) = words.get(pos..pos + LANES) else {
-                return Err(Error::WordStreamExhausted { partition });
-            };
-            let mut k = 0usize;
-            for j in 0..active {
-                let x = st[j];
-                let e = table[(x & mask) as usize];
-                let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
-                let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
-                let renormalise = x < STATE_LOWER;
-                let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
-                st[j] = if renormalise { refilled } else { x };
-                k += renormalise as usize;
-                out[lane_symbol(j, t)] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
-            }
-            pos += k;
-            if pos > count {
-                return Err(Error::WordStreamExhausted { partition });
-            }
+    }
+    if whole < n {
+        match tail_steps(&mut st, table, mask, precision, words, count, out, pos) {
+            Some(p) => pos = p,
+            None => return Err(Error::WordStreamExhausted { partition }),
         }
     }
     check_end(partition, &st, pos, count)
+}
+
+/// Decodes the steps of a partition's last, partial tile (`out` is the whole partition,
+/// `out.len() mod 256 > 0`), lane by lane, from the states `st` and the word position
+/// `pos` that the whole tiles before it left. Returns the words consumed, or `None` as
+/// soon as a step needs a word past `count`. `words` holds the stream plus
+/// [`WORD_PAD`] zeros.
+#[allow(clippy::too_many_arguments)]
+fn tail_steps(
+    st: &mut [u32; LANES],
+    table: &[u32; TABLE_SLOTS],
+    mask: u32,
+    precision: u32,
+    words: &[u16],
+    count: usize,
+    out: &mut [u8],
+    mut pos: usize,
+) -> Option<usize> {
+    let n = out.len();
+    // The lanes' runs fall with the lane: in step t, lanes 0..active decode.
+    let runs: [usize; LANES] = std::array::from_fn(|j| lane_run(n, j));
+    for t in n / TILE * LANE_GROUP..lane_steps(n) {
+        let active = runs.iter().take_while(|&&run| run > t).count();
+        let window = words.get(pos..pos + LANES)?;
+        let mut k = 0usize;
+        for j in 0..active {
+            let x = st[j];
+            let e = table[(x & mask) as usize];
+            let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+            let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+            let renormalise = x < STATE_LOWER;
+            let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
+            st[j] = if renormalise { refilled } else { x };
+            k += renormalise as usize;
+            out[lane_symbol(j, t)] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+        }
+        pos += k;
+        if pos > count {
+            return None;
+        }
+    }
+    Some(pos)
 }
 
 /// The end-of-partition checks: every lane back at `2^16`, every word consumed.
@@ -170,8 +194,9 @@ fn load_words(words: &mut Vec<u16>, bytes: &[u8]) {
 }
 
 /// Decodes partitions `first..first + P` exactly as `P` calls of
-/// [`decode_partition_with`] would (same outputs, same first error), interleaving them
-/// where all are full partitions of the same length and the CPU has AVX2.
+/// [`decode_partition_with`] would (same outputs, same first error), interleaving their
+/// whole tiles where all have the same number of them and the CPU has AVX2 (each last,
+/// partial tile is then decoded on its own).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_partitions_with<const P: usize>(
     first: usize,
@@ -184,12 +209,14 @@ pub(crate) fn decode_partitions_with<const P: usize>(
 ) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     {
-        let n = out.first().map_or(0, |o| o.len());
-        let m = n / LANES;
+        // The partitions' whole tiles in lock step when every partition has the same
+        // number of them (lengths differ by at most one symbol), then each one's last,
+        // partial tile on its own.
+        let whole = out.first().map_or(0, |o| o.len()) / TILE * TILE;
+        let m = whole / LANES;
         let valid = states_in.iter().all(|s| s.iter().all(|&x| x >= STATE_LOWER));
         if m > 0
-            && n % TILE == 0
-            && out.iter().all(|o| o.len() == n)
+            && out.iter().all(|o| o.len() / TILE * TILE == whole)
             && valid
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("popcnt")
@@ -216,14 +243,20 @@ pub(crate) fn decode_partitions_with<const P: usize>(
                     precision,
                     streams,
                     count,
-                    out.each_mut().map(|o| &mut **o),
+                    out.each_mut().map(|o| &mut o[..whole]),
                     m,
                 )
             };
             // On an exhausted stream, fall through: the one-by-one decode below
             // reports the first error in partition order.
-            if let Some(pos) = done {
+            if let Some(mut pos) = done {
                 for p in 0..P {
+                    if out[p].len() > whole {
+                        let tail = tail_steps(
+                            &mut st[p], table, mask, precision, streams[p], count[p], out[p], pos[p],
+                        );
+                        pos[p] = tail.ok_or(Error::WordStreamExhausted { partition: first + p })?;
+                    }
                     check_end(first + p, &st[p], pos[p], count[p])?;
                 }
                 return Ok(());
@@ -236,10 +269,11 @@ pub(crate) fn decode_partitions_with<const P: usize>(
     Ok(())
 }
 
-/// Decodes the `m` steps of a partition of whole tiles (every lane owns `m` symbols,
-/// `m` a multiple of 8) into `body` (`32 m` symbols, in partition order). Returns the words consumed, or `None` as soon as a step needs
-/// a word past `count`. `words` holds the stream plus [`WORD_PAD`] zeros. `simd` allows
-/// the AVX2 path where the CPU has it (the tests run both).
+/// Decodes the `m` steps of a partition's whole tiles (every lane owns `m` symbols, `m`
+/// a multiple of 8) into `body` (`32 m` symbols, in partition order). Returns the words
+/// consumed, or `None` as soon as a step needs a word past `count`. `words` holds the
+/// stream plus [`WORD_PAD`] zeros. `simd` allows the AVX2 path where the CPU has it (the
+/// tests run both).
 #[allow(clippy::too_many_arguments)]
 fn full_steps(
     st: &mut [u32; LANES],
@@ -252,6 +286,7 @@ fn full_steps(
     m: usize,
     simd: bool,
 ) -> Option<usize> {
+    debug_assert_eq!(m % LANE_GROUP, 0, "whole tiles only");
     #[cfg(target_arch = "x86_64")]
     if simd && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt") {
         // SAFETY: the CPU has the features the function enables.
@@ -299,7 +334,7 @@ fn full_steps(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{LANES, TABLE_SLOTS, WORD_BITS, lane_symbol};
+    use super::{LANE_GROUP, LANES, TABLE_SLOTS, WORD_BITS, lane_symbol};
     use crate::format::{ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT};
 
     /// For each 8-lane renormalisation mask, the word index each lane takes: lane i
@@ -380,16 +415,15 @@ mod x86 {
         });
         let mut pos = [0usize; P];
         let mut body: [&mut [u8]; P] = body.map(|b| &mut b[..LANES * m]);
-        // Symbols of up to 8 steps, one packed 32-byte row per step (byte `p` of a row
-        // belongs to lane `ROW_LANE[p]`); full groups of 8 rows are transposed and
-        // stored 8 bytes per lane.
+        // Symbols of a tile's 8 steps, one packed 32-byte row per step (byte `p` of a row
+        // belongs to lane `ROW_LANE[p]`), transposed and stored 8 bytes per lane.
+        debug_assert_eq!(m % LANE_GROUP, 0, "whole tiles only");
         let mut rows = [[zero; 8]; P];
         let mut t = 0usize;
         while t < m {
-            let steps = (m - t).min(8);
             // `r` indexes the row of every partition (`rows[p][r]`), inside the loop over `p`.
             #[allow(clippy::needless_range_loop)]
-            for r in 0..steps {
+            for r in 0..LANE_GROUP {
                 for p in 0..P {
                     // The 32-word window at `pos` (in bounds: `words` has 32 pad words
                     // and `pos <= count` here); each quarter reads 8 words inside it.
@@ -434,21 +468,10 @@ mod x86 {
                 }
             }
             for (rows, body) in rows.iter().zip(body.iter_mut()) {
-                if steps == 8 {
-                    // SAFETY: AVX2 is enabled in this function.
-                    unsafe { store_transposed(rows, body, t) };
-                } else {
-                    for (r, row) in rows.iter().take(steps).enumerate() {
-                        let mut bytes = [0u8; LANES];
-                        // SAFETY: `bytes` is 32 bytes.
-                        unsafe { _mm256_storeu_si256(bytes.as_mut_ptr().cast(), *row) };
-                        for (&b, &lane) in bytes.iter().zip(&ROW_LANE) {
-                            body[lane_symbol(lane as usize, t + r)] = b;
-                        }
-                    }
-                }
+                // SAFETY: AVX2 is enabled in this function.
+                unsafe { store_transposed(rows, body, t) };
             }
-            t += steps;
+            t += LANE_GROUP;
         }
         for (p, xp) in x.iter().enumerate() {
             for (q, xq) in xp.iter().enumerate() {
@@ -693,7 +716,7 @@ mod tests {
     #[test]
     fn grouped_decode_matches_one_by_one_on_valid_and_corrupt_streams() {
         let mut seed = 11u32;
-        for n in [0usize, 31, 32, 64, 256, 320, 4096, 23040, 23041] {
+        for n in [0usize, 31, 32, 64, 256, 300, 320, 4096, 23040, 23041, 23072] {
             check_group::<1>(n, &mut seed);
             check_group::<2>(n, &mut seed);
             check_group::<4>(n, &mut seed);

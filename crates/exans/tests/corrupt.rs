@@ -136,7 +136,7 @@ rejects!(
     Error::PartitionPastEnd { partition: 0 }
 );
 rejects!(
-    // Partition 0 lane 0's state 0x00010960 loses its high half.
+    // Partition 0 lane 0's state 0x00044b38 loses its high half.
     state_below_2_pow_16,
     |r| put(r, 0x72, &[0, 0]),
     Error::StateOutOfRange { partition: 0, lane: 0, state: 0x4b38 }

@@ -144,6 +144,14 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
     // 2L = 514 groups of 8 x 256 values.
     let deep_regular = kv_like(257, 1, 256, 8, 23);
     check_round_trip(&gpu, "L=257, regular tiles", &deep_regular, 8, &never);
+    // Above 512 groups, aligned but not regular (groups of 264 values): whole tiles go by
+    // the checked 16-byte path, the rest value by value.
+    let deep_aligned = kv_like(257, 1, 264, 2, 25);
+    check_round_trip(&gpu, "L=257, aligned tiles", &deep_aligned, 1, &never);
+    // A regular partition of an odd number of tiles (3 of 256 values): a round with
+    // one tile.
+    let odd_tiles = kv_like(4, 3, 32, 64, 27);
+    check_round_trip(&gpu, "regular, 3 tiles", &odd_tiles, 8, &never);
 
     // Many records in one launch, with varied centers per group.
     let many = kv_like(4, 3, 32, 333, 77);
@@ -316,4 +324,24 @@ fn gpu_decode_agrees_with_cpu_on_random_corruption() {
         }
     }
     assert!(kernel_found >= 50, "only {kernel_found} of {trials} corruptions reached the kernel");
+}
+
+#[test]
+fn gpu_decode_writes_to_an_unaligned_output() {
+    let Some(gpu) = gpu_for_test("gpu_decode_writes_to_an_unaligned_output") else { return };
+    // A regular layout (the fixtures' shape at B = 16) decoded one value past an aligned
+    // address: no tile may take a 16-byte store, so every value goes by the general path.
+    let cache = kv_like(2, 3, 64, 40, 29);
+    let container = encode_cache(&cache, 16).unwrap();
+    let stream = gpu.stream();
+    let on_device = stream.clone_htod(&container).unwrap();
+    let index = DeviceIndex::new(&gpu, &container).unwrap();
+    let values = index.values();
+    let mut out: CudaSlice<u16> = stream.alloc_zeros(values + 1).unwrap();
+    let mut status: CudaSlice<u32> = stream.alloc_zeros(1).unwrap();
+    decode_device(&gpu, &on_device.as_view(), &index, &mut out.slice_mut(1..), &mut status).unwrap();
+    assert_eq!(stream.clone_dtoh(&status).unwrap(), vec![0], "status");
+    let got = stream.clone_dtoh(&out).unwrap();
+    assert_eq!(got[0], 0, "the value before the output is untouched");
+    assert!(got[1..] == cache.concat_words()[..], "unaligned output differs from the cache");
 }

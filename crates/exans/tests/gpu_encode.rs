@@ -252,3 +252,28 @@ fn gpu_encode_rejects_what_the_cpu_rejects() {
     let err = encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws);
     assert!(matches!(err, Err(GpuError::Buffer { what: "workspace", .. })));
 }
+
+#[test]
+fn gpu_encode_stages_partial_chunks_and_unaligned_words() {
+    let Some(gpu) = gpu_for_test("gpu_encode_stages_partial_chunks_and_unaligned_words") else { return };
+    // 33-symbol partitions in 132-value groups: partition 0 takes the chunked staging path
+    // (8-byte loads of 4 words) and ends inside its last chunk.
+    check(&gpu, "partition ends inside a chunk", &kv_like(1, 1, 132, 3, 51), 1);
+    // The cache's words one element past an aligned address: no 8- or 16-byte load is
+    // aligned, so the histograms and every staging round go word by word.
+    let cache = kv_like(3, 2, 64, 70, 53);
+    let want = encode_cache(&cache, 16).unwrap();
+    let stream = gpu.stream();
+    let mut host = vec![0u16];
+    host.extend(cache.concat_words());
+    let words = stream.clone_htod(&host).unwrap();
+    let shape = cache.shape();
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 16).unwrap()).unwrap();
+    let mut ws = EncodeWorkspace::new(&gpu, shape, 16).unwrap();
+    encode_device(&gpu, &words.slice(1..), shape, 16, &mut out.as_view_mut(), &mut ws).unwrap();
+    let n = ws.encoded_len(&gpu).unwrap();
+    assert!(
+        stream.clone_dtoh(&out.slice(..n)).unwrap() == want,
+        "words at an odd address: GPU container differs"
+    );
+}

@@ -88,7 +88,7 @@ proptest! {
         let mut bytes = bytes;
         if magic && bytes.len() >= 8 {
             bytes[..4].copy_from_slice(b"KVXA");
-            bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
+            bytes[4..6].copy_from_slice(&exans::format::VERSION.to_le_bytes());
         }
         let _ = decode_block(&bytes);
         let _ = exans::inspect_record(&bytes);

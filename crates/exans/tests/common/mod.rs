@@ -110,9 +110,10 @@ pub fn round_trip_all(cache: &KvCache, block_tokens: usize) -> Vec<Vec<u8>> {
 }
 
 /// The worked example of spec §9: L = 1, H = 1, D = 33, B' = 8, so N = 528 and each of
-/// the 8 partitions holds 66 symbols (m = 3 steps, lanes 0..=21 busy, 22..=31 idle).
-/// K is 1.0 everywhere except six rare exponents in partition 0, placed so that lanes 2
-/// and 9 read a word after step 0 and lane 5 after step 1; V is -0.5 everywhere.
+/// the 8 partitions holds 66 symbols, one partial tile (m = 8 steps: lanes 0..=7 own 8
+/// symbols each, lane 8 owns 2, lanes 9..=31 are idle). K is 1.0 everywhere except six
+/// rare exponents in partition 0, two each for lanes 0, 2 and 3, so that lane 2 reads a
+/// word in step 0, lane 3 in step 3 and lane 0 in step 6; V is -0.5 everywhere.
 pub fn example_block() -> (BlockShape, Vec<Vec<u16>>) {
     let shape = BlockShape { layers: 1, kv_heads: 1, head_dim: 33, tokens: 8 };
     let mut k = vec![0x3f80u16; 264]; // 1.0: exponent 127, sign+mantissa 0x00
