@@ -151,15 +151,12 @@ fn tail_steps(
         let window = words.get(pos..pos + LANES)?;
         let mut k = 0usize;
         for j in 0..active {
-            let x = st[j];
-            let e = table[(x & mask) as usize];
-            let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
-            let x = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
+            let (symbol, x) = decode_step(st[j], table, mask, precision);
             let renormalise = x < STATE_LOWER;
             let refilled = (x << WORD_BITS) | window[k % LANES] as u32;
             st[j] = if renormalise { refilled } else { x };
             k += renormalise as usize;
-            out[lane_symbol(j, t)] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+            out[lane_symbol(j, t)] = symbol;
         }
         pos += k;
         if pos > count {
@@ -167,6 +164,15 @@ fn tail_steps(
         }
     }
     Some(pos)
+}
+
+/// One decode step of state `x` before renormalisation (spec §6.3): the symbol of the
+/// packed entry at slot `x mod 2^n` and the state `freq (x >> n) + bias`.
+#[inline(always)]
+fn decode_step(x: u32, table: &[u32; TABLE_SLOTS], mask: u32, precision: u32) -> (u8, u32) {
+    let e = table[(x & mask) as usize];
+    let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
+    ((e >> ENTRY_SYMBOL_SHIFT) as u8, freq * (x >> precision) + (e & ENTRY_FIELD_MASK))
 }
 
 /// The end-of-partition checks: every lane back at `2^16`, every word consumed.
@@ -303,11 +309,7 @@ fn full_steps(
         let mut next = [0u32; LANES];
         let mut syms = [0u8; LANES];
         for j in 0..LANES {
-            let x = st[j];
-            let e = table[(x & mask) as usize];
-            let freq = ((e >> ENTRY_FREQ_SHIFT) & ENTRY_FIELD_MASK) + 1;
-            next[j] = freq * (x >> precision) + (e & ENTRY_FIELD_MASK);
-            syms[j] = (e >> ENTRY_SYMBOL_SHIFT) as u8;
+            (syms[j], next[j]) = decode_step(st[j], table, mask, precision);
         }
         // Branch-free renormalisation: lane j takes window[k], k = the number of lanes
         // before it that also take a word (ballot/popc on the GPU).
