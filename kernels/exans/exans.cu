@@ -42,6 +42,7 @@
 // every loop is bounded by symbol counts or 2^n. Any problem sets a bit of *status (0 = valid); the
 // host then runs the CPU decoder for the exact typed error.
 #include "../common/bf16_field.cuh"
+#include "tiles.cuh"
 
 #define EX_VERSION 2  // of records (spec 3)
 #define EX_THREADS 256
@@ -55,8 +56,8 @@
 #define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
 #define EX_STATE_LOWER 65536u
 #define EX_CENTER_SYMBOL 127u
-#define EX_GROUP 8  // consecutive symbols of a tile a lane decodes in consecutive steps (spec 6.2)
-#define EX_TILE 256  // symbols of a tile: EX_LANES x EX_GROUP
+#define EX_GROUP EXANS_GROUP  // consecutive symbols of a tile a lane decodes in consecutive steps
+#define EX_TILE EXANS_TILE    // symbols of a tile: EX_LANES x EX_GROUP
 #define EX_ROUND 16  // decode steps per round: two tiles
 static_assert(EX_ROUND == 2 * EX_GROUP, "a round decodes and stores exactly two tiles");
 #define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
@@ -494,13 +495,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
         const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
         // Tiles of 256 symbols (spec 6.2): lane j decodes symbols 8 j .. 8 j + 7 of each,
-        // in 8 steps. Its run is 8 steps per whole tile, plus clamp(rest - 8 j, 0, 8) in a
-        // last, partial tile of `rest` symbols.
-        const unsigned whole_tiles = p_len / EX_TILE, rest = p_len % EX_TILE;
-        const unsigned rest_lane = rest > EX_GROUP * lane ? min(rest - EX_GROUP * lane, (unsigned)EX_GROUP) : 0u;
-        const unsigned m = EX_GROUP * whole_tiles + min(rest, (unsigned)EX_GROUP);  // lane 0's run
+        // in 8 steps, for exans_lane_run steps in all.
+        const unsigned m = exans_lane_run(p_len, 0);  // the partition's steps
         ExLane l;
-        l.run = EX_GROUP * whole_tiles + rest_lane;
+        l.run = exans_lane_run(p_len, lane);
         l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
         if (__any_sync(0xffffffffu, l.x < EX_STATE_LOWER)) {
             if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
@@ -542,7 +540,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const unsigned long long group_jump = tensor_values - group_len;
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
         // per-lane activity test; the rest the general one.
-        const unsigned all_active = EX_GROUP * whole_tiles + (rest > EX_GROUP * 31u ? rest - EX_GROUP * 31u : 0u);
+        const unsigned all_active = exans_lane_run(p_len, EX_LANES - 1);
         // Rounds of EX_ROUND steps, two tiles: the round's symbols are kept in registers
         // (4 per u32, compile-time indexed), then each tile is joined with its
         // sign+mantissa bytes and written, 16 bytes per lane and 512 contiguous bytes per

@@ -59,6 +59,7 @@
 //      when H D is a multiple of 8 and words is 16-byte aligned (1 byte per value read
 //      instead of the 2-byte words: this kernel is DRAM-bound), else from the words.
 #include "../common/bf16_field.cuh"
+#include "tiles.cuh"
 
 #define EE_THREADS 256
 #define EE_WARPS 8
@@ -79,8 +80,8 @@
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 #define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
-#define EE_GROUP 8     // consecutive symbols of a tile a lane codes in consecutive steps (spec 6.2)
-#define EE_TILE 256    // symbols of a tile: EE_LANES x EE_GROUP
+#define EE_GROUP EXANS_GROUP  // consecutive symbols of a tile a lane codes in consecutive steps
+#define EE_TILE EXANS_TILE    // symbols of a tile: EE_LANES x EE_GROUP
 #define EE_HIST_BATCH 4  // 16-byte histogram loads per lane in flight (x2: the next batch too)
 #define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
@@ -421,8 +422,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps), pg = (uint32_t)per_group;
-            const uint32_t whole = np / EE_TILE, rest = np % EE_TILE;
-            const uint32_t m = EE_GROUP * whole + min(rest, (uint32_t)EE_GROUP);
+            const uint32_t m = exans_lane_run(np, 0);
             const uint32_t q0 = m ? EE_LANES * ((m - 1) / EE_ROUND * EE_ROUND) : np;
 #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
@@ -541,10 +541,8 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         {
             const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps);
-            const uint32_t whole = np / EE_TILE, rest = np % EE_TILE;
-            const uint32_t rest_lane = rest > EE_GROUP * lane ? min(rest - EE_GROUP * lane, (uint32_t)EE_GROUP) : 0u;
-            const uint32_t len = EE_GROUP * whole + rest_lane;  // this lane's run (steps)
-            const uint32_t m = EE_GROUP * whole + min(rest, (uint32_t)EE_GROUP);  // lane 0's
+            const uint32_t len = exans_lane_run(np, lane);  // this lane's run (steps)
+            const uint32_t m = exans_lane_run(np, 0);       // the partition's steps
             const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
             uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EE_LANES);
             uint32_t x = EE_STATE_LOWER;
@@ -554,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
             uint16_t* const region = scratch + scratch_base + ps;
             uint16_t* stk = region + np - 1;
             const uint32_t gt = ee_lanemask_gt();
-            const uint32_t minlen = __shfl_sync(0xffffffffu, len, EE_LANES - 1);  // len falls with lane
+            const uint32_t minlen = exans_lane_run(np, EE_LANES - 1);  // len falls with lane
             // 8-byte chunk loads need every chunk inside one group and 8-byte aligned: the
             // block index ps + 32 t_lo + 4 c is a multiple of 4 when ps is, a group of
             // pg >= 128 values (a multiple of 4) holds whole chunks, and a chunk's word
