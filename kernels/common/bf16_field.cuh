@@ -1,4 +1,4 @@
-// Shared device helpers for the BF16 field split (ExANS seed, "Encoding Pipeline").
+// Shared device helpers for the BF16 field split (the ExANS paper, "Encoding Pipeline").
 // Mirrors crates/bf16-field/src/field.rs: exponent_of, sign_mantissa_of, join.
 #pragma once
 #include <stdint.h>

@@ -20,7 +20,7 @@
 //      straight from a per-warp shared-memory ring that cp.async fills up to a ring ahead
 //      (18 instructions a step, no branch, 10 of them on the ALU pipe; the ring's first
 //      512 words are mirrored after it, so a round reads it without wrapping). Steps run
-//      in rounds of EX_ROUND = 16, two tiles: a lane keeps the round's symbols in
+//      in rounds of EXANS_DECODE_ROUND_STEPS = 16, two tiles: a lane keeps the round's symbols in
 //      registers, then, per tile, turns its 8 back into exponents E = (C + c_g - 127) mod
 //      256 (four at a time; the tile's group, and so its center, is warp-uniform), joins
 //      them with their raw sign+mantissa bytes (one 8-byte load per lane, issued at the
@@ -44,38 +44,21 @@
 #include "../common/bf16_field.cuh"
 #include "tiles.cuh"
 
-#define EX_VERSION 2  // of records (spec 3)
-#define EX_THREADS 256
-#define EX_PARTITIONS 8
-#define EX_LANES 32
-#define EX_HEADER_LEN 48ull
-#define EX_DIRECTORY_LEN 1056ull
-#define EX_MAX_SYMBOLS 256
-#define EX_MAX_PRECISION 12
 #define EX_SHARED_GROUPS 512  // records of up to this many groups (2L) keep their centers in shared memory
-#define EX_TABLE_SLOTS (1 << EX_MAX_PRECISION)
-#define EX_STATE_LOWER 65536u
-#define EX_CENTER_SYMBOL 127u
-#define EX_GROUP EXANS_GROUP  // consecutive symbols of a tile a lane decodes in consecutive steps
-#define EX_TILE EXANS_TILE    // symbols of a tile: EX_LANES x EX_GROUP
-#define EX_ROUND 16  // decode steps per round: two tiles
-static_assert(EX_ROUND == 2 * EX_GROUP, "a round decodes and stores exactly two tiles");
-#define EX_RING 1024  // words of a warp's stream ring in shared memory (a power of two)
-// Words a round can read: pos .. pos + EX_ROUND * 32 - 1 (a step reads at most one word
+#define EX_TABLE_SLOTS (1 << EXANS_MAX_PRECISION)
+static_assert(EXANS_DECODE_ROUND_STEPS == 2 * EXANS_GROUP, "a round decodes and stores exactly two tiles");
+// Words a round can read: pos .. pos + EXANS_DECODE_ROUND_STEPS * 32 - 1 (a step reads at most one word
 // per lane, at pos + its rank). The lookahead requested at a round's start reaches
-// pos + EX_RING, so it covers the next round whenever EX_RING >= 2 * EX_ROUND_WORDS.
-#define EX_ROUND_WORDS (EX_ROUND * EX_LANES)
-static_assert((EX_RING & (EX_RING - 1)) == 0 && EX_RING >= 2 * EX_ROUND_WORDS,
+// pos + EXANS_DECODE_RING_WORDS, so it covers the next round whenever EXANS_DECODE_RING_WORDS >= 2 * EX_ROUND_WORDS.
+#define EX_ROUND_WORDS (EXANS_DECODE_ROUND_STEPS * EXANS_LANES)
+static_assert((EXANS_DECODE_RING_WORDS & (EXANS_DECODE_RING_WORDS - 1)) == 0 && EXANS_DECODE_RING_WORDS >= 2 * EX_ROUND_WORDS,
               "the lookahead covers the next round, and never lands on words the current round reads");
 
-// *status bits.
-#define EX_STATUS_LAYOUT 1u        // header / section offsets / shape do not check out
-#define EX_STATUS_MODEL 2u         // sparse model invalid
-#define EX_STATUS_STATE_RANGE 4u   // an initial state below 2^16
-#define EX_STATUS_EXHAUSTED 8u     // a lane read past its partition's words
-#define EX_STATUS_FINAL_STATE 16u  // a lane did not end at 2^16
-#define EX_STATUS_UNCONSUMED 32u   // words left over
-#define EX_STATUS_LAUNCH 64u       // launched with another block shape or less shared memory
+// The header is read as twelve aligned u32s: every u32 field sits on a multiple of 4.
+static_assert(EXANS_HEADER_LEN == 48 && EXANS_HEADER_VALUES % 4 == 0 && EXANS_HEADER_RECORD_LEN % 4 == 0 &&
+                  EXANS_HEADER_MODEL_OFFSET % 4 == 0 && EXANS_HEADER_DIRECTORY_OFFSET % 4 == 0 &&
+                  EXANS_HEADER_WORDS_OFFSET % 4 == 0 && EXANS_HEADER_SIGN_MANTISSA_OFFSET % 4 == 0,
+              "u32 fields are word-aligned");
 
 __device__ __forceinline__ uint32_t ex_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 
@@ -101,8 +84,8 @@ struct ExRecord {
     unsigned long long per_group;      // B' H D
     unsigned long long directory;
     unsigned long long sign_mantissa;
-    unsigned long long streams[EX_PARTITIONS];
-    unsigned counts[EX_PARTITIONS];
+    unsigned long long streams[EXANS_PARTITIONS];
+    unsigned counts[EXANS_PARTITIONS];
     unsigned precision;
     unsigned symbols;       // K
     unsigned model_offset;
@@ -119,7 +102,7 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
                          unsigned long long tokens, ExRecord& r) {
     const unsigned long long slot_start = offsets[rec], slot_end = offsets[rec + 1];
     if (slot_start > slot_end || slot_end > container_len || slot_start % 16 != 0) return false;
-    if (slot_end - slot_start < EX_HEADER_LEN) return false;
+    if (slot_end - slot_start < EXANS_HEADER_LEN) return false;
     const uint8_t* p = container + slot_start;
     // The 48-byte header in three 16-byte loads (the slot is 16-byte aligned and at least
     // 48 bytes long), so the checks below wait on one memory round trip, not one each.
@@ -131,49 +114,54 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     }
     auto u16_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffffu; };  // off even
     auto u8_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffu; };
-    const unsigned long long record_len = h[5];  // offset 20
-    if (record_len < EX_HEADER_LEN || record_len > slot_end - slot_start) return false;
-    if (h[0] != 0x4158564bu /* "KVXA" */ || u16_at(4) != EX_VERSION) return false;
-    const uint32_t flags = u16_at(6);
-    if ((flags & ~1u) != 0) return false;
+    const unsigned long long record_len = h[EXANS_HEADER_RECORD_LEN / 4];
+    if (record_len < EXANS_HEADER_LEN || record_len > slot_end - slot_start) return false;
+    if (h[EXANS_HEADER_MAGIC / 4] != EXANS_RECORD_MAGIC || u16_at(EXANS_HEADER_VERSION) != EXANS_VERSION) return false;
+    const uint32_t flags = u16_at(EXANS_HEADER_FLAGS);
+    if ((flags & ~EXANS_FLAG_RAW) != 0) return false;
     // The shape must be the one the container implies (it fixes where the output goes).
     const unsigned long long first_token = rec * (unsigned long long)block_tokens;
     if (first_token >= tokens) return false;
     const unsigned long long left = tokens - first_token;
     const unsigned long long bt = left < block_tokens ? left : block_tokens;
-    if (u16_at(8) != layers || u16_at(10) != kv_heads || u16_at(12) != head_dim || u16_at(14) != bt) return false;
+    if (u16_at(EXANS_HEADER_LAYERS) != layers || u16_at(EXANS_HEADER_KV_HEADS) != kv_heads ||
+        u16_at(EXANS_HEADER_HEAD_DIM) != head_dim || u16_at(EXANS_HEADER_TOKENS) != bt)
+        return false;
     const unsigned long long per_group = bt * kv_heads * head_dim;
     const unsigned long long n = 2ull * layers * per_group;
-    if (n == 0 || h[4] != n) return false;  // offset 16; n = 0 only with a zero dimension
+    if (n == 0 || h[EXANS_HEADER_VALUES / 4] != n) return false;  // n = 0 only with a zero dimension
     r.start = slot_start;
     r.values = n;
     r.per_group = per_group;
     r.groups = 2u * layers;
-    r.raw = flags & 1u;
-    if (r.raw) return record_len == EX_HEADER_LEN + 2ull * n;
+    r.raw = flags & EXANS_FLAG_RAW;
+    if (r.raw) return record_len == EXANS_HEADER_LEN + 2ull * n;
 
-    const unsigned precision = u8_at(24);
-    if (precision < 1 || precision > EX_MAX_PRECISION || u8_at(25) != EX_PARTITIONS || u8_at(26) != EX_LANES)
+    const unsigned precision = u8_at(EXANS_HEADER_PRECISION);
+    if (precision < 1 || precision > EXANS_MAX_PRECISION || u8_at(EXANS_HEADER_PARTITIONS) != EXANS_PARTITIONS ||
+        u8_at(EXANS_HEADER_LANES) != EXANS_LANES)
         return false;
-    const unsigned long long model = EX_HEADER_LEN + 2ull * layers;
-    if (h[7] != model || model + 2 > record_len) return false;  // offset 28
+    const unsigned long long model = EXANS_HEADER_LEN + 2ull * layers;
+    if (h[EXANS_HEADER_MODEL_OFFSET / 4] != model || model + 2 > record_len) return false;
     const unsigned k = ex_u16(p + model);
-    if (k < 1 || k > EX_MAX_SYMBOLS) return false;
+    if (k < 1 || k > EXANS_MAX_SYMBOLS) return false;
     const unsigned long long directory = ex_align16(model + 2 + 3ull * k);
-    const unsigned long long words = directory + EX_DIRECTORY_LEN;
-    if (h[8] != directory || h[9] != words || words > record_len) return false;  // offsets 32, 36
+    const unsigned long long words = directory + EXANS_DIRECTORY_LEN;
+    if (h[EXANS_HEADER_DIRECTORY_OFFSET / 4] != directory || h[EXANS_HEADER_WORDS_OFFSET / 4] != words ||
+        words > record_len)
+        return false;
     // The 8 word counts: two 16-byte loads (the directory is 16-byte aligned).
     const uint4 c03 = *reinterpret_cast<const uint4*>(p + directory);
     const uint4 c47 = *reinterpret_cast<const uint4*>(p + directory + 16);
-    const uint32_t counts[EX_PARTITIONS] = {c03.x, c03.y, c03.z, c03.w, c47.x, c47.y, c47.z, c47.w};
+    const uint32_t counts[EXANS_PARTITIONS] = {c03.x, c03.y, c03.z, c03.w, c47.x, c47.y, c47.z, c47.w};
     unsigned long long at = words;
 #pragma unroll
-    for (int q = 0; q < EX_PARTITIONS; ++q) {
+    for (int q = 0; q < EXANS_PARTITIONS; ++q) {
         r.counts[q] = counts[q];
         r.streams[q] = at;
         at = ex_align16(at + 2ull * counts[q]);  // counts < 2^32: no overflow in 64 bits
     }
-    if (h[10] != at || at + n != record_len) return false;  // offset 40
+    if (h[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] != at || at + n != record_len) return false;
     r.precision = precision;
     r.symbols = k;
     r.model_offset = (unsigned)model;
@@ -182,21 +170,22 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     return true;
 }
 
-// The CTA's dynamic shared memory, EX_DYNAMIC_SMEM bytes (crates/exans/src/gpu.rs passes
-// the same number): the decode table, then the word rings.
+// The CTA's dynamic shared memory, EX_DYNAMIC_SMEM bytes (the host launches with
+// EXANS_DECODE_DYNAMIC_SMEM, asserted equal): the decode table, then the word rings.
 //   - Decode table: 2^n 4-byte slots, freq << 20 | bias << 8 | symbol (ex_decode_round).
 //     An 8-byte slot {freq | symbol << 24, bias} saved 3 instructions a step but measured
-//     slower (more bank conflicts, more registers; PERF.md).
-//   - Word rings: per partition, an EX_RING-word ring followed by a mirror of its first
+//     slower (more bank conflicts, more registers; docs/perf/exans-gpu.md).
+//   - Word rings: per partition, an EXANS_DECODE_RING_WORDS-word ring followed by a mirror of its first
 //     EX_ROUND_WORDS words (every chunk landing there is copied to both places). A round
 //     reads at most EX_ROUND_WORDS words from where it starts in the ring, so its reads
-//     are linear from ring + 2 (pos mod EX_RING): no wrap in the step (one ALU operation
+//     are linear from ring + 2 (pos mod EXANS_DECODE_RING_WORDS): no wrap in the step (one ALU operation
 //     fewer a step).
-#define EX_RING_BYTES (EX_RING * 2)
+#define EX_RING_BYTES (EXANS_DECODE_RING_WORDS * 2)
 #define EX_TABLE_BYTES (EX_TABLE_SLOTS * 4)
 #define EX_MIRROR_BYTES (EX_ROUND_WORDS * 2)
 #define EX_SLOT_BYTES (EX_RING_BYTES + EX_MIRROR_BYTES)
-#define EX_DYNAMIC_SMEM (EX_TABLE_BYTES + EX_PARTITIONS * EX_SLOT_BYTES)
+#define EX_DYNAMIC_SMEM (EX_TABLE_BYTES + EXANS_PARTITIONS * EX_SLOT_BYTES)
+static_assert(EX_DYNAMIC_SMEM == EXANS_DECODE_DYNAMIC_SMEM, "the host launches with the generated size");
 extern __shared__ __align__(16) uint8_t ex_smem[];
 
 // Warp-wide ballot without the compiler's divergence check (every caller is converged:
@@ -224,18 +213,19 @@ struct ExLane {
 
 // Requests the stream chunks [from, to) of `lane`'s partition into its ring (one 16-byte
 // cp.async per chunk, lanes striding; a second one for a chunk whose slot is mirrored).
-// Not unrolled: a round's lookahead is about one chunk per lane, and ptxas's 4-fold
-// unrolling of this loop (with its branch-sync blocks) measured 2% slower (PERF.md).
+// Not unrolled: a round's lookahead is about one chunk per lane, so ptxas's 4-fold
+// unrolling of this loop only adds branch-sync blocks (measured slower,
+// docs/perf/exans-gpu.md).
 __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsigned to, unsigned lane) {
 #pragma unroll 1
-    for (unsigned c = from + lane; c < to; c += EX_LANES) {
+    for (unsigned c = from + lane; c < to; c += EXANS_LANES) {
         const uint32_t off = (16u * c) & (EX_RING_BYTES - 1);
         ex_cp_async16(l.ring + off, l.chunks + c);
         if (off < EX_MIRROR_BYTES) ex_cp_async16(l.ring + EX_RING_BYTES + off, l.chunks + c);
     }
 }
 
-// One round of EX_ROUND decode steps of the warp's partition, steps t0 .. t0 + EX_ROUND
+// One round of EXANS_DECODE_ROUND_STEPS decode steps of the warp's partition, steps t0 .. t0 + EXANS_DECODE_ROUND_STEPS
 // - 1 (spec 6.2): byte i % 4 of syms[i / 4] gets step t0 + i's symbol (unspecified for a
 // lane that has no symbol in that step). kAll: every lane decodes in every step of the
 // round, so the per-lane activity test is compiled out. Per step and lane: the table
@@ -244,8 +234,8 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
 // straight from the ring (ballot, then popc of the lower lanes' bits). Every lane reads a
 // ring word, needed or not, so the step has no branch.
 //
-// The step is written for the ALU pipe, which Nsight Compute showed the busiest (69%),
-// moving 4 of its 14 operations to the FMA pipe or away (3% faster decode; PERF.md):
+// The step is written for the ALU pipe, which Nsight Compute showed the busiest, moving
+// 4 of its 14 operations to the FMA pipe or away (docs/perf/exans-gpu.md):
 //   - the slot's address, table + 4 (x mod 2^n), is x * 4 + table - q * 2^(n+2) mod
 //     2^32: two multiply-adds instead of a mask and an LEA (`four` is 4 and `neg_span`
 //     -2^(n+2), both run-time values, so ptxas cannot turn the multiplies back into
@@ -258,14 +248,14 @@ __device__ __forceinline__ void ex_request(const ExLane& l, unsigned from, unsig
 //   - the renormalisation x = x << 16 | w is a predicated multiply-add by k16 = 2^16;
 //   - the ring is read from rp on, linearly (see EX_MIRROR_BYTES), without a wrap mask.
 template <bool kAll>
-__device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_ROUND / 4], uint32_t table_s,
+__device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EXANS_DECODE_ROUND_STEPS / 4], uint32_t table_s,
                                                 uint32_t four, uint32_t neg_span, uint32_t k16, unsigned precision,
                                                 uint32_t lanes_below, unsigned t0) {
     uint32_t x = l.x;
-    const uint32_t rp0 = l.ring + 2u * (l.pos % EX_RING);
+    const uint32_t rp0 = l.ring + 2u * (l.pos % EXANS_DECODE_RING_WORDS);
     uint32_t rp = rp0;  // shared address of the next word of the stream
 #pragma unroll
-    for (int i = 0; i < EX_ROUND; ++i) {
+    for (int i = 0; i < EXANS_DECODE_ROUND_STEPS; ++i) {
         const bool active = kAll || t0 + i < l.run;
         uint32_t e = 0;
         if (active) {
@@ -276,7 +266,7 @@ __device__ __forceinline__ void ex_decode_round(ExLane& l, uint32_t (&syms)[EX_R
         // Byte (i % 4) <- the symbol, byte 0 of e (selector 4); the other bytes kept.
         constexpr uint32_t kKeepAndInsert[4] = {0x3210u, 0x3240u, 0x3410u, 0x4210u};
         syms[i / 4] = i % 4 == 0 ? e & 0xffu : __byte_perm(syms[i / 4], e, kKeepAndInsert[i % 4]);
-        const bool need = active && x < EX_STATE_LOWER;
+        const bool need = active && x < EXANS_STATE_LOWER;
         const uint32_t ballot = ex_ballot(need);
         const uint32_t at = rp + 2u * __popc(ballot & lanes_below);
         uint16_t w;
@@ -298,8 +288,8 @@ struct ExTile {
 // to the next group's start at a group's end (groups are whole tiles there).
 __device__ __forceinline__ void ex_next_tile(ExTile& tile, uint16_t*& dst, unsigned group_len,
                                              unsigned long long group_jump) {
-    dst += EX_TILE;
-    tile.r += EX_TILE;
+    dst += EXANS_TILE;
+    tile.r += EXANS_TILE;
     if (tile.r == group_len) {
         tile.r = 0;
         ++tile.g;
@@ -308,26 +298,26 @@ __device__ __forceinline__ void ex_next_tile(ExTile& tile, uint16_t*& dst, unsig
 }
 
 // Joins one tile's symbols of this lane (steps t .. t + 7: values 8 lane .. 8 lane + 7
-// of the tile, bytes of s0 then s1) with their sign+mantissa bytes `sm` and writes them
+// of the tile, bytes of s0 then s1) with their sign+mantissa bytes `sgnman` and writes them
 // as one 16-byte store: the warp writes the tile's 512 contiguous bytes. The tile lies
 // in one group, whose center is warp-uniform, and every address is aligned.
-__device__ __forceinline__ void ex_store_tile(uint16_t* dst, uint32_t s0, uint32_t s1, uint2 sm, uint32_t center) {
+__device__ __forceinline__ void ex_store_tile(uint16_t* dst, uint32_t s0, uint32_t s1, uint2 sgnman, uint32_t center) {
     // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits, then
     // flip the top bit by the carry-less sum of the top bits.
-    const uint32_t c4 = ((center - EX_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
+    const uint32_t c4 = ((center - EXANS_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
     const uint32_t c4_low = c4 & 0x7f7f7f7fu, c4_top = c4 & 0x80808080u;
     const uint32_t e0 = ((s0 & 0x7f7f7f7fu) + c4_low) ^ ((s0 & 0x80808080u) ^ c4_top);
     const uint32_t e1 = ((s1 & 0x7f7f7f7fu) + c4_low) ^ ((s1 & 0x80808080u) ^ c4_top);
-    const uint2 a = kv_join_quad(e0, sm.x);
-    const uint2 b = kv_join_quad(e1, sm.y);
-    // Streaming store (evict first): the output is not read again here (PERF.md).
+    const uint2 a = kv_join_quad(e0, sgnman.x);
+    const uint2 b = kv_join_quad(e1, sgnman.y);
+    // Streaming store (evict first): the output is not read again here (docs/perf/exans-gpu.md).
     __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
 }
 
 // The general path of a tile (partial, across groups or unaligned): value by value, each
 // finding its group by division (rare: never for whole tiles of a record whose groups
 // are multiples of 256 values at aligned offsets).
-__device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sm, const uint8_t* centers,
+__device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sgnman, const uint8_t* centers,
                                    uint32_t s0, uint32_t s1, unsigned first, unsigned p_len, unsigned p_start,
                                    unsigned group_len, unsigned long long tensor_values,
                                    unsigned long long out_block) {
@@ -338,27 +328,27 @@ __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sm
             const uint32_t sym = ((i < 4 ? s0 : s1) >> (8 * (i % 4))) & 0xffu;
             const unsigned v = p_start + idx;
             const unsigned g = v / group_len, r = v - g * group_len;
-            const uint32_t exponent = (sym + centers[g] - EX_CENTER_SYMBOL) & 0xffu;
-            out[g * tensor_values + out_block + r] = (uint16_t)kv_join(exponent, sm[v]);
+            const uint32_t exponent = (sym + centers[g] - EXANS_CENTER_SYMBOL) & 0xffu;
+            out[g * tensor_values + out_block + r] = (uint16_t)kv_join(exponent, sgnman[v]);
         }
     }
 }
 
 // Four CTAs of 256 threads per SM (64 registers, no spills; 43 KiB of shared memory each):
-// with the tile layout of format version 2 the round needs fewer registers than version
-// 1's contiguous runs did, and 4 CTAs measured 12% faster than 3 (80 registers), while 5
-// (48 registers, with spills) lost (PERF.md, eighth series).
-extern "C" __global__ void __launch_bounds__(EX_THREADS, 4)
+// the tile layout's round fits 64 registers, and occupancy bounds the step chain's
+// latency hiding, so 4 CTAs beat 3 (80 registers); 5 (48 registers) spill and lose
+// (docs/perf/exans-gpu.md).
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4)
 exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
                      const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
                      unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
                      unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
-    __shared__ uint32_t entry_cdf[EX_MAX_SYMBOLS];
-    __shared__ uint32_t entry_base[EX_MAX_SYMBOLS];  // a slot's word without the bias
-    __shared__ uint32_t warp_sums[EX_PARTITIONS];
+    __shared__ uint32_t entry_cdf[EXANS_MAX_SYMBOLS];
+    __shared__ uint32_t entry_base[EXANS_MAX_SYMBOLS];  // a slot's word without the bias
+    __shared__ uint32_t warp_sums[EXANS_PARTITIONS];
     // The record's 2L centers when 2L <= EX_SHARED_GROUPS (else read from the record): a
     // tile's join reads its group's center here by a shared load, where a global load
-    // stalled the join (3% of all stall samples, Nsight Compute, format version 1).
+    // stalled the join (Nsight Compute's stall samples, docs/perf/exans-gpu.md).
     __shared__ uint8_t s_centers[EX_SHARED_GROUPS];
     __shared__ ExRecord rs;
     // 4 and 2^16 for ex_decode_round, read back from shared memory so that ptxas cannot
@@ -369,8 +359,8 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     // launch is refused (uniform, before any work).
     uint32_t dynamic_smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-    if (blockDim.x != EX_THREADS || blockDim.y != 1 || blockDim.z != 1 || dynamic_smem < EX_DYNAMIC_SMEM) {
-        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(status, EX_STATUS_LAUNCH);
+    if (blockDim.x != EXANS_THREADS || blockDim.y != 1 || blockDim.z != 1 || dynamic_smem < EX_DYNAMIC_SMEM) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(status, EXANS_STATUS_LAUNCH);
         return;
     }
     const unsigned tid = threadIdx.x;
@@ -380,7 +370,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
     if (tid == 0) {  // read after the record loop's first barrier
         volatile uint32_t* const four_k16 = s_four_k16;
         four_k16[0] = 4;
-        four_k16[1] = EX_STATE_LOWER;
+        four_k16[1] = EXANS_STATE_LOWER;
     }
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
@@ -394,7 +384,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (tid == 0) {
             rs.ok = ex_parse(container, container_len, offsets, rec, layers, kv_heads, head_dim, block_tokens,
                              tokens, rs) ? 1u : 0u;
-            if (!rs.ok) atomicOr(status, EX_STATUS_LAYOUT);
+            if (!rs.ok) atomicOr(status, EXANS_STATUS_LAYOUT);
         }
         __syncthreads();
         if (!rs.ok) continue;  // uniform: every thread reads the same shared flag
@@ -408,9 +398,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (rs.raw) {
             // Raw: the N words LE in block order at offset 48 (2-byte aligned: records
             // and the container are 16-byte aligned).
-            const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EX_HEADER_LEN);
+            const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EXANS_HEADER_LEN);
             for (unsigned g = 0; g < rs.groups; ++g) {
-                for (unsigned long long i = tid; i < per_group; i += EX_THREADS)
+                for (unsigned long long i = tid; i < per_group; i += EXANS_THREADS)
                     out[g * tensor_values + out_block + i] = src[g * per_group + i];
             }
             continue;
@@ -419,11 +409,11 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // ---- Model: one entry per thread, cdf by a block-wide exclusive scan. ----
         const unsigned k = rs.symbols;
         const unsigned precision = rs.precision;
-        static_assert(EX_MAX_SYMBOLS <= EX_THREADS, "one model entry per thread");
+        static_assert(EXANS_MAX_SYMBOLS <= EXANS_THREADS, "one model entry per thread");
         const bool shared_centers = rs.groups <= EX_SHARED_GROUPS;
-        const uint8_t* const centers = shared_centers ? s_centers : rp + EX_HEADER_LEN;
+        const uint8_t* const centers = shared_centers ? s_centers : rp + EXANS_HEADER_LEN;
         if (shared_centers)
-            for (unsigned g = tid; g < rs.groups; g += EX_THREADS) s_centers[g] = rp[EX_HEADER_LEN + g];
+            for (unsigned g = tid; g < rs.groups; g += EXANS_THREADS) s_centers[g] = rp[EXANS_HEADER_LEN + g];
         uint32_t freq = 0, symbol = 0;
         bool bad = false;
         if (tid < k) {
@@ -442,7 +432,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (lane == 31) warp_sums[warp] = incl;
         __syncthreads();
         uint32_t cdf = incl - freq, total = 0;
-        for (unsigned w = 0; w < EX_PARTITIONS; ++w) {
+        for (unsigned w = 0; w < EXANS_PARTITIONS; ++w) {
             if (w < warp) cdf += warp_sums[w];
             total += warp_sums[w];
         }
@@ -454,7 +444,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // freq < 2^16 and k <= 256: the sum fits u32.
         bad = bad || total != (1u << precision);
         if (__syncthreads_or(bad)) {
-            if (tid == 0) atomicOr(status, EX_STATUS_MODEL);
+            if (tid == 0) atomicOr(status, EXANS_STATUS_MODEL);
             continue;
         }
         // ---- Decode table: slot x -> the entry with cdf <= x < cdf + freq. ----
@@ -463,9 +453,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // 32nd from w R + j (conflict-free stores; below 256 slots the higher warps, and
         // below 32 the higher lanes, have none): one binary search for its first slot, then
         // a walk forward (the entry only moves up, at most K - 1 times per lane), where a
-        // search per slot cost 16 dependent searches per thread (5% of all stall samples).
+        // search per slot cost 16 dependent searches per thread.
         const unsigned slots = 1u << precision;
-        const unsigned region = max(slots / (EX_THREADS / EX_LANES), (unsigned)EX_LANES);
+        const unsigned region = max(slots / (EXANS_THREADS / EXANS_LANES), (unsigned)EXANS_LANES);
         const unsigned x_end = min((warp + 1) * region, slots);
         unsigned x = warp * region + lane;
         if (x < x_end) {
@@ -474,7 +464,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 const unsigned mid = (lo + hi + 1) / 2;
                 if (entry_cdf[mid] <= x) lo = mid; else hi = mid - 1;
             }
-            for (; x < x_end; x += EX_LANES) {
+            for (; x < x_end; x += EXANS_LANES) {
                 while (lo + 1 < k && entry_cdf[lo + 1] <= x) ++lo;
                 table[x] = entry_base[lo] | ((x - entry_cdf[lo]) << 8);
             }
@@ -492,16 +482,16 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         const uint32_t single4 = (table[0] & 0xffu) * 0x01010101u;
         const unsigned group_len = (unsigned)per_group;
         const unsigned p = warp;
-        const unsigned p_start = (unsigned)(p * n / EX_PARTITIONS);
-        const unsigned p_len = (unsigned)((p + 1) * n / EX_PARTITIONS) - p_start;
+        const unsigned p_start = (unsigned)(p * n / EXANS_PARTITIONS);
+        const unsigned p_len = (unsigned)((p + 1) * n / EXANS_PARTITIONS) - p_start;
         // Tiles of 256 symbols (spec 6.2): lane j decodes symbols 8 j .. 8 j + 7 of each,
         // in 8 steps, for exans_lane_run steps in all.
         const unsigned m = exans_lane_run(p_len, 0);  // the partition's steps
         ExLane l;
         l.run = exans_lane_run(p_len, lane);
-        l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EX_LANES * p + lane));
-        if (__any_sync(0xffffffffu, l.x < EX_STATE_LOWER)) {
-            if (lane == 0) atomicOr(status, EX_STATUS_STATE_RANGE);
+        l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EXANS_LANES * p + lane));
+        if (__any_sync(0xffffffffu, l.x < EXANS_STATE_LOWER)) {
+            if (lane == 0) atomicOr(status, EXANS_STATUS_STATE_RANGE);
             continue;  // warp-uniform; no block barrier until the next record
         }
         l.pos = 0;
@@ -510,10 +500,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         l.done = l.done_old = 0;
         // The stream is staged through the partition's ring in 16-byte chunks (the stream
         // is 16-byte aligned and padded to 16 inside the record, so chunk c < ceil(count/8)
-        // is inside the record): word i sits at ring[i % EX_RING], and also at
-        // ring[EX_RING + i % EX_RING] when i % EX_RING < EX_ROUND_WORDS. Before a round every
+        // is inside the record): word i sits at ring[i % EXANS_DECODE_RING_WORDS], and also at
+        // ring[EXANS_DECODE_RING_WORDS + i % EXANS_DECODE_RING_WORDS] when i % EXANS_DECODE_RING_WORDS < EX_ROUND_WORDS. Before a round every
         // word it can read is in the ring (loaded synchronously if the lookahead fell
-        // short); then the chunks up to pos + EX_RING, whose slots hold only words below
+        // short); then the chunks up to pos + EXANS_DECODE_RING_WORDS, whose slots hold only words below
         // pos, are requested asynchronously for the next rounds. A lane that renormalises
         // reads its word straight from the ring. Past `count` the ring holds stale words:
         // only an invalid record reads them, and the final check flags it (pos > count).
@@ -521,7 +511,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
         // The partition's sign+mantissa bytes, and the group and offset of its first tile
         // (warp-uniform, advanced a tile at a time).
-        const uint8_t* const sm_part = rp + rs.sign_mantissa + p_start;
+        const uint8_t* const sgnman_part = rp + rs.sign_mantissa + p_start;
         ExTile tile;
         tile.g = p_start / group_len;
         tile.r = p_start - tile.g * group_len;
@@ -530,23 +520,23 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // multiple of 8 values (tiles are 256 values apart).
         const bool aligned =
             ((out_block | tile.r | p_start | group_len | tensor_values) & 7u) == 0 &&
-            (reinterpret_cast<uintptr_t>(out) & 15u) == 0 && (reinterpret_cast<uintptr_t>(sm_part) & 7u) == 0;
+            (reinterpret_cast<uintptr_t>(out) & 15u) == 0 && (reinterpret_cast<uintptr_t>(sgnman_part) & 7u) == 0;
         // A regular partition (the common case: whole tiles, groups of whole tiles, both
         // starting at multiples of 256 values, aligned) stores every tile with 16-byte
         // stores at a running per-lane pointer, with no per-tile tests.
         const bool regular =
-            aligned && p_len % EX_TILE == 0 && p_start % EX_TILE == 0 && group_len % EX_TILE == 0;
-        uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EX_GROUP * lane);
+            aligned && p_len % EXANS_TILE == 0 && p_start % EXANS_TILE == 0 && group_len % EXANS_TILE == 0;
+        uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
         const unsigned long long group_jump = tensor_values - group_len;
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
         // per-lane activity test; the rest the general one.
-        const unsigned all_active = exans_lane_run(p_len, EX_LANES - 1);
-        // Rounds of EX_ROUND steps, two tiles: the round's symbols are kept in registers
+        const unsigned all_active = exans_lane_run(p_len, EXANS_LANES - 1);
+        // Rounds of EXANS_DECODE_ROUND_STEPS steps, two tiles: the round's symbols are kept in registers
         // (4 per u32, compile-time indexed), then each tile is joined with its
         // sign+mantissa bytes and written, 16 bytes per lane and 512 contiguous bytes per
         // warp when the tile is whole, inside one group and aligned; otherwise value by
         // value.
-        for (unsigned t0 = 0; t0 < m; t0 += EX_ROUND) {
+        for (unsigned t0 = 0; t0 < m; t0 += EXANS_DECODE_ROUND_STEPS) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             // The words this round can read are normally in groups older than the newest
             // (the previous round's lookahead, still in flight), so the wait skips it; if
@@ -561,27 +551,27 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 ex_cp_async_wait_all_but_newest();
             }
             __syncwarp();
-            const unsigned ahead = min((l.pos + EX_RING) / 8u, l.total_chunks);
+            const unsigned ahead = min((l.pos + EXANS_DECODE_RING_WORDS) / 8u, l.total_chunks);
             ex_request(l, l.done, ahead, lane);
             l.done_old = l.done;
             l.done = max(l.done, ahead);
             ex_cp_async_commit();
             // The round's tiles, tile0 and tile0 + 1 (when in the partition).
-            const unsigned tile0 = t0 / EX_GROUP;
-            const bool second = (tile0 + 1) * EX_TILE < p_len;  // warp-uniform
+            const unsigned tile0 = t0 / EXANS_GROUP;
+            const bool second = (tile0 + 1) * EXANS_TILE < p_len;  // warp-uniform
             // Regular partitions load the round's sign+mantissa bytes now, so that the
             // loads' latency hides behind the decode steps.
-            uint2 sm0 = make_uint2(0, 0), sm1 = make_uint2(0, 0);
+            uint2 sgnman0 = make_uint2(0, 0), sgnman1 = make_uint2(0, 0);
             if (regular) {
-                const uint2* const sm_tile = reinterpret_cast<const uint2*>(sm_part + tile0 * EX_TILE) + lane;
-                sm0 = __ldg(sm_tile);
-                if (second) sm1 = __ldg(sm_tile + EX_TILE / 8);
+                const uint2* const sgnman_tile = reinterpret_cast<const uint2*>(sgnman_part + tile0 * EXANS_TILE) + lane;
+                sgnman0 = __ldg(sgnman_tile);
+                if (second) sgnman1 = __ldg(sgnman_tile + EXANS_TILE / 8);
             }
-            uint32_t syms[EX_ROUND / 4];
+            uint32_t syms[EXANS_DECODE_ROUND_STEPS / 4];
             if (single) {
 #pragma unroll
-                for (int j = 0; j < EX_ROUND / 4; ++j) syms[j] = single4;
-            } else if (t0 + EX_ROUND <= all_active)
+                for (int j = 0; j < EXANS_DECODE_ROUND_STEPS / 4; ++j) syms[j] = single4;
+            } else if (t0 + EXANS_DECODE_ROUND_STEPS <= all_active)
                 ex_decode_round<true>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
             else
                 ex_decode_round<false>(l, syms, table_s, four, neg_span, k16, precision, lanes_below, t0);
@@ -589,10 +579,10 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 // Every tile whole, inside one group and aligned: the lane's 16 bytes at
                 // dst, which moves a tile on, and past the rest of the tensor at a group's
                 // end (where the tile offset r comes back to 0).
-                ex_store_tile(dst, syms[0], syms[1], sm0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                ex_store_tile(dst, syms[0], syms[1], sgnman0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
                 ex_next_tile(tile, dst, group_len, group_jump);
                 if (second) {
-                    ex_store_tile(dst, syms[2], syms[3], sm1, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                    ex_store_tile(dst, syms[2], syms[3], sgnman1, shared_centers ? s_centers[tile.g] : centers[tile.g]);
                     ex_next_tile(tile, dst, group_len, group_jump);
                 }
             } else {
@@ -600,22 +590,24 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 // whole, inside one group and aligned, else value by value.
 #pragma unroll
                 for (int u = 0; u < 2; ++u) {
-                    const unsigned first = (tile0 + u) * EX_TILE;  // the tile's first symbol
+                    const unsigned first = (tile0 + u) * EXANS_TILE;  // the tile's first symbol
                     if (first >= p_len) break;                     // warp-uniform
-                    if (aligned && first + EX_TILE <= p_len && tile.r + EX_TILE <= group_len) {
-                        const uint2 sm = __ldg(reinterpret_cast<const uint2*>(sm_part + first) + lane);
-                        uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EX_GROUP * lane);
-                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sm,
-                                      shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                    if (aligned && first + EXANS_TILE <= p_len && tile.r + EXANS_TILE <= group_len) {
+                        const uint2 sgnman = __ldg(reinterpret_cast<const uint2*>(sgnman_part + first) + lane);
+                        uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
+                        // The center through the generic pointer: a shared load here (the
+                        // path regular partitions never take) changed ptxas's register
+                        // allocation of the whole kernel for the worse (docs/perf/exans-gpu.md).
+                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sgnman, centers[tile.g]);
                     } else {
                         ex_store_tile_slow(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
-                                           first + EX_GROUP * lane, p_len, p_start, group_len, tensor_values,
+                                           first + EXANS_GROUP * lane, p_len, p_start, group_len, tensor_values,
                                            out_block);
                     }
                     // The next tile's group: a loop, not a division, which ptxas predicates
                     // into every round; one pass when groups hold at least a tile, at most
-                    // EX_TILE passes for groups of a single value.
-                    tile.r += EX_TILE;
+                    // EXANS_TILE passes for groups of a single value.
+                    tile.r += EXANS_TILE;
                     while (tile.r >= group_len) {
                         tile.r -= group_len;
                         ++tile.g;
@@ -625,9 +617,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;
-        if (l.pos > l.count) flags |= EX_STATUS_EXHAUSTED;
-        if (__any_sync(0xffffffffu, l.x != EX_STATE_LOWER)) flags |= EX_STATUS_FINAL_STATE;
-        if (l.pos != l.count) flags |= EX_STATUS_UNCONSUMED;
+        if (l.pos > l.count) flags |= EXANS_STATUS_EXHAUSTED;
+        if (__any_sync(0xffffffffu, l.x != EXANS_STATE_LOWER)) flags |= EXANS_STATUS_FINAL_STATE;
+        if (l.pos != l.count) flags |= EXANS_STATUS_UNCONSUMED;
         if (lane == 0 && flags) atomicOr(status, flags);
     }
 }

@@ -61,27 +61,25 @@
 #include "../common/bf16_field.cuh"
 #include "tiles.cuh"
 
-#define EE_THREADS 256
-#define EE_WARPS 8
-#define EE_PARTITIONS 8
-#define EE_LANES 32
-#define EE_HEADER_LEN 48ull
-#define EE_DIRECTORY_WORDS 264u  // 8 word counts + 8 x 32 final states, u32 each
-#define EE_DIRECTORY_LEN 1056ull
-#define EE_PRECISION 12u
-#define EE_SLOTS 4096u
-#define EE_GAIN_LEN 4096u  // gain[f] for f in 1..=4095; gain[0] unused
-#define EE_STATE_LOWER 65536u
-#define EE_CENTER_SYMBOL 127u
-#define EE_CONTAINER_HEADER_LEN 32ull
-#define EE_VERSION 2u                   // records and containers (spec 3, 8)
-#define EE_RECORD_MAGIC 0x4158564bu     // "KVXA" little-endian
-#define EE_CONTAINER_MAGIC 0x4358564bu  // "KVXC" little-endian
+#define EE_WARPS (EXANS_THREADS / 32)
+// The writers pack each header into aligned u32s: pairs of u16 fields share one, and the
+// precision, partitions, lanes and reserved bytes share another.
+static_assert(EXANS_HEADER_VERSION % 4 == 0 && EXANS_HEADER_VERSION + 2 == EXANS_HEADER_FLAGS &&
+                  EXANS_HEADER_LAYERS % 4 == 0 &&
+                  EXANS_HEADER_LAYERS + 2 == EXANS_HEADER_KV_HEADS && EXANS_HEADER_HEAD_DIM % 4 == 0 &&
+                  EXANS_HEADER_HEAD_DIM + 2 == EXANS_HEADER_TOKENS && EXANS_HEADER_PRECISION % 4 == 0 &&
+                  EXANS_HEADER_PARTITIONS == EXANS_HEADER_PRECISION + 1 &&
+                  EXANS_HEADER_LANES == EXANS_HEADER_PRECISION + 2 &&
+                  EXANS_HEADER_RESERVED0 == EXANS_HEADER_PRECISION + 3 && EXANS_HEADER_RESERVED1 % 4 == 0,
+              "record header packing");
+static_assert(EXANS_CONTAINER_HEADER_VERSION % 4 == 0 && EXANS_CONTAINER_HEADER_LAYERS % 4 == 0 &&
+                  EXANS_CONTAINER_HEADER_HEAD_DIM % 4 == 0 && EXANS_CONTAINER_HEADER_TOKENS % 8 == 0 &&
+                  EXANS_CONTAINER_HEADER_BLOCKS % 4 == 0 && EXANS_CONTAINER_HEADER_RESERVED + 4 == EXANS_CONTAINER_HEADER_LEN,
+              "container header packing");
+#define EE_SLOTS (1u << EXANS_PRECISION)
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions
 #define EE_COPIES 4  // copies of each warp's exponent histogram (lane & 3): fewer atomic conflicts
 #define EE_ROUND 128  // rANS steps whose symbols a warp stages in shared memory at once
-#define EE_GROUP EXANS_GROUP  // consecutive symbols of a tile a lane codes in consecutive steps
-#define EE_TILE EXANS_TILE    // symbols of a tile: EE_LANES x EE_GROUP
 #define EE_HIST_BATCH 4  // 16-byte histogram loads per lane in flight (x2: the next batch too)
 #define EE_SHARED_GROUPS 1024  // centers kept in shared memory up to this many groups (else global)
 
@@ -216,7 +214,7 @@ __device__ __forceinline__ uint32_t ee_sm4(uint32_t a, uint32_t b) {
 // columns each, the same 16 in both: the flip puts them in the two halves of the banks)
 // nor the step loads (one row group, 32 columns) conflict.
 __device__ __forceinline__ uint32_t ee_stage_word(uint32_t rg, uint32_t j) {
-    return rg * EE_LANES + (j ^ ((rg & 1u) << 4));
+    return rg * EXANS_LANES + (j ^ ((rg & 1u) << 4));
 }
 
 // One rANS step (spec 6) of symbol sym; ALL: every lane is active. The symbol's s_tab
@@ -287,22 +285,22 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
 }
 
 // One CTA per block (header comment, step 1), 64 registers, 4 CTAs (32 warps) per SM.
-extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
-    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sm_out) {
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sgnman_out) {
     // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
     // staging (EE_ROUND rows of 32 lanes' bytes per warp, 4 KiB each).
     __shared__ __align__(16) uint32_t s_pool[EE_WARPS * 256 * EE_COPIES];
     __shared__ uint32_t s_counts[256];
     __shared__ uint32_t s_enc[256];  // freq | cdf << 16
     __shared__ uint4 s_tab[256];     // (divider magic, freq, cdf, divider shift): one load per step
-    __shared__ uint32_t s_words[EE_PARTITIONS];
+    __shared__ uint32_t s_words[EXANS_PARTITIONS];
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
-    static_assert(EE_WARPS * EE_ROUND * EE_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
-    static_assert(EE_ROUND % (2 * EE_GROUP) == 0 && EE_TILE == EE_LANES * EE_GROUP,
+    static_assert(EE_WARPS * EE_ROUND * EXANS_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
+    static_assert(EE_ROUND % (2 * EXANS_GROUP) == 0 && EXANS_TILE == EXANS_LANES * EXANS_GROUP,
                   "a round is whole pairs of tiles: the staging chunks' row groups come in pairs");
 
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
@@ -323,10 +321,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         const u64 scratch_base = base * groups;
         uint8_t* centers = centers_out + (u64)blk * groups;
         const uint8_t* cen = groups <= EE_SHARED_GROUPS ? s_centers : centers;
-        uint8_t* const sm_plane = sm_out + scratch_base;  // the block's plane (vec only)
+        uint8_t* const sgnman_plane = sgnman_out + scratch_base;  // the block's plane (vec only)
 
         // (a) centers and the symbol histogram.
-        for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EE_THREADS)
+        for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EXANS_THREADS)
             ((uint4*)s_pool)[i] = make_uint4(0, 0, 0, 0);
         s_counts[tid] = 0;
         __syncthreads();
@@ -343,17 +341,17 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                 uint4 cur[EE_HIST_BATCH];
 #pragma unroll
                 for (uint32_t b = 0; b < EE_HIST_BATCH; ++b)
-                    cur[b] = lane + b * EE_LANES < n8 ? src4[lane + b * EE_LANES] : make_uint4(0, 0, 0, 0);
-                for (uint32_t v = lane; v < n8; v += EE_HIST_BATCH * EE_LANES) {
+                    cur[b] = lane + b * EXANS_LANES < n8 ? src4[lane + b * EXANS_LANES] : make_uint4(0, 0, 0, 0);
+                for (uint32_t v = lane; v < n8; v += EE_HIST_BATCH * EXANS_LANES) {
                     uint4 nxt[EE_HIST_BATCH];
 #pragma unroll
                     for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
-                        const uint32_t i = v + (EE_HIST_BATCH + b) * EE_LANES;
+                        const uint32_t i = v + (EE_HIST_BATCH + b) * EXANS_LANES;
                         nxt[b] = i < n8 ? src4[i] : make_uint4(0, 0, 0, 0);
                     }
 #pragma unroll
                     for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
-                        if (v + b * EE_LANES < n8) {
+                        if (v + b * EXANS_LANES < n8) {
                             ee_hist2(s_hist, cur[b].x, copy);
                             ee_hist2(s_hist, cur[b].y, copy);
                             ee_hist2(s_hist, cur[b].z, copy);
@@ -362,14 +360,14 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                             // exans_encode_records (1 byte per value there instead of
                             // reading the 2-byte words again); 8-byte aligned: per_group
                             // and scratch_base are multiples of 8.
-                            *(uint2*)(sm_plane + g * per_group + 8 * (v + b * EE_LANES)) =
+                            *(uint2*)(sgnman_plane + g * per_group + 8 * (v + b * EXANS_LANES)) =
                                 make_uint2(ee_sm4(cur[b].x, cur[b].y), ee_sm4(cur[b].z, cur[b].w));
                         }
                         cur[b] = nxt[b];
                     }
                 }
             } else {
-                for (u64 r = lane; r < per_group; r += EE_LANES)
+                for (u64 r = lane; r < per_group; r += EXANS_LANES)
                     atomicAdd(&s_hist[kv_exponent_of(src[r]) * EE_COPIES + copy], 1u);
             }
             __syncwarp();
@@ -410,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
 #pragma unroll
             for (uint32_t q = 0; q < 8; ++q) {
                 const uint32_t e = lane + 32 * q;
-                if (h[q]) atomicAdd(&s_counts[(e + EE_CENTER_SYMBOL - center) & 255u], h[q]);
+                if (h[q]) atomicAdd(&s_counts[(e + EXANS_CENTER_SYMBOL - center) & 255u], h[q]);
             }
             __syncwarp();
         }
@@ -420,10 +418,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         // every line of it but the last partial one is touched, each where its 64 words
         // lie in one group (the spans need not be line-aligned).
         {
-            const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
+            const u64 ps = (u64)warp * n / EXANS_PARTITIONS, pe = (u64)(warp + 1) * n / EXANS_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps), pg = (uint32_t)per_group;
             const uint32_t m = exans_lane_run(np, 0);
-            const uint32_t q0 = m ? EE_LANES * ((m - 1) / EE_ROUND * EE_ROUND) : np;
+            const uint32_t q0 = m ? EXANS_LANES * ((m - 1) / EE_ROUND * EE_ROUND) : np;
 #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
                 const uint32_t o = q0 + 64u * (2u * lane + h);
@@ -438,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         {
             const uint4* from = (const uint4*)gain;
             uint4* to = (uint4*)s_pool;
-            for (uint32_t i = tid; i < EE_GAIN_LEN * sizeof(u64) / sizeof(uint4); i += EE_THREADS) to[i] = from[i];
+            for (uint32_t i = tid; i < EXANS_ENCODE_GAIN_LEN * sizeof(u64) / sizeof(uint4); i += EXANS_THREADS) to[i] = from[i];
         }
         __syncthreads();
 
@@ -460,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                 uint32_t local = 0;
 #pragma unroll
                 for (int q = 0; q < 8; ++q) {
-                    f[q] = c[q] ? max(1u, (uint32_t)(((u64)c[q] << EE_PRECISION) / n)) : 0;
+                    f[q] = c[q] ? max(1u, (uint32_t)(((u64)c[q] << EXANS_PRECISION) / n)) : 0;
                     local += f[q];
                 }
                 uint32_t sum = ee_warp_sum(local);
@@ -523,7 +521,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                 shift = 0;
                 bias += EE_SLOTS - 1;
             }
-            const uint32_t thr = (freq >= EE_SLOTS ? 0xffffffe0u : freq << (32 - EE_PRECISION)) | shift;
+            const uint32_t thr = (freq >= EE_SLOTS ? 0xffffffe0u : freq << (32 - EXANS_PRECISION)) | shift;
             s_tab[tid] = make_uint4(magic, thr, bias, EE_SLOTS - freq);
         }
         __syncthreads();
@@ -539,37 +537,37 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
         // 32 EE_ROUND consecutive ones, which the warp reads as 8-byte chunks, lane L
         // taking chunks L + 32 i (256 contiguous bytes per load instruction).
         {
-            const u64 ps = (u64)warp * n / EE_PARTITIONS, pe = (u64)(warp + 1) * n / EE_PARTITIONS;
+            const u64 ps = (u64)warp * n / EXANS_PARTITIONS, pe = (u64)(warp + 1) * n / EXANS_PARTITIONS;
             const uint32_t np = (uint32_t)(pe - ps);
             const uint32_t len = exans_lane_run(np, lane);  // this lane's run (steps)
             const uint32_t m = exans_lane_run(np, 0);       // the partition's steps
             const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
-            uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EE_LANES);
-            uint32_t x = EE_STATE_LOWER;
+            uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EXANS_LANES);
+            uint32_t x = EXANS_STATE_LOWER;
             // The partition's scratch slice; the stack's word k at region[np - 1 - k], so
             // the next word's slot is stk = region + np - 1 - (words so far). stk is only
             // dereferenced at a word's slot (index < count <= np).
             uint16_t* const region = scratch + scratch_base + ps;
             uint16_t* stk = region + np - 1;
             const uint32_t gt = ee_lanemask_gt();
-            const uint32_t minlen = exans_lane_run(np, EE_LANES - 1);  // len falls with lane
+            const uint32_t minlen = exans_lane_run(np, EXANS_LANES - 1);  // len falls with lane
             // 8-byte chunk loads need every chunk inside one group and 8-byte aligned: the
             // block index ps + 32 t_lo + 4 c is a multiple of 4 when ps is, a group of
             // pg >= 128 values (a multiple of 4) holds whole chunks, and a chunk's word
             // sits at g thd + base + r.
-            const bool chunked = ((ps | pg | thd | base) & 3u) == 0 && pg >= 4 * EE_LANES &&
+            const bool chunked = ((ps | pg | thd | base) & 3u) == 0 && pg >= 4 * EXANS_LANES &&
                                  ((size_t)words & 7u) == 0;
             for (uint32_t t_hi = m; t_hi > 0;) {
                 const uint32_t t_lo = (t_hi - 1) / EE_ROUND * EE_ROUND;
-                const uint32_t q0 = EE_LANES * t_lo;  // the round's first symbol in the partition
-                const uint32_t vals = min(np - q0, EE_LANES * EE_ROUND);  // symbols staged
+                const uint32_t q0 = EXANS_LANES * t_lo;  // the round's first symbol in the partition
+                const uint32_t vals = min(np - q0, EXANS_LANES * EE_ROUND);  // symbols staged
                 // The next round's symbols, [q0 - 4096, q0), into L2: two prefetches per
                 // lane, one every 64 words (as before the quantizer), each where its 64
                 // words lie in one group.
                 if (t_lo > 0) {
 #pragma unroll
                     for (uint32_t h = 0; h < 2; ++h) {
-                        const uint32_t k = (uint32_t)ps + q0 - EE_LANES * EE_ROUND + 64u * (2u * lane + h);
+                        const uint32_t k = (uint32_t)ps + q0 - EXANS_LANES * EE_ROUND + 64u * (2u * lane + h);
                         const uint32_t g = k / pg, r = k - g * pg;
                         if (r + 63u < pg) ee_prefetch_l2(words + (u64)g * thd + base + r);
                     }
@@ -587,14 +585,14 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                         uint32_t cj[8];
 #pragma unroll
                         for (uint32_t u = 0; u < 8; ++u) {
-                            const uint32_t o = 4u * (lane + EE_LANES * (i0 + u));  // offset in the round
+                            const uint32_t o = 4u * (lane + EXANS_LANES * (i0 + u));  // offset in the round
                             w[u] = make_uint2(0, 0);
                             cj[u] = 0;
                             if (o < vals) {  // else g may lie past the cache
-                                cj[u] = EE_CENTER_SYMBOL - cen[g];
+                                cj[u] = EXANS_CENTER_SYMBOL - cen[g];
                                 w[u] = __ldg(reinterpret_cast<const uint2*>(words + (u64)g * thd + base + r));
                             }
-                            r += 4 * EE_LANES;
+                            r += 4 * EXANS_LANES;
                             if (r >= pg) {
                                 r -= pg;
                                 ++g;
@@ -602,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                         }
 #pragma unroll
                         for (uint32_t u = 0; u < 8; ++u) {
-                            const uint32_t c = lane + EE_LANES * (i0 + u);
+                            const uint32_t c = lane + EXANS_LANES * (i0 + u);
                             if (4u * c < vals) {
                                 const uint32_t packed = ((kv_exponent_of(w[u].x) + cj[u]) & 255u) |
                                                         ((kv_exponent_of(w[u].x >> 16) + cj[u]) & 255u) << 8 |
@@ -614,13 +612,13 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                     }
                 } else {
                     // Any other shape: symbol by symbol, each finding its group by division.
-                    for (uint32_t o = lane; o < vals; o += EE_LANES) {
+                    for (uint32_t o = lane; o < vals; o += EXANS_LANES) {
                         const uint32_t k = (uint32_t)ps + q0 + o;
                         const uint32_t g = k / pg, r = k - g * pg;
                         const uint32_t w = words[(u64)g * thd + base + r];
                         const uint32_t c = o / 4u;
                         ((uint8_t*)stage32)[4 * ee_stage_word(2u * (c / 64u) + (c & 1u), (c % 64u) / 2u) + (o & 3u)] =
-                            (uint8_t)(kv_exponent_of(w) + EE_CENTER_SYMBOL - cen[g]);
+                            (uint8_t)(kv_exponent_of(w) + EXANS_CENTER_SYMBOL - cen[g]);
                     }
                 }
                 __syncwarp();
@@ -628,9 +626,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
                 t_hi = t_lo;
             }
             const uint32_t tail = (uint32_t)((region + np) - (stk + 1));  // the words pushed
-            dir_out[(u64)blk * EE_DIRECTORY_WORDS + EE_PARTITIONS + warp * EE_LANES + lane] = x;
+            dir_out[(u64)blk * EXANS_ENCODE_DIRECTORY_WORDS + EXANS_PARTITIONS + warp * EXANS_LANES + lane] = x;
             if (lane == 0) {
-                dir_out[(u64)blk * EE_DIRECTORY_WORDS + warp] = tail;
+                dir_out[(u64)blk * EXANS_ENCODE_DIRECTORY_WORDS + warp] = tail;
                 s_words[warp] = tail;
             }
         }
@@ -638,10 +636,10 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
 
         // (d) the record length.
         if (tid == 0) {
-            const u64 model = EE_HEADER_LEN + 2ull * layers;
-            u64 at = ee_align16(model + 2 + 3ull * s_k) + EE_DIRECTORY_LEN;
-            for (int p = 0; p < EE_PARTITIONS; ++p) at = ee_align16(at + 2ull * s_words[p]);
-            const u64 coded = at + n, raw = EE_HEADER_LEN + 2 * n;
+            const u64 model = EXANS_HEADER_LEN + 2ull * layers;
+            u64 at = ee_align16(model + 2 + 3ull * s_k) + EXANS_DIRECTORY_LEN;
+            for (int p = 0; p < EXANS_PARTITIONS; ++p) at = ee_align16(at + 2ull * s_words[p]);
+            const u64 coded = at + n, raw = EXANS_HEADER_LEN + 2 * n;
             lens_out[blk] = coded >= raw ? raw : coded;
         }
         __syncthreads();
@@ -652,32 +650,32 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 4) exans_encode_blocks(
 // and, for the chunk that starts at block 0, the container header and the gap after the
 // index. The chunk's first offset is the end of the index (first = 0) or the one the
 // previous chunk's launch wrote to offsets[first]. Thread t scans the blocks
-// [first + t s, first + t s + s), s = ceil((end - first) / EE_THREADS): its segment sum,
+// [first + t s, first + t s + s), s = ceil((end - first) / EXANS_THREADS): its segment sum,
 // a block-wide scan of the sums, then the segment's offsets (two passes over the
 // segment's lengths, one barrier).
-extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS) exans_encode_index(
     uint32_t layers, uint32_t kv_heads, uint32_t head_dim, uint32_t block_tokens, u64 tokens, uint32_t blocks,
     uint32_t first, uint32_t end, const u64* __restrict__ lens, u64* __restrict__ offsets,
     uint8_t* __restrict__ out) {
     __shared__ u64 s_warp[EE_WARPS];
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
-    const u64 index_end = EE_CONTAINER_HEADER_LEN + 8ull * ((u64)blocks + 1);
+    const u64 index_end = EXANS_CONTAINER_HEADER_LEN + 8ull * ((u64)blocks + 1);
     const u64 chunk_start = first == 0 ? ee_align16(index_end) : offsets[first];
     if (first == 0 && tid == 0) {
         uint32_t* h = (uint32_t*)out;
-        h[0] = EE_CONTAINER_MAGIC;
-        h[1] = EE_VERSION;  // version, flags 0
-        h[2] = layers | (kv_heads << 16);
-        h[3] = head_dim | (block_tokens << 16);
-        h[4] = (uint32_t)tokens;
-        h[5] = (uint32_t)(tokens >> 32);
-        h[6] = blocks;
-        h[7] = 0;
+        h[EXANS_CONTAINER_HEADER_MAGIC / 4] = EXANS_CONTAINER_MAGIC;
+        h[EXANS_CONTAINER_HEADER_VERSION / 4] = EXANS_VERSION;  // version, flags 0
+        h[EXANS_CONTAINER_HEADER_LAYERS / 4] = layers | (kv_heads << 16);
+        h[EXANS_CONTAINER_HEADER_HEAD_DIM / 4] = head_dim | (block_tokens << 16);
+        h[EXANS_CONTAINER_HEADER_TOKENS / 4] = (uint32_t)tokens;
+        h[EXANS_CONTAINER_HEADER_TOKENS / 4 + 1] = (uint32_t)(tokens >> 32);
+        h[EXANS_CONTAINER_HEADER_BLOCKS / 4] = blocks;
+        h[EXANS_CONTAINER_HEADER_RESERVED / 4] = 0;
         for (u64 b = index_end; b < chunk_start; ++b) out[b] = 0;
     }
     // In u32 without wrapping for any first < end <= u32::MAX: seg <= 2^24, tid seg < 2^32.
     const uint32_t count = end - first;  // >= 1 (the host plans no empty chunk)
-    const uint32_t seg = count / EE_THREADS + (count % EE_THREADS != 0);
+    const uint32_t seg = count / EXANS_THREADS + (count % EXANS_THREADS != 0);
     const uint32_t lo = first + min(tid * seg, count), hi = lo + min(seg, end - lo);
     u64 sum = 0;
 #pragma unroll 4
@@ -691,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS) exans_encode_index(
     __syncthreads();
     u64 at = chunk_start + incl - sum;
     for (uint32_t w = 0; w < warp; ++w) at += s_warp[w];
-    u64* index = (u64*)(out + EE_CONTAINER_HEADER_LEN);
+    u64* index = (u64*)(out + EXANS_CONTAINER_HEADER_LEN);
     for (uint32_t i = lo; i < hi; ++i) {
         offsets[i] = at;
         index[i] = at;
@@ -731,11 +729,11 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
 
 // At most 48 registers (5 CTAs per SM), as before the plane copy: left alone, ptxas
 // takes 56 for it, and this kernel lives on bytes in flight.
-extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records(
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_records(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const uint8_t* __restrict__ centers_in,
     const uint16_t* __restrict__ freqs_in, const uint32_t* __restrict__ dir_in, const u64* __restrict__ lens,
-    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sm_in,
+    const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sgnman_in,
     uint8_t* __restrict__ out) {
     __shared__ uint32_t s_entry[256];  // symbol | freq << 8, by rank
     __shared__ uint32_t s_warp[EE_WARPS];
@@ -755,27 +753,29 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
         const u64 base = t0 * hd;
         const u64 scratch_base = base * groups;
         const u64 len = lens[blk];
-        const u64 raw_len = EE_HEADER_LEN + 2 * n;
+        const u64 raw_len = EXANS_HEADER_LEN + 2 * n;
         const bool raw = len == raw_len;
         uint8_t* rec = out + offsets[blk];
         uint32_t* rec32 = (uint32_t*)rec;  // the record start is 16-byte aligned
 
         if (raw) {
             if (tid == 0) {
-                rec32[0] = EE_RECORD_MAGIC;
-                rec32[1] = EE_VERSION | (1u << 16);  // version, flags RAW
-                rec32[2] = layers | (kv_heads << 16);
-                rec32[3] = head_dim | ((uint32_t)bt << 16);
-                rec32[4] = (uint32_t)n;
-                rec32[5] = (uint32_t)len;
-                rec32[6] = 0;
-                rec32[7] = rec32[8] = rec32[9] = rec32[10] = (uint32_t)EE_HEADER_LEN;
-                rec32[11] = 0;
+                rec32[EXANS_HEADER_MAGIC / 4] = EXANS_RECORD_MAGIC;
+                rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION | (EXANS_FLAG_RAW << 16);  // version, flags
+                rec32[EXANS_HEADER_LAYERS / 4] = layers | (kv_heads << 16);
+                rec32[EXANS_HEADER_HEAD_DIM / 4] = head_dim | ((uint32_t)bt << 16);
+                rec32[EXANS_HEADER_VALUES / 4] = (uint32_t)n;
+                rec32[EXANS_HEADER_RECORD_LEN / 4] = (uint32_t)len;
+                rec32[EXANS_HEADER_PRECISION / 4] = 0;  // precision, partitions, lanes, reserved: 0
+                rec32[EXANS_HEADER_MODEL_OFFSET / 4] = rec32[EXANS_HEADER_DIRECTORY_OFFSET / 4] =
+                    rec32[EXANS_HEADER_WORDS_OFFSET / 4] = rec32[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] =
+                        (uint32_t)EXANS_HEADER_LEN;
+                rec32[EXANS_HEADER_RESERVED1 / 4] = 0;
             }
             // 8 words per 16-byte chunk; the last chunk's tail is the gap to the next
             // record (48 + 16 ceil(n / 8) = align16(48 + 2n)).
             const u64 chunks = (n + 7) / 8;
-            for (u64 c = tid; c < chunks; c += EE_THREADS) {
+            for (u64 c = tid; c < chunks; c += EXANS_THREADS) {
                 EeCursor cur = ee_cursor(words, thd, base, per_group, c * 8);
                 uint32_t v[4];
 #pragma unroll
@@ -784,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
                     const uint32_t b = c * 8 + 2 * j + 1 < n ? ee_next(cur, thd, per_group) : 0u;
                     v[j] = a | (b << 16);
                 }
-                *(uint4*)(rec + EE_HEADER_LEN + 16 * c) = make_uint4(v[0], v[1], v[2], v[3]);
+                *(uint4*)(rec + EXANS_HEADER_LEN + 16 * c) = make_uint4(v[0], v[1], v[2], v[3]);
             }
             __syncthreads();
             continue;
@@ -806,34 +806,34 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
         }
         __syncthreads();
         const uint32_t k = s_k;
-        const uint32_t* dir = dir_in + (u64)blk * EE_DIRECTORY_WORDS;
-        const u64 model = EE_HEADER_LEN + 2ull * layers;
+        const uint32_t* dir = dir_in + (u64)blk * EXANS_ENCODE_DIRECTORY_WORDS;
+        const u64 model = EXANS_HEADER_LEN + 2ull * layers;
         const u64 model_end = model + 2 + 3ull * k;
         const u64 directory = ee_align16(model_end);
-        const u64 words_off = directory + EE_DIRECTORY_LEN;
-        u64 sm = words_off;
+        const u64 words_off = directory + EXANS_DIRECTORY_LEN;
+        u64 sgnman_off = words_off;
 #pragma unroll 1
-        for (int p = 0; p < EE_PARTITIONS; ++p) sm = ee_align16(sm + 2ull * dir[p]);
+        for (int p = 0; p < EXANS_PARTITIONS; ++p) sgnman_off = ee_align16(sgnman_off + 2ull * dir[p]);
 
         if (tid == 0) {
-            rec32[0] = EE_RECORD_MAGIC;
-            rec32[1] = EE_VERSION;  // version, flags 0
-            rec32[2] = layers | (kv_heads << 16);
-            rec32[3] = head_dim | ((uint32_t)bt << 16);
-            rec32[4] = (uint32_t)n;
-            rec32[5] = (uint32_t)len;
-            rec32[6] = EE_PRECISION | (EE_PARTITIONS << 8) | (EE_LANES << 16);
-            rec32[7] = (uint32_t)model;
-            rec32[8] = (uint32_t)directory;
-            rec32[9] = (uint32_t)words_off;
-            rec32[10] = (uint32_t)sm;
-            rec32[11] = 0;
+            rec32[EXANS_HEADER_MAGIC / 4] = EXANS_RECORD_MAGIC;
+            rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION;  // version, flags 0
+            rec32[EXANS_HEADER_LAYERS / 4] = layers | (kv_heads << 16);
+            rec32[EXANS_HEADER_HEAD_DIM / 4] = head_dim | ((uint32_t)bt << 16);
+            rec32[EXANS_HEADER_VALUES / 4] = (uint32_t)n;
+            rec32[EXANS_HEADER_RECORD_LEN / 4] = (uint32_t)len;
+            rec32[EXANS_HEADER_PRECISION / 4] = EXANS_PRECISION | (EXANS_PARTITIONS << 8) | (EXANS_LANES << 16);
+            rec32[EXANS_HEADER_MODEL_OFFSET / 4] = (uint32_t)model;
+            rec32[EXANS_HEADER_DIRECTORY_OFFSET / 4] = (uint32_t)directory;
+            rec32[EXANS_HEADER_WORDS_OFFSET / 4] = (uint32_t)words_off;
+            rec32[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] = (uint32_t)sgnman_off;
+            rec32[EXANS_HEADER_RESERVED1 / 4] = 0;
         }
         // Centers.
         const uint8_t* centers = centers_in + (u64)blk * groups;
-        for (uint32_t g = tid; g < groups; g += EE_THREADS) rec[EE_HEADER_LEN + g] = centers[g];
+        for (uint32_t g = tid; g < groups; g += EXANS_THREADS) rec[EXANS_HEADER_LEN + g] = centers[g];
         // Model: u16 K, K x (u8 symbol, u16 freq), zero padding to the directory.
-        for (uint32_t b = tid; b < (uint32_t)(directory - model); b += EE_THREADS) {
+        for (uint32_t b = tid; b < (uint32_t)(directory - model); b += EXANS_THREADS) {
             uint32_t v = 0;
             if (b < 2) {
                 v = (k >> (8 * b)) & 0xffu;
@@ -845,18 +845,18 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
         }
         // Directory: word counts, then final states.
         uint32_t* dir_dst = (uint32_t*)(rec + directory);
-        for (uint32_t i = tid; i < EE_DIRECTORY_WORDS; i += EE_THREADS) dir_dst[i] = dir[i];
+        for (uint32_t i = tid; i < EXANS_ENCODE_DIRECTORY_WORDS; i += EXANS_THREADS) dir_dst[i] = dir[i];
         // Word streams, 8 words per 16-byte chunk; a partial chunk's tail is the stream's
         // zero padding. Stream p sits at the end of the partition's scratch slice.
         u64 at = words_off;
 #pragma unroll 1
-        for (int p = 0; p < EE_PARTITIONS; ++p) {
+        for (int p = 0; p < EXANS_PARTITIONS; ++p) {
             const uint32_t count = dir[p];
-            const u64 pe = (u64)(p + 1) * n / EE_PARTITIONS;
+            const u64 pe = (u64)(p + 1) * n / EXANS_PARTITIONS;
             const uint16_t* from = scratch + scratch_base + pe - count;
             const uint32_t chunks = (count + 7) / 8;
             uint4* to = (uint4*)(rec + at);
-            for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
+            for (uint32_t c = tid; c < chunks; c += EXANS_THREADS) {
                 uint32_t v[4];
 #pragma unroll
                 for (uint32_t j = 0; j < 4; ++j) {
@@ -876,9 +876,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
             // end past n, by 8 bytes: those are zero (the gap to the next record) and not
             // read (they would be the next block's plane, or past the buffer).
             const uint32_t chunks = ((uint32_t)n + 15) / 16;
-            const uint4* const from = (const uint4*)(sm_in + scratch_base);
-            uint4* to = (uint4*)(rec + sm);
-            for (uint32_t c = tid; c < chunks; c += EE_THREADS) {
+            const uint4* const from = (const uint4*)(sgnman_in + scratch_base);
+            uint4* to = (uint4*)(rec + sgnman_off);
+            for (uint32_t c = tid; c < chunks; c += EXANS_THREADS) {
                 uint4 v;
                 if (16 * c + 16 <= (uint32_t)n) {
                     v = __ldg(from + c);
@@ -892,9 +892,9 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
             continue;
         }
         // Sign+mantissa bytes, 16 per chunk; the last chunk's tail is the gap to the next
-        // record (sm is 16-aligned, so align16(sm + n) = sm + 16 ceil(n / 16)).
+        // record (sgnman_off is 16-aligned, so align16(sgnman_off + n) = sgnman_off + 16 ceil(n / 16)).
         const u64 chunks = (n + 15) / 16;
-        for (u64 c = tid; c < chunks; c += EE_THREADS) {
+        for (u64 c = tid; c < chunks; c += EXANS_THREADS) {
             EeCursor cur = ee_cursor(words, thd, base, per_group, c * 16);
             uint32_t v[4];
 #pragma unroll
@@ -907,7 +907,7 @@ extern "C" __global__ void __launch_bounds__(EE_THREADS, 5) exans_encode_records
                 }
                 v[j] = acc;
             }
-            *(uint4*)(rec + sm + 16 * c) = make_uint4(v[0], v[1], v[2], v[3]);
+            *(uint4*)(rec + sgnman_off + 16 * c) = make_uint4(v[0], v[1], v[2], v[3]);
         }
         __syncthreads();
     }

@@ -5,8 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EXANS_GROUP 8   // consecutive symbols of a tile a lane codes in consecutive steps
-#define EXANS_TILE 256  // symbols of a tile: 32 lanes x EXANS_GROUP
+#include "exans_format.gen.cuh"
 
 // Steps lane `lane` codes in a partition of `len` symbols: EXANS_GROUP per whole tile,
 // plus clamp(r - 8 lane, 0, 8) in a last, partial tile of r symbols. It falls with the

@@ -1,24 +1,21 @@
 // SplitZip GPU encoder and decoder, byte-identical to crates/splitzip (the CPU
-// reference). Format: docs/formats/splitzip.md; design: SplitZip seed (top-16 codebook,
-// 4-bit codes, chunk-local escapes) and shared/notes/gpu-entropy-coding.md section 5
-// (escape compaction on the device, no host synchronisation).
+// reference). Format: docs/formats/splitzip.md; design: the SplitZip paper (top-16
+// codebook, 4-bit codes, chunk-local escapes), with escapes compacted on the device by
+// prefix sums, so no host synchronisation is needed.
 //
-// Work unit: a tile of SZ_TILE_VALUES values (a whole number of chunks; chunk sizes up
-// to SZ_TILE_VALUES are supported on the GPU), one CTA of SZ_THREADS threads per tile;
+// Work unit: a tile of SPLITZIP_TILE_VALUES values (a whole number of chunks; chunk sizes up
+// to SPLITZIP_TILE_VALUES are supported on the GPU), one CTA of SPLITZIP_THREADS threads per tile;
 // each thread owns groups of 8 values (16 bytes of words, 4 bytes of codes, 8 bytes of
 // sign+mantissa).
 #include "../common/bf16_field.cuh"
+#include "splitzip_format.gen.cuh"
 
-#define SZ_THREADS 256
-#define SZ_GROUP 8
-#define SZ_TILE_VALUES 8192
-#define SZ_GROUPS_PER_THREAD (SZ_TILE_VALUES / SZ_GROUP / SZ_THREADS)  // 4
-#define SZ_HEADER_LEN 128
-#define SZ_ALIGN 16ull
+#define SZ_GROUPS_PER_THREAD (SPLITZIP_TILE_VALUES / SPLITZIP_GROUP_VALUES / SPLITZIP_THREADS)  // 4
 // Decoder occupancy: 6 CTAs x 256 threads per SM (caps registers at 40 without spills; 8 spilled).
 #define SZ_DECODE_CTAS_PER_SM 6
-// Encoder occupancy: 6 CTAs x 256 threads per SM (40 registers, 28 bytes spilled):
-// 1650 GB/s against 1606 with 5 CTAs (48 registers, no spills) on an H200.
+// Encoder occupancy: 6 CTAs x 256 threads per SM (40 registers, 28 bytes spilled): the
+// latency hidden by the sixth CTA outweighs the spills, where 5 CTAs (48 registers, no
+// spills) measured slower (docs/perf/splitzip-gpu.md).
 #define SZ_ENCODE_CTAS_PER_SM 6
 
 // Chunk sizes are powers of two (spec section 3): divide and take remainders by shifts
@@ -27,7 +24,7 @@
 __device__ __forceinline__ unsigned sz_chunk_shift(unsigned chunk_size) { return __ffs(chunk_size) - 1; }
 
 __device__ __forceinline__ unsigned long long sz_align16(unsigned long long x) {
-    return (x + SZ_ALIGN - 1) / SZ_ALIGN * SZ_ALIGN;
+    return (x + SPLITZIP_SECTION_ALIGN - 1) / SPLITZIP_SECTION_ALIGN * SPLITZIP_SECTION_ALIGN;
 }
 
 // Section offsets that depend only on (n, chunk_size): spec section 3.
@@ -38,17 +35,17 @@ struct SzLayout {
 __device__ __forceinline__ SzLayout sz_layout(unsigned long long n, unsigned chunk_size) {
     SzLayout l;
     l.chunks = (n + chunk_size - 1) >> sz_chunk_shift(chunk_size);
-    l.codes = SZ_HEADER_LEN;
+    l.codes = SPLITZIP_HEADER_LEN;
     l.sign_mantissa = sz_align16(l.codes + (n + 1) / 2);
     l.escape_offsets = sz_align16(l.sign_mantissa + n);
     l.escape_positions = sz_align16(l.escape_offsets + 4 * (l.chunks + 1));
     return l;
 }
 
-// Exclusive scan of one u64 per thread across a CTA of SZ_THREADS threads; returns the
+// Exclusive scan of one u64 per thread across a CTA of SPLITZIP_THREADS threads; returns the
 // prefix and writes the CTA total to *total. All threads must call it. The tiles kernel
 // scans four 16-bit counts packed in one u64 (a thread's four groups), which never
-// carry into each other because a pass holds at most SZ_THREADS * 8 = 2048 escapes.
+// carry into each other because a pass holds at most SPLITZIP_THREADS * 8 = 2048 escapes.
 __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned long long v,
                                                                     unsigned long long* warp_sums,
                                                                     unsigned long long* total) {
@@ -62,16 +59,16 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        unsigned long long t = lane < SZ_THREADS / 32 ? warp_sums[lane] : 0;
+        unsigned long long t = lane < SPLITZIP_THREADS / 32 ? warp_sums[lane] : 0;
 #pragma unroll
-        for (int d = 1; d < SZ_THREADS / 32; d <<= 1) {
+        for (int d = 1; d < SPLITZIP_THREADS / 32; d <<= 1) {
             const unsigned long long y = __shfl_up_sync(0xffffffffu, t, d);
             if (lane >= d) t += y;
         }
-        if (lane < SZ_THREADS / 32) warp_sums[lane] = t;  // inclusive per warp
+        if (lane < SPLITZIP_THREADS / 32) warp_sums[lane] = t;  // inclusive per warp
     }
     __syncthreads();
-    *total = warp_sums[SZ_THREADS / 32 - 1];
+    *total = warp_sums[SPLITZIP_THREADS / 32 - 1];
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
@@ -88,29 +85,27 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
 //   3. splitzip_encode_finish header and padding, or the whole payload rewritten raw.
 // Placement touches only per-tile counts and the escapes (~0.1% of the bytes), so the
 // streaming kernel never waits on another tile (an earlier single-kernel version with a
-// decoupled look-back ran at 920 GB/s on an H200: docs/PERF.md).
+// decoupled look-back serialised the tiles on it: docs/perf/splitzip-gpu.md).
 //
 // Workspace (u64 words): [0] encoded length, [1] total escapes, then one sum per
-// superblock, then one count per tile. Scratch: per tile SZ_TILE_VALUES u16 positions
-// and SZ_TILE_VALUES u8 exponents.
+// superblock, then one count per tile. Scratch: per tile SPLITZIP_TILE_VALUES u16 positions
+// and SPLITZIP_TILE_VALUES u8 exponents.
 #define SZ_WS_LEN 0
 #define SZ_WS_TOTAL 1
-#define SZ_WS_SUPERS 2
-#define SZ_SUPER 256  // tiles per superblock
+static_assert(SZ_WS_TOTAL + 1 == SPLITZIP_WORKSPACE_HEADER_WORDS, "the superblock sums follow the two header words");
 
-// Exponent -> code (0-15), or SZ_ESCAPE_ENTRY for an exponent outside the codebook:
+// Exponent -> code (0-15), or SPLITZIP_NO_CODE for an exponent outside the codebook:
 // code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
-#define SZ_ESCAPE_ENTRY 0x80u
 struct SzCodeTable {
     uint8_t code[256];
 };
 
 __device__ __forceinline__ unsigned long long sz_tiles(unsigned long long n) {
-    return (n + SZ_TILE_VALUES - 1) / SZ_TILE_VALUES;
+    return (n + SPLITZIP_TILE_VALUES - 1) / SPLITZIP_TILE_VALUES;
 }
 
 __device__ __forceinline__ unsigned long long* sz_tile_counts(unsigned long long* workspace, unsigned long long n) {
-    return workspace + SZ_WS_SUPERS + (sz_tiles(n) + SZ_SUPER - 1) / SZ_SUPER;
+    return workspace + SPLITZIP_WORKSPACE_HEADER_WORDS + (sz_tiles(n) + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
 }
 
 // Whether a coded payload with `escapes` escapes fits in the raw bound (spec section 4):
@@ -120,7 +115,7 @@ __device__ __forceinline__ bool sz_coded_fits(unsigned long long n, unsigned chu
     const SzLayout lay = sz_layout(n, chunk_size);
     *exponents_at = sz_align16(lay.escape_positions + 2 * escapes);
     *coded_len = *exponents_at + escapes;
-    return *coded_len <= SZ_HEADER_LEN + 2 * n && escapes <= 0xffffffffull;
+    return *coded_len <= SPLITZIP_HEADER_LEN + 2 * n && escapes <= 0xffffffffull;
 }
 
 // Sum over the CTA of one value per thread (all threads call it); `scratch` holds one
@@ -151,29 +146,29 @@ __device__ __forceinline__ uint32_t sz_lookup4(const uint8_t* table, uint32_t e4
     return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
 }
 
-extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_ENCODE_CTAS_PER_SM)
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_ENCODE_CTAS_PER_SM)
 splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
                       const SzCodeTable code_table_param, uint8_t* __restrict__ out,
                       uint16_t* __restrict__ scratch_positions, uint8_t* __restrict__ scratch_exponents,
                       unsigned long long* __restrict__ workspace) {
     __shared__ uint8_t code_table[256];
-    __shared__ unsigned long long warp_sums[SZ_THREADS / 32];
+    __shared__ unsigned long long warp_sums[SPLITZIP_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
     // When the sections of fixed place alone exceed the raw size (tiny n), the payload
     // is raw: write nothing (the workspace was zeroed, so E reads as 0 and the finish
     // kernel writes the raw form). Every write below is then inside 128 + 2n bytes.
-    if (lay.escape_positions > SZ_HEADER_LEN + 2 * n) return;
-    for (int i = threadIdx.x; i < 256; i += SZ_THREADS) code_table[i] = code_table_param.code[i];
+    if (lay.escape_positions > SPLITZIP_HEADER_LEN + 2 * n) return;
+    for (int i = threadIdx.x; i < 256; i += SPLITZIP_THREADS) code_table[i] = code_table_param.code[i];
     __syncthreads();
     const unsigned long long tile = blockIdx.x;
-    const unsigned long long base = tile * SZ_TILE_VALUES;
+    const unsigned long long base = tile * SPLITZIP_TILE_VALUES;
 
     // Load every group first (4 x 16 B in flight per thread), then code them.
     uint4 w[SZ_GROUPS_PER_THREAD];
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
-        if (v0 + SZ_GROUP <= n) {
+        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
+        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             w[u] = __ldcs(reinterpret_cast<const uint4*>(words + v0));
         } else {
             uint32_t t[8];
@@ -186,7 +181,7 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
     unsigned long long packed_counts = 0;
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
+        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
         uint32_t e_lo, e_hi, sf_lo, sf_hi;
         kv_split_quad(w[u].x, w[u].y, &e_lo, &sf_lo);
         kv_split_quad(w[u].z, w[u].w, &e_hi, &sf_hi);
@@ -194,7 +189,7 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
         sz_pack_codes(sz_lookup4(code_table, e_lo), &codes_lo, &mask_lo);
         sz_pack_codes(sz_lookup4(code_table, e_hi), &codes_hi, &mask_hi);
         uint32_t codes = codes_lo | (codes_hi << 16), mask = mask_lo | (mask_hi << 4);
-        if (v0 + SZ_GROUP <= n) {
+        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             __stcs(reinterpret_cast<uint32_t*>(out + lay.codes + v0 / 2), codes);
             __stcs(reinterpret_cast<uint2*>(out + lay.sign_mantissa + v0), make_uint2(sf_lo, sf_hi));
         } else if (v0 < n) {
@@ -217,7 +212,7 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
     unsigned pass_base = 0;  // escapes of this tile before pass u
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned in_tile = (u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
+        const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
         const unsigned long long v0 = base + in_tile;
         unsigned i = pass_base + (unsigned)((before_packed >> (16 * u)) & 0xffffu);
         // The group that starts a chunk writes the chunk's offset relative to the tile;
@@ -235,7 +230,7 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
     }
     if (threadIdx.x == 0) {
         sz_tile_counts(workspace, n)[tile] = pass_base;
-        if (pass_base) atomicAdd(workspace + SZ_WS_SUPERS + tile / SZ_SUPER, (unsigned long long)pass_base);
+        if (pass_base) atomicAdd(workspace + SPLITZIP_WORKSPACE_HEADER_WORDS + tile / SPLITZIP_SUPER_TILES, (unsigned long long)pass_base);
     }
 }
 
@@ -249,18 +244,17 @@ __device__ __forceinline__ unsigned long long sz_warp_sum(unsigned long long v) 
 // and the escapes before its superblock) and its superblock's tile counts before it, so
 // no warp waits for another; then, if coded, it makes its tile's chunk offsets absolute
 // and copies its escapes to their sections.
-#define SZ_PLACE_THREADS 256
-extern "C" __global__ void __launch_bounds__(SZ_PLACE_THREADS)
+extern "C" __global__ void __launch_bounds__(SPLITZIP_PLACE_THREADS)
 splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __restrict__ out,
                       const uint16_t* __restrict__ scratch_positions, const uint8_t* __restrict__ scratch_exponents,
                       unsigned long long* __restrict__ workspace) {
     const unsigned lane = threadIdx.x & 31;
-    const unsigned long long tile = (unsigned long long)blockIdx.x * (SZ_PLACE_THREADS / 32) + threadIdx.x / 32;
+    const unsigned long long tile = (unsigned long long)blockIdx.x * (SPLITZIP_PLACE_THREADS / 32) + threadIdx.x / 32;
     const unsigned long long tiles = sz_tiles(n);
     if (tile >= tiles) return;  // warp-uniform; the kernel has no barrier
-    const unsigned long long supers = (tiles + SZ_SUPER - 1) / SZ_SUPER;
-    const unsigned long long my_super = tile / SZ_SUPER;
-    const unsigned long long* super_sums = workspace + SZ_WS_SUPERS;
+    const unsigned long long supers = (tiles + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
+    const unsigned long long my_super = tile / SPLITZIP_SUPER_TILES;
+    const unsigned long long* super_sums = workspace + SPLITZIP_WORKSPACE_HEADER_WORDS;
     const unsigned long long* counts = sz_tile_counts(workspace, n);
     unsigned long long all = 0, before = 0;
 #pragma unroll 4
@@ -270,7 +264,7 @@ splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __rest
         before += s < my_super ? v : 0;
     }
 #pragma unroll 4
-    for (unsigned long long t = my_super * SZ_SUPER + lane; t < tile; t += 32) before += counts[t];
+    for (unsigned long long t = my_super * SPLITZIP_SUPER_TILES + lane; t < tile; t += 32) before += counts[t];
     const unsigned long long escapes = sz_warp_sum(all);
     const unsigned long long prefix = sz_warp_sum(before);
     unsigned long long exponents_at, coded_len;
@@ -278,8 +272,8 @@ splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __rest
 
     const SzLayout lay = sz_layout(n, chunk_size);
     const unsigned long long count = counts[tile];
-    const unsigned long long base = tile * SZ_TILE_VALUES;
-    const unsigned long long end = base + SZ_TILE_VALUES < n ? base + SZ_TILE_VALUES : n;
+    const unsigned long long base = tile * SPLITZIP_TILE_VALUES;
+    const unsigned long long end = base + SPLITZIP_TILE_VALUES < n ? base + SPLITZIP_TILE_VALUES : n;
     const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
     const unsigned chunks_here = (unsigned)((end - base + chunk_size - 1) >> sz_chunk_shift(chunk_size));
     for (unsigned c = lane; c < chunks_here; c += 32) {
@@ -301,54 +295,54 @@ __device__ void sz_put(uint8_t* p, unsigned long long v, int bytes) {
 
 // Header and padding of a coded payload, or the whole raw payload. Grid-stride; block 0
 // thread 0 writes the header.
-#define SZ_FINISH_THREADS 256
+#define SZ_FINISH_THREADS SPLITZIP_THREADS
 extern "C" __global__ void __launch_bounds__(SZ_FINISH_THREADS)
 splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
                        uint4 codebook, uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace) {
     __shared__ unsigned long long scratch[SZ_FINISH_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned long long supers = (sz_tiles(n) + SZ_SUPER - 1) / SZ_SUPER;
+    const unsigned long long supers = (sz_tiles(n) + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
     unsigned long long mine = 0;
-    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_FINISH_THREADS) mine += workspace[SZ_WS_SUPERS + s];
+    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_FINISH_THREADS) mine += workspace[SPLITZIP_WORKSPACE_HEADER_WORDS + s];
     const unsigned long long escapes = sz_cta_sum(mine, scratch);
     unsigned long long exponents_at, coded_len;
     const bool raw = !sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len);
-    const unsigned long long raw_len = SZ_HEADER_LEN + 2 * n;
+    const unsigned long long raw_len = SPLITZIP_HEADER_LEN + 2 * n;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 
     if (raw) {
         const unsigned long long quads = n / 8;
         for (unsigned long long q = tid; q < quads; q += stride)
-            reinterpret_cast<uint4*>(out + SZ_HEADER_LEN)[q] = reinterpret_cast<const uint4*>(words)[q];
-        for (unsigned long long i = quads * 8 + tid; i < n; i += stride) sz_put(out + SZ_HEADER_LEN + 2 * i, words[i], 2);
+            reinterpret_cast<uint4*>(out + SPLITZIP_HEADER_LEN)[q] = reinterpret_cast<const uint4*>(words)[q];
+        for (unsigned long long i = quads * 8 + tid; i < n; i += stride) sz_put(out + SPLITZIP_HEADER_LEN + 2 * i, words[i], 2);
     }
     if (tid != 0) return;
 
     uint8_t* h = out;
-    for (int i = 0; i < SZ_HEADER_LEN; ++i) h[i] = 0;
-    h[0] = 'K'; h[1] = 'V'; h[2] = 'S'; h[3] = 'Z';
-    sz_put(h + 4, 1, 2);                 // version
-    sz_put(h + 6, raw ? 1 : 0, 2);       // flags: bit 0 = raw
-    sz_put(h + 8, n, 8);
-    sz_put(h + 16, chunk_size, 4);
+    for (int i = 0; i < SPLITZIP_HEADER_LEN; ++i) h[i] = 0;
+    sz_put(h + SPLITZIP_FIELD_MAGIC, SPLITZIP_MAGIC, 4);
+    sz_put(h + SPLITZIP_FIELD_VERSION, SPLITZIP_VERSION, 2);
+    sz_put(h + SPLITZIP_FIELD_FLAGS, raw ? SPLITZIP_FLAG_RAW : 0, 2);
+    sz_put(h + SPLITZIP_FIELD_VALUE_COUNT, n, 8);
+    sz_put(h + SPLITZIP_FIELD_CHUNK_SIZE, chunk_size, 4);
     const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) h[32 + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
+    for (int i = 0; i < SPLITZIP_CODEBOOK_LEN; ++i) h[SPLITZIP_FIELD_CODEBOOK + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
     workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
     if (raw) {
-        sz_put(h + 88, raw_len, 8);
+        sz_put(h + SPLITZIP_FIELD_ENCODED_LEN, raw_len, 8);
         workspace[SZ_WS_LEN] = raw_len;
         return;
     }
-    sz_put(h + 20, lay.chunks, 4);
-    sz_put(h + 24, escapes, 8);
-    sz_put(h + 48, lay.codes, 8);
-    sz_put(h + 56, lay.sign_mantissa, 8);
-    sz_put(h + 64, lay.escape_offsets, 8);
-    sz_put(h + 72, lay.escape_positions, 8);
-    sz_put(h + 80, exponents_at, 8);
-    sz_put(h + 88, coded_len, 8);
+    sz_put(h + SPLITZIP_FIELD_CHUNK_COUNT, lay.chunks, 4);
+    sz_put(h + SPLITZIP_FIELD_ESCAPE_COUNT, escapes, 8);
+    sz_put(h + SPLITZIP_FIELD_CODES_OFFSET, lay.codes, 8);
+    sz_put(h + SPLITZIP_FIELD_SIGN_MANTISSA_OFFSET, lay.sign_mantissa, 8);
+    sz_put(h + SPLITZIP_FIELD_ESCAPE_OFFSETS_OFFSET, lay.escape_offsets, 8);
+    sz_put(h + SPLITZIP_FIELD_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
+    sz_put(h + SPLITZIP_FIELD_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
+    sz_put(h + SPLITZIP_FIELD_ENCODED_LEN, coded_len, 8);
     // Zero padding before each section, and the spare nibble of an odd n.
     for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) out[i] = 0;
     for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) out[i] = 0;
@@ -365,14 +359,10 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
 // exact typed error. The header was validated on the host. Work is bounded by the
 // payload length. It runs in CTAs of its own after the decode kernel's tile CTAs (see
 // splitzip_decode_tiles): every thread checking its own values inside the tile code
-// measured 1980 against 2110 GB/s; a separate kernel on a second stream measured the
-// same as these CTAs, which need one launch and no stream joins (docs/PERF.md).
+// measured slower, as it lengthens every tile; a separate kernel on a second stream
+// measured the same as these CTAs, which need one launch and no stream joins
+// (docs/perf/splitzip-gpu.md).
 // ---------------------------------------------------------------------------------------
-#define SZ_BAD_OFFSETS 1u
-#define SZ_BAD_POSITION 2u
-#define SZ_BAD_ESCAPED_EXPONENT 3u
-#define SZ_BAD_ESCAPE_CODE 4u
-#define SZ_BAD_PADDING 5u
 
 __device__ __forceinline__ unsigned sz_position(const uint8_t* positions, unsigned long long k) {
     return positions[2 * k] | (positions[2 * k + 1] << 8);
@@ -395,13 +385,13 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
         const unsigned long long chunk_len = chunk + 1 == lay.chunks ? n - chunk * chunk_size : chunk_size;
         if ((chunk == 0 && lo != 0) || hi < lo || hi > escapes || (chunk + 1 == lay.chunks && hi != escapes) ||
             hi - lo > chunk_len) {
-            atomicCAS(status, 0u, SZ_BAD_OFFSETS);
+            atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_OFFSETS);
             continue;
         }
         for (unsigned long long k = lo; k < hi; ++k) {
             const unsigned pos = sz_position(positions, k);
             if (pos >= chunk_len || (k > lo && pos <= sz_position(positions, k - 1))) {
-                atomicCAS(status, 0u, SZ_BAD_POSITION);
+                atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_POSITION);
                 break;
             }
             const uint32_t e = esc_exponents[k];
@@ -409,12 +399,12 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 #pragma unroll
             for (int j = 0; j < 16; ++j) in_codebook |= ((cb[j / 4] >> (8 * (j % 4))) & 0xffu) == e;
             if (in_codebook) {
-                atomicCAS(status, 0u, SZ_BAD_ESCAPED_EXPONENT);
+                atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_ESCAPED_EXPONENT);
                 break;
             }
             const unsigned long long v = chunk * chunk_size + pos;
             if (((payload[lay.codes + v / 2] >> (4 * (v % 2))) & 15u) != 0) {
-                atomicCAS(status, 0u, SZ_BAD_ESCAPE_CODE);
+                atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_ESCAPE_CODE);
                 break;
             }
         }
@@ -426,7 +416,7 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
         for (unsigned long long i = lay.escape_offsets + 4 * (lay.chunks + 1); i < lay.escape_positions; ++i)
             ok &= payload[i] == 0;
         for (unsigned long long i = lay.escape_positions + 2 * escapes; i < exponents_at; ++i) ok &= payload[i] == 0;
-        if (!ok) atomicCAS(status, 0u, SZ_BAD_PADDING);
+        if (!ok) atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_PADDING);
     }
 }
 
@@ -439,13 +429,13 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 // hardware has been seen to dispatch CTAs in index order, so they mostly fill the SMs the
 // last wave of tiles leaves idle; correctness does not depend on any order.
 // ---------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_DECODE_CTAS_PER_SM)
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
 splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
                       unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
                       uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
     if (blockIdx.x >= tiles) {  // CTA-uniform
-        const unsigned long long check_thread = (unsigned long long)(blockIdx.x - tiles) * SZ_THREADS + threadIdx.x;
-        const unsigned long long check_threads = (unsigned long long)(gridDim.x - tiles) * SZ_THREADS;
+        const unsigned long long check_thread = (unsigned long long)(blockIdx.x - tiles) * SPLITZIP_THREADS + threadIdx.x;
+        const unsigned long long check_threads = (unsigned long long)(gridDim.x - tiles) * SPLITZIP_THREADS;
         sz_check_body(payload, n, chunk_size, escapes, exponents_at, codebook, check_thread, check_threads,
                       check_thread == 0, status);
         return;
@@ -454,15 +444,15 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
     const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
     const uint8_t* positions = payload + lay.escape_positions;
     const uint8_t* esc_exponents = payload + exponents_at;
-    const unsigned long long base = (unsigned long long)blockIdx.x * SZ_TILE_VALUES;
+    const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
     // Load every group's codes and sign+mantissa first, then rebuild and store.
     uint32_t codes[SZ_GROUPS_PER_THREAD];
     uint2 sf[SZ_GROUPS_PER_THREAD];
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
-        if (v0 + SZ_GROUP <= n) {
+        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
+        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             codes[u] = __ldcs(reinterpret_cast<const uint32_t*>(payload + lay.codes + v0 / 2));
             sf[u] = __ldcs(reinterpret_cast<const uint2*>(payload + lay.sign_mantissa + v0));
         } else {
@@ -477,7 +467,7 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
     }
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SZ_THREADS + threadIdx.x) * SZ_GROUP;
+        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
         if (v0 >= n) continue;
         uint32_t e_lo = kv_lookup16_quad(codes[u] & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
         uint32_t e_hi = kv_lookup16_quad(codes[u] >> 16, codebook.x, codebook.y, codebook.z, codebook.w);
@@ -501,12 +491,12 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
         }
         const uint2 lo4 = kv_join_quad(e_lo, sf[u].x);
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
-        if (v0 + SZ_GROUP <= n) {
+        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             __stcs(reinterpret_cast<uint4*>(out + v0), make_uint4(lo4.x, lo4.y, hi4.x, hi4.y));
         } else {
             const uint32_t q[4] = {lo4.x, lo4.y, hi4.x, hi4.y};
 #pragma unroll
-            for (int k = 0; k < SZ_GROUP; ++k)
+            for (int k = 0; k < SPLITZIP_GROUP_VALUES; ++k)
                 if (v0 + k < n) out[v0 + k] = (uint16_t)(q[k / 2] >> (16 * (k % 2)));
         }
     }

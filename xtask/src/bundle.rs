@@ -1,6 +1,8 @@
 //! `cargo xtask gpu-bundle`: one folder holding what a GPU machine without a Rust
-//! toolchain needs: the release xtask binary, every test binary, the fixtures, and a
-//! `run.sh` that runs the GPU tests and the GPU bench with `KVCODEC_REQUIRE_GPU=1`.
+//! toolchain needs: the release xtask binary, every test binary, the fixtures, a
+//! `build-info.json` (the commit and whether the tree was dirty, which the bench's JSON
+//! records), and a `run.sh` that runs the GPU tests and the GPU bench with
+//! `KVCODEC_REQUIRE_GPU=1` (every test: the GPU ones fail instead of skipping).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,16 +40,19 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
             crate::venv::run(Command::new("strip").arg(b))?;
         }
     }
+    let (commit, dirty) = crate::git_state().unwrap_or_else(|| ("unknown".into(), false));
+    let info = serde_json::json!({ "commit": commit, "dirty": dirty });
+    std::fs::write(out.join("build-info.json"), serde_json::to_string_pretty(&info)? + "\n")?;
     let script = "#!/usr/bin/env bash\n\
 # Runs kvcodec's GPU tests and GPU bench on a machine with a GPU and no Rust toolchain.\n\
 set -euo pipefail\n\
 cd \"$(dirname \"$0\")\"\n\
 export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\n\
-for t in tests/*; do echo \"== $t\"; \"$t\" gpu --test-threads=1; done\n\
+for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
 ./xtask-bench.sh \"$@\"\n";
     std::fs::write(out.join("run.sh"), script)?;
     // The bench reads fixtures relative to the bundle, not the workspace.
-    let bench = "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\nfor f in fixtures/*.safetensors; do KVCODEC_REQUIRE_GPU=1 ./xtask bench --backend cuda --input \"$f\" \"$@\"; done\n";
+    let bench = "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\nexport KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\nfor f in fixtures/*.safetensors; do ./xtask bench --backend cuda --input \"$f\" \"$@\"; done\n";
     std::fs::write(out.join("xtask-bench.sh"), bench)?;
     for s in ["run.sh", "xtask-bench.sh"] {
         crate::venv::run(Command::new("chmod").arg("+x").arg(out.join(s)))?;
@@ -83,10 +88,11 @@ fn executables(root: &Path, args: &[&str], test: bool) -> anyhow::Result<Vec<Pat
     let mut found = Vec::new();
     for line in String::from_utf8(run.stdout)?.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if v["reason"] == "compiler-artifact" && v["profile"]["test"] == test {
-            if let Some(exe) = v["executable"].as_str() {
-                found.push(PathBuf::from(exe));
-            }
+        if v["reason"] == "compiler-artifact"
+            && v["profile"]["test"] == test
+            && let Some(exe) = v["executable"].as_str()
+        {
+            found.push(PathBuf::from(exe));
         }
     }
     Ok(found)

@@ -1,9 +1,10 @@
 //! `cargo xtask kernels [--check]`: CUDA C in `kernels/<crate>/*.cu` (shared headers in
 //! `kernels/common/`) -> committed PTX in `crates/<crate>/ptx/<name>.ptx`, plus
 //! `kernels/kernels.lock` with the nvcc version, the flags and a SHA-256 of every source,
-//! header and output. `build.rs` never calls nvcc (the team style guide,
-//! ../shared/STYLE.md, item 1); the `lock_is_current` test below checks the lock without
-//! nvcc (item 2).
+//! header and output. First it writes the headers generated from the codecs' Rust
+//! constants ([`crate::kernel_constants`]). `build.rs` never calls nvcc: the PTX is
+//! committed, and the `lock_is_current` test below checks the lock and the generated
+//! headers without nvcc.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,9 @@ pub(crate) fn run(check: bool) -> anyhow::Result<()> {
         check_lock(&root)?;
         println!("kernels: PTX and {LOCK_PATH} are current");
         return Ok(());
+    }
+    for header in crate::kernel_constants::headers() {
+        std::fs::write(root.join(header.path), header.text())?;
     }
     let venv = crate::venv::ensure("nvcc-venv", &[NVCC_PACKAGES])?;
     let cu13 = crate::venv::site_packages(&venv)?.join("nvidia").join("cu13");
@@ -100,6 +104,10 @@ fn source_hashes(root: &Path) -> anyhow::Result<BTreeMap<String, String>> {
 /// Compares the lock with the sources and PTX on disk; needs no nvcc.
 fn check_lock(root: &Path) -> anyhow::Result<()> {
     const FIX: &str = "run `cargo xtask kernels` and commit the PTX and lock file";
+    for header in crate::kernel_constants::headers() {
+        let on_disk = std::fs::read_to_string(root.join(header.path)).unwrap_or_default();
+        ensure!(on_disk == header.text(), "{} is not what the Rust constants give: {FIX}", header.path);
+    }
     let text =
         std::fs::read_to_string(root.join(LOCK_PATH)).with_context(|| format!("{LOCK_PATH}: {FIX}"))?;
     let lock: Lock = serde_json::from_str(&text).with_context(|| format!("{LOCK_PATH} does not parse"))?;

@@ -4,16 +4,17 @@
 //! Run as `cargo xtask <command>`; `cargo xtask --help` lists the commands.
 
 mod bench;
-mod bench_exans;
-mod bench_splitzip;
 mod bundle;
 mod fixtures;
+mod kernel_constants;
 mod kernels;
 mod stats;
+mod tidy;
 mod venv;
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -45,14 +46,15 @@ enum Command {
         #[arg(long)]
         input: Option<PathBuf>,
     },
-    /// Calibrate a SplitZip codebook (top-16 exponents) on a KV file and save it as JSON.
-    Codebook {
-        /// The calibration KV safetensors file.
+    /// Calibrate a codec on a KV file and save what it learnt as JSON (SplitZip: the K and
+    /// V top-16 exponent codebooks).
+    Calibrate {
+        /// The calibrated codec: splitzip.
+        #[arg(long)]
+        codec: String,
+        /// The calibration KV safetensors file (the same model as the caches to encode).
         #[arg(long)]
         input: PathBuf,
-        /// Which tensors: k, v or all.
-        #[arg(long, default_value = "all")]
-        kind: String,
         /// Output JSON path.
         #[arg(long)]
         out: PathBuf,
@@ -73,34 +75,32 @@ fn main() -> anyhow::Result<()> {
         Command::Kernels { check } => kernels::run(check),
         Command::Fixtures { tokens } => fixtures::run(tokens),
         Command::Stats { input } => stats::run(input),
-        Command::Codebook { input, kind, out } => codebook(&input, &kind, &out),
+        Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
         Command::GpuBundle { out } => bundle::run(&out),
     }
 }
 
-/// `cargo xtask codebook`: SplitZip's offline calibration (SplitZip seed, "Codec API":
-/// calibrate on separate data) over the chosen tensors of one KV file.
-fn codebook(input: &Path, kind: &str, out: &Path) -> anyhow::Result<()> {
-    let cache = bf16_field::io::read_kv_cache(input)?;
-    let keep = |k: bf16_field::KvKind| match kind {
-        "all" => true,
-        "k" => k == bf16_field::KvKind::K,
-        "v" => k == bf16_field::KvKind::V,
-        _ => false, // rejected below
-    };
-    anyhow::ensure!(["all", "k", "v"].contains(&kind), "--kind {kind}: expected k, v or all");
-    let samples: Vec<&[u16]> = cache.tensors().filter(|(_, k, _)| keep(*k)).map(|(_, _, t)| t).collect();
-    let codebook = splitzip::Codebook::calibrate(&samples)?;
-    codebook.save(out)?;
-    let coverage: f64 = samples.iter().map(|t| codebook.coverage(t) * t.len() as f64).sum::<f64>()
-        / samples.iter().map(|t| t.len() as f64).sum::<f64>();
-    println!(
-        "codebook {:?} (top-16 coverage {:.4}% of the calibration values) -> {}",
-        codebook.exponents(),
-        100.0 * coverage,
-        out.display()
-    );
+/// `cargo xtask calibrate`: a calibrated codec's offline step (the SplitZip paper,
+/// "Codec API": calibrate on separate data of the same model) over one KV file.
+fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(codec == "splitzip", "--codec {codec}: the calibrated codecs are: splitzip");
+    let cache = bf16_field::io::read_kv_cache(input).with_context(|| shown(input))?;
+    let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
+    std::fs::write(out, serde_json::to_string_pretty(&calibrated)? + "\n").with_context(|| shown(out))?;
+    for (kind, codebook) in [("K", calibrated.keys), ("V", calibrated.values)] {
+        let words: Vec<u16> = cache
+            .tensors()
+            .filter(|(_, k, _)| k.suffix() == kind.to_ascii_lowercase())
+            .flat_map(|(_, _, t)| t.iter().copied())
+            .collect();
+        println!(
+            "{kind} codebook {:?}: top-16 coverage {:.4}% of the calibration values",
+            codebook.exponents(),
+            100.0 * codebook.coverage(&words)
+        );
+    }
+    println!("-> {}", shown(out));
     Ok(())
 }
 
@@ -109,15 +109,44 @@ fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
 }
 
+/// The fixture folder: `KVCODEC_FIXTURES` if set (a GPU bundle sets it), else the
+/// workspace's `fixtures/`.
+fn fixtures_dir() -> PathBuf {
+    std::env::var_os("KVCODEC_FIXTURES").map(PathBuf::from).unwrap_or_else(|| project_root().join("fixtures"))
+}
+
 /// The committed fixture files, sorted; the default input of `stats` and `bench`.
 fn fixture_files() -> anyhow::Result<Vec<PathBuf>> {
-    let files = bf16_field::fixtures::paths();
-    anyhow::ensure!(
-        !files.is_empty(),
-        "no .safetensors in {} (run `cargo xtask fixtures`)",
-        bf16_field::fixtures::dir().display()
-    );
+    let dir = fixtures_dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
+    files.sort();
+    anyhow::ensure!(!files.is_empty(), "no .safetensors in {} (run `cargo xtask fixtures`)", shown(&dir));
     Ok(files)
+}
+
+/// A path as a user reads it: relative to the current folder when it lies below it,
+/// without `..` steps otherwise.
+fn shown(path: &Path) -> String {
+    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let cwd = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
+    match cwd.as_deref().and_then(|d| absolute.strip_prefix(d).ok()) {
+        Some(relative) => relative.display().to_string(),
+        None => absolute.display().to_string(),
+    }
+}
+
+/// `(commit, dirty)` of the workspace from git, if git and the repository are there.
+fn git_state() -> Option<(String, bool)> {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").current_dir(project_root()).args(args).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"])?;
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    Some((commit, dirty))
 }
 
 /// Resolves `--input` (one file) or the fixtures.

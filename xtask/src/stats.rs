@@ -1,10 +1,11 @@
 //! `cargo xtask stats [--input FILE]`: exponent and sign+mantissa entropy of a KV file,
-//! overall, per K/V and per layer (ExANS seed, "Table 1"; SplitZip's top-16 coverage).
+//! overall, per K/V and per layer (the ExANS paper's "Table 1"; SplitZip's top-16
+//! coverage), then where ExANS's bytes go against the entropy of the data.
 
 use std::path::PathBuf;
 
-use bf16_field::KvKind;
 use bf16_field::stats::{FieldStats, Histogram};
+use bf16_field::{KvCache, KvKind, exponent_of};
 
 pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
     for path in crate::inputs(input)? {
@@ -44,8 +45,75 @@ pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
             row(&format!("L{layer:02} K"), k);
             row(&format!("L{layer:02} V"), v);
         }
+        exans_bytes(&cache, exans::format::DEFAULT_BLOCK_TOKENS)?;
         println!();
     }
+    Ok(())
+}
+
+/// Ideal bits of one block's centered exponents under their own empirical distribution
+/// (no table or state cost), and under the block's quantized 12-bit model.
+fn block_entropy_bits(groups: &[&[u16]]) -> anyhow::Result<(f64, f64)> {
+    let mut counts = [0u64; 256];
+    for g in groups {
+        let c = exans::group_center(g);
+        for &w in *g {
+            counts[exans::center_symbol(exponent_of(w), c) as usize] += 1;
+        }
+    }
+    let n: u64 = counts.iter().sum();
+    let h = counts.iter().filter(|&&c| c > 0).map(|&c| -(c as f64) * (c as f64 / n as f64).log2()).sum();
+    let q = exans::Model::quantize(&counts, exans::format::PRECISION)?
+        .cross_entropy_bits(&counts)
+        .ok_or_else(|| anyhow::anyhow!("a block symbol has no slot in its own model"))?;
+    Ok((h, q))
+}
+
+/// ExANS's container at `block_tokens`: its ratio against the per-block entropy bound
+/// (`16 / (8 + H(C))`), the mean bytes per record by section, and where the exponent
+/// bytes lose against the entropy (quantization, words, final states).
+fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
+    let raw = 2 * cache.shape().total_values();
+    let container = exans::encode_cache(cache, block_tokens)?;
+    let info = exans::container_info(&container)?;
+    let (mut sections, mut raw_blocks, mut record_bytes) = ([0usize; 6], 0, 0);
+    let (mut entropy_bytes, mut quantized_bytes) = (0.0, 0.0);
+    for b in 0..info.blocks() {
+        let r = exans::inspect_record(info.record(&container, b))?;
+        raw_blocks += usize::from(r.raw);
+        for (a, x) in sections.iter_mut().zip(r.section_bytes) {
+            *a += x;
+        }
+        record_bytes += r.record_len;
+        let (h, q) = block_entropy_bits(&cache.block(b, block_tokens)?)?;
+        entropy_bytes += h / 8.0 + r.values as f64;
+        quantized_bytes += q / 8.0;
+    }
+    let blocks = info.blocks() as f64;
+    println!(
+        "exans, B = {block_tokens}: {} blocks ({raw_blocks} raw), container {} bytes, ratio {:.4}, per-block entropy bound {:.4}",
+        info.blocks(),
+        container.len(),
+        raw as f64 / container.len() as f64,
+        raw as f64 / entropy_bytes
+    );
+    let names = ["header", "centers", "model+pad", "directory", "words+pad", "sign_mantissa"];
+    let per_block: Vec<String> =
+        names.iter().zip(sections).map(|(n, b)| format!("{n} {:.1}", b as f64 / blocks)).collect();
+    println!(
+        "  mean bytes per record: {}; container header and index {:.1}",
+        per_block.join(", "),
+        (container.len() - record_bytes) as f64 / blocks
+    );
+    let ideal_exponent_bytes = entropy_bytes - cache.shape().total_values() as f64;
+    let words = sections[4] as f64;
+    let states = (4 * exans::format::PARTITIONS * exans::format::LANES) as f64 * blocks;
+    println!(
+        "  against the exponents' entropy: 12-bit quantization {:+.3}%, words {:+.3}%, words and final states {:+.3}%",
+        100.0 * (quantized_bytes / ideal_exponent_bytes - 1.0),
+        100.0 * (words / ideal_exponent_bytes - 1.0),
+        100.0 * ((words + states) / ideal_exponent_bytes - 1.0)
+    );
     Ok(())
 }
 

@@ -78,15 +78,6 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
-    /// `KVCODEC_BACKEND` (or a `--backend` flag) names no backend.
-    #[error("unknown backend `{0}` (expected cpu, cuda or auto)")]
-    UnknownBackend(String),
-    /// The GPU backend was asked for but could not be used.
-    #[error("GPU backend unavailable: {0}")]
-    GpuUnavailable(String),
-    /// A CUDA driver call failed.
-    #[error("CUDA driver: {0}")]
-    Cuda(#[from] cudarc::driver::DriverError),
 }
 
 /// `Result` with this crate's [`enum@Error`].

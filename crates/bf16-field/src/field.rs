@@ -1,4 +1,4 @@
-//! Exponent / sign+mantissa split and merge (ExANS seed, "Encoding Pipeline" and
+//! Exponent / sign+mantissa split and merge (the ExANS paper, "Encoding Pipeline" and
 //! "Decoding Pipeline"; the same split underlies SplitZip, GAAC and ZipFusion).
 
 use rayon::prelude::*;

@@ -3,7 +3,8 @@
 //! Convention (kvcodec's, documented in `docs/ARCHITECTURE.md`): a KV file holds, for
 //! every layer `i` in `0..L`, the tensors `layer.{i}.k` and `layer.{i}.v`, each BF16 of
 //! shape `[T, H, D]` (token-major, keys after RoPE). All 2L tensors share one shape.
-//! Other tensors in the file are ignored; the free-form `__metadata__` map is kept.
+//! Other tensors in the file are ignored; the free-form `__metadata__` map is returned by
+//! [`read_kv_metadata`] (kvcodec's fixtures record the model there, under `model`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -80,6 +81,20 @@ pub fn read_kv_cache(path: impl AsRef<Path>) -> Result<KvCache> {
     kv_cache_from_bytes(&bytes)
 }
 
+/// The free-form `__metadata__` map of a safetensors file (empty when it has none),
+/// without reading the tensors.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read, [`Error::Safetensors`] for a malformed
+/// header.
+pub fn read_kv_metadata(path: impl AsRef<Path>) -> Result<HashMap<String, String>> {
+    let path = path.as_ref();
+    let bytes =
+        std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let (_, header) = SafeTensors::read_metadata(&bytes)?;
+    Ok(header.metadata().clone().unwrap_or_default())
+}
+
 /// Serializes a KV cache to safetensors bytes, with optional `__metadata__` entries.
 ///
 /// # Errors
@@ -130,6 +145,15 @@ mod tests {
         let cache = small_cache();
         let bytes = kv_cache_to_bytes(&cache, None).unwrap();
         assert_eq!(kv_cache_from_bytes(&bytes).unwrap(), cache);
+    }
+
+    #[test]
+    fn metadata_is_read_back() {
+        let path = std::env::temp_dir().join(format!("bf16-field-meta-{}.safetensors", std::process::id()));
+        let meta = HashMap::from([("model".to_string(), "m".to_string())]);
+        write_kv_cache(&path, &small_cache(), Some(meta.clone())).unwrap();
+        assert_eq!(read_kv_metadata(&path).unwrap(), meta);
+        std::fs::remove_file(&path).unwrap();
     }
 
     fn file_with(tensors: &[(&str, Dtype, Vec<usize>)]) -> Vec<u8> {

@@ -5,10 +5,10 @@
 //!
 //! * **token-major** `[T, H, D]` per layer: vLLM's and SGLang's paged caches, and the
 //!   storage order of [`KvCache`];
-//! * **head-major** `[H, T, D]` per layer: GAAC's per-(head, channel) order (GAAC seed).
+//! * **head-major** `[H, T, D]` per layer: GAAC's per-(head, channel) order (the GAAC paper).
 //!
 //! A **physical KV block** is B consecutive tokens of every layer's K and V: 2L groups of
-//! `B x H x D` values (ExANS seed, "Block Local Alignment"). In token-major order each
+//! `B x H x D` values (the ExANS paper, "Block Local Alignment"). In token-major order each
 //! group is one contiguous slice, so [`KvCache::block`] borrows without copying. A
 //! **page** is B tokens of one layer's K or V: a single group.
 
@@ -43,6 +43,17 @@ pub enum CacheLayout {
     TokenMajor,
     /// `[H, T, D]`: all tokens of head 0, then head 1, ... (GAAC).
     HeadMajor,
+}
+
+/// An order of a whole cache's words in one flat buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WordOrder {
+    /// Block order: layer 0 K, layer 0 V, layer 1 K, ..., each tensor `[T, H, D]`
+    /// ([`KvCache::concat_words`]; ExANS's device cache).
+    Block,
+    /// Kind-major: every layer's K in layer order, then every layer's V (SplitZip's
+    /// cache, two payloads of one codebook each).
+    KindMajor,
 }
 
 /// The dimensions of a KV cache: L layers x {K, V} x H KV heads x D head_dim x T tokens.
@@ -177,6 +188,53 @@ impl KvCache {
         self.tensors.concat()
     }
 
+    /// Every value of the cache concatenated in `order`, `2 L T H D` words.
+    pub fn words_in(&self, order: WordOrder) -> Vec<u16> {
+        match order {
+            WordOrder::Block => self.concat_words(),
+            WordOrder::KindMajor => {
+                let mut out = Vec::with_capacity(self.shape.total_values());
+                for kind in KvKind::BOTH {
+                    for layer in 0..self.shape.layers {
+                        out.extend_from_slice(self.tensor(layer, kind));
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// The cache whose words, concatenated in `order`, are `words` (the inverse of
+    /// [`KvCache::words_in`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidShape`] for a bad shape, [`Error::LengthMismatch`] unless `words`
+    /// holds `shape.total_values()` words.
+    pub fn from_words(shape: KvShape, order: WordOrder, words: Vec<u16>) -> Result<Self> {
+        shape.validate()?;
+        if words.len() != shape.total_values() {
+            return Err(Error::LengthMismatch {
+                what: "cache words",
+                got: words.len(),
+                expected: shape.total_values(),
+            });
+        }
+        let per_tensor = shape.values_per_tensor();
+        let tensor_at = |layer: usize, kind: KvKind| -> usize {
+            match order {
+                WordOrder::Block => 2 * layer + kind as usize,
+                WordOrder::KindMajor => kind as usize * shape.layers + layer,
+            }
+        };
+        let tensors = (0..2 * shape.layers)
+            .map(|i| {
+                let at = tensor_at(i / 2, KvKind::BOTH[i % 2]) * per_tensor;
+                words[at..at + per_tensor].to_vec()
+            })
+            .collect();
+        Ok(KvCache { shape, tensors })
+    }
+
     /// One physical KV block: tokens `[index * B, min((index + 1) * B, T))` of every
     /// layer's K and V, as 2L borrowed groups in block order (layer 0 K, layer 0 V, ...),
     /// each `tokens_in_block x H x D` words. This is ExANS's coding unit.
@@ -265,6 +323,20 @@ mod tests {
             assert_eq!(seen[i], t);
         }
         assert!(matches!(c.block(3, 16), Err(Error::BlockOutOfRange { index: 3, count: 3, .. })));
+    }
+
+    #[test]
+    fn word_orders_round_trip() {
+        let c = cache(3, 2, 4, 5);
+        for order in [WordOrder::Block, WordOrder::KindMajor] {
+            let words = c.words_in(order);
+            assert_eq!(KvCache::from_words(c.shape(), order, words).unwrap(), c, "{order:?}");
+        }
+        // Kind-major: layer 2's V tensor is the sixth tensor.
+        let per = c.shape().values_per_tensor();
+        assert_eq!(&c.words_in(WordOrder::KindMajor)[5 * per..6 * per], c.tensor(2, KvKind::V));
+        let err = KvCache::from_words(c.shape(), WordOrder::Block, vec![0; 3]).unwrap_err();
+        assert!(matches!(err, Error::LengthMismatch { what: "cache words", got: 3, .. }));
     }
 
     #[test]

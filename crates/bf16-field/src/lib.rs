@@ -1,9 +1,11 @@
-//! Shared ground for the kvcodec codecs: the BF16 field split and merge, entropy
-//! statistics, KV cache layouts, safetensors I/O and the GPU backend probe.
+//! Shared ground for the kvcodec codecs, on the CPU only (no driver code: the GPU side
+//! is the `kvcodec-gpu` crate): the BF16 field split and merge, entropy statistics, the
+//! KV cache data model ([`KvShape`], [`KvCache`], [`WordOrder`]), safetensors I/O
+//! ([`io`]) and the [`CacheCodec`] trait every codec implements.
 //!
 //! A BF16 word `w` is `s EEEEEEEE FFFFFFF` (1 sign bit, 8 exponent bits, 7 mantissa
-//! bits). Every codec in the workspace separates it into two byte streams
-//! (ExANS seed, section "Encoding Pipeline"):
+//! bits). Every codec in the workspace separates it into two byte streams (the ExANS
+//! paper, "Encoding Pipeline"):
 //!
 //! * the exponent `E = (w >> 7) & 0xff`, which has ~2.5-3 bits of entropy in KV caches;
 //! * the sign+mantissa byte `SF = ((w >> 8) & 0x80) | (w & 0x7f)`, which stays ~8 bits.
@@ -18,14 +20,16 @@
 //! assert_eq!(back, words);
 //! ```
 
+#![forbid(unsafe_code)]
+
+mod codec;
 mod error;
 mod field;
-pub mod fixtures;
-pub mod gpu;
 pub mod io;
 pub mod layout;
 pub mod stats;
 
+pub use codec::CacheCodec;
 pub use error::{Error, Result};
 pub use field::{exponent_of, join, merge, merge_to_vec, sign_mantissa_of, split, split_to_vec, words_of};
-pub use layout::{CacheLayout, KvCache, KvKind, KvShape};
+pub use layout::{CacheLayout, KvCache, KvKind, KvShape, WordOrder};

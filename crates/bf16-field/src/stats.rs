@@ -1,5 +1,5 @@
-//! Entropy statistics of the exponent and sign+mantissa byte streams (ExANS seed,
-//! "Table 1"; SplitZip seed, top-16 coverage).
+//! Entropy statistics of the exponent and sign+mantissa byte streams (the ExANS paper,
+//! "Table 1"; the SplitZip paper, top-16 coverage).
 
 use crate::field::{exponent_of, sign_mantissa_of};
 
@@ -75,7 +75,7 @@ impl Histogram {
             .sum()
     }
 
-    /// Effective alphabet size `2^H` (ExANS seed: "N_eff").
+    /// Effective alphabet size `2^H` (the ExANS paper: "N_eff").
     pub fn effective_alphabet(&self) -> f64 {
         self.entropy_bits().exp2()
     }

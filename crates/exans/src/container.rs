@@ -1,6 +1,6 @@
 //! A whole KV cache as a sequence of block records with an offset index (spec §8).
 
-use bf16_field::{KvCache, KvShape};
+use bf16_field::{KvCache, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::format::{
@@ -273,24 +273,53 @@ pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeO
 /// crate docs, "Integrity").
 ///
 /// # Errors
+/// As [`decode_cache_into`] (never [`Error::OutputTooSmall`]).
+pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
+    let info = checked_info(bytes)?;
+    let mut words = vec![0u16; info.shape.total_values()];
+    decode_checked(bytes, &info, &mut words)?;
+    Ok(KvCache::from_words(info.shape, WordOrder::Block, words).expect("container_info checked the shape"))
+}
+
+/// Decodes a whole container into `out`, the cache's `2 L T H D` words in block order
+/// ([`WordOrder::Block`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), blocks in
+/// parallel on rayon's pool, and returns the cache's shape. Words of `out` past the
+/// cache are left as they were; on error `out` is unspecified.
+///
+/// # Errors
 /// The errors of [`container_info`]; [`Error::Truncated`] when the container is smaller
 /// than the cache's value count (every value costs at least one byte);
-/// [`Error::InBlock`] wrapping a record's decode error, or holding
-/// [`Error::RecordShapeMismatch`] when a record's shape is not the one the container
-/// implies.
-pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
-    let info = container_info(bytes)?;
-    let s = info.shape;
-    // KvShape::new checked that the total fits usize; bound the allocation by the input.
-    if s.total_values() > bytes.len() {
-        return Err(Error::Truncated { needed: s.total_values(), got: bytes.len() });
+/// [`Error::OutputTooSmall`]; [`Error::InBlock`] wrapping a record's decode error, or
+/// holding [`Error::RecordShapeMismatch`] when a record's shape is not the one the
+/// container implies.
+pub fn decode_cache_into(bytes: &[u8], out: &mut [u16]) -> Result<KvShape> {
+    let info = checked_info(bytes)?;
+    let needed = info.shape.total_values();
+    if out.len() < needed {
+        return Err(Error::OutputTooSmall { needed, got: out.len() });
     }
+    decode_checked(bytes, &info, &mut out[..needed])?;
+    Ok(info.shape)
+}
+
+/// [`container_info`], then the allocation bound: every value costs at least a byte.
+fn checked_info(bytes: &[u8]) -> Result<ContainerInfo> {
+    let info = container_info(bytes)?;
+    // KvShape::new checked that the total fits usize; bound the allocation by the input.
+    if info.shape.total_values() > bytes.len() {
+        return Err(Error::Truncated { needed: info.shape.total_values(), got: bytes.len() });
+    }
+    Ok(info)
+}
+
+/// Decodes every record of a checked container into `out` (exactly `2 L T H D` words).
+fn decode_checked(bytes: &[u8], info: &ContainerInfo, out: &mut [u16]) -> Result<()> {
+    let s = info.shape;
     let per_block = info.block_tokens * s.values_per_token();
-    let mut tensors: Vec<Vec<u16>> = (0..2 * s.layers).map(|_| vec![0u16; s.values_per_tensor()]).collect();
     let mut blocks: Vec<Vec<&mut [u16]>> =
         (0..info.blocks()).map(|_| Vec::with_capacity(2 * s.layers)).collect();
-    for t in &mut tensors {
-        for (b, chunk) in t.chunks_mut(per_block).enumerate() {
+    for tensor in out.chunks_mut(s.values_per_tensor()) {
+        for (b, chunk) in tensor.chunks_mut(per_block).enumerate() {
             blocks[b].push(chunk);
         }
     }
@@ -299,13 +328,5 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
         let record = info.shaped_record(bytes, i)?;
         decode_block_into(record, &mut groups).map_err(in_block)?;
         Ok(())
-    })?;
-    let mut keys = Vec::with_capacity(s.layers);
-    let mut values = Vec::with_capacity(s.layers);
-    let mut it = tensors.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        keys.push(k);
-        values.push(v);
-    }
-    KvCache::new(s, keys, values).map_err(|e| Error::Field(e.to_string()))
+    })
 }

@@ -279,10 +279,23 @@ pub enum Error {
         /// Why.
         source: Box<Error>,
     },
-    /// The shared field layer rejected the decoded cache (it cannot, for a container
-    /// that passed its checks; kept for completeness).
-    #[error("{0}")]
-    Field(String),
+    /// [`crate::decode_cache_into`]'s output holds fewer words than the container's cache.
+    #[error("output holds {got} words, the cache has {needed}")]
+    OutputTooSmall {
+        /// `2 L T H D`.
+        needed: usize,
+        /// Words the output holds.
+        got: usize,
+    },
+    /// The container holds a cache of another shape than the caller expects
+    /// ([`crate::ExansCodec`]).
+    #[error("container holds a cache of shape {found:?} (L, H, D, T), expected {expected:?}")]
+    CacheShapeMismatch {
+        /// The caller's (L, H, D, T).
+        expected: [usize; 4],
+        /// The container's.
+        found: [usize; 4],
+    },
 }
 
 /// `Result` with this crate's [`Error`](enum@Error).

@@ -1,7 +1,7 @@
 //! ExANS: lossless compression of BF16 KV cache blocks by block-local exponent centering
-//! and 8-partition, 32-lane interleaved rANS (ExANS seed; byte format in
-//! `docs/formats/exans.md`). The CPU code here is the reference; the CUDA kernels (modules
-//! [`gpu`], [`gpu_encode`]) match it byte for byte.
+//! and 8-partition, 32-lane interleaved rANS ("ExANS: Exponent Aligned Asymmetric Numeral
+//! Systems"; byte format in `docs/formats/exans.md`). The CPU code here is the reference;
+//! the CUDA kernels (module [`gpu`]) match it byte for byte.
 //!
 //! A physical KV block (B tokens of every layer's K and V: 2L groups of `B x H x D`
 //! values) becomes one self-contained record:
@@ -56,7 +56,7 @@
 //! different cache without an error. Where bytes can be damaged in transit or at rest,
 //! protect the container with the transport's or store's own checksum.
 //!
-//! **GPU.** [`gpu_encode`] encodes a device cache into the same container bytes (no host
+//! **GPU.** [`gpu::encode`] encodes a device cache into the same container bytes (no host
 //! synchronisation, CUDA-graph capturable); [`gpu`] decodes a container on the device
 //! ([`gpu::decode_device`]) or streams one from host memory into a device cache with the
 //! transfer overlapped ([`gpu::HostDecoder`]). Both need a CUDA driver at run time (cudarc,
@@ -64,11 +64,11 @@
 //! buffer types. Decoding an offloaded cache kept in page-locked memory:
 //!
 //! ```no_run
-//! use bf16_field::gpu::GpuContext;
 //! use exans::gpu::{DeviceIndex, HostContainer, HostDecodeOptions, HostDecoder};
+//! use kvcodec_gpu::GpuContext;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let container: Vec<u8> = Vec::new();
-//! let gpu = GpuContext::probe()?; // Err without a GPU or driver
+//! let gpu = GpuContext::new(0)?; // device 0; Err without a GPU or driver
 //! let pinned = gpu.pinned_copy(&container)?; // where an offloaded cache would live
 //! let index = DeviceIndex::new(&gpu, &container)?; // validates every record on the CPU
 //! let mut out = gpu.stream().alloc_zeros::<u16>(index.values())?; // 2 L T H D words
@@ -80,16 +80,19 @@
 //! # }
 //! ```
 
+mod codec;
 mod container;
 mod error;
 pub mod format;
 pub mod gpu;
-pub mod gpu_encode;
 mod model;
 mod rans;
 mod record;
 
-pub use container::{ContainerInfo, container_info, decode_cache, encode_cache, encode_cache_with};
+pub use codec::ExansCodec;
+pub use container::{
+    ContainerInfo, container_info, decode_cache, decode_cache_into, encode_cache, encode_cache_with,
+};
 pub use error::{Error, Result};
 pub use model::{Model, log2_q32};
 pub use record::{

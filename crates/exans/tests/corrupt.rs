@@ -26,16 +26,11 @@ fn put(r: &mut [u8], at: usize, bytes: &[u8]) {
     r[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
-/// `rejects!(name, |record| mutation, expected error)`.
+/// `rejects!(name, |record| mutation, expected error)`: the example record, corrupted,
+/// fails `decode_block` with exactly that error.
 macro_rules! rejects {
     ($name:ident, $mutate:expr, $expected:expr) => {
-        #[test]
-        fn $name() {
-            let mut r = common::example_record();
-            let mutate: fn(&mut Vec<u8>) = $mutate;
-            mutate(&mut r);
-            assert_eq!(decode_block(&r).unwrap_err(), $expected);
-        }
+        kvcodec_testkit::corrupt_input!($name: common::example_record() => $mutate; decode_block => $expected);
     };
 }
 
@@ -297,15 +292,11 @@ fn container() -> Vec<u8> {
         .unwrap()
 }
 
+/// `container_rejects!(name, |container| mutation, expected error)`: the two-record
+/// container, corrupted, fails `decode_cache` with exactly that error.
 macro_rules! container_rejects {
     ($name:ident, $mutate:expr, $expected:expr) => {
-        #[test]
-        fn $name() {
-            let mut c = container();
-            let mutate: fn(&mut Vec<u8>) = $mutate;
-            mutate(&mut c);
-            assert_eq!(exans::decode_cache(&c).unwrap_err(), $expected);
-        }
+        kvcodec_testkit::corrupt_input!($name: container() => $mutate; exans::decode_cache => $expected);
     };
 }
 

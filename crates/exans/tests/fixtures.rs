@@ -4,23 +4,13 @@
 //! model, section sizes) that catch any format or quantizer drift.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
-
-fn fixtures() -> Vec<PathBuf> {
-    let paths = bf16_field::fixtures::paths();
-    let dir = bf16_field::fixtures::dir();
-    assert!(!paths.is_empty(), "no fixtures in {}; run `cargo xtask fixtures`", dir.display());
-    paths
-}
 
 /// The ratio every real fixture must reach at B = 16, all metadata counted.
 const RATIO_TARGET: f64 = 1.480;
 
 #[test]
 fn real_fixtures_round_trip_reach_the_ratio_target_and_match_their_snapshots() {
-    for path in fixtures() {
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let cache = bf16_field::io::read_kv_cache(&path).unwrap();
+    for (name, cache) in kvcodec_testkit::fixtures() {
         let container = exans::encode_cache(&cache, exans::format::DEFAULT_BLOCK_TOKENS).unwrap();
         assert_eq!(exans::decode_cache(&container).unwrap(), cache, "{name} did not round-trip");
         let raw = 2 * cache.shape().total_values();

@@ -6,13 +6,13 @@
 mod common;
 
 use bf16_field::KvCache;
-use bf16_field::gpu::{GpuContext, gpu_for_test};
 use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
-use cudarc::driver::CudaSlice;
-use exans::gpu::{DeviceIndex, GpuError, decode_cache_host, decode_device};
+use exans::gpu::{DeviceIndex, GpuError, decode_device, decode_to_cache};
 use exans::{
     EncodeOptions, RawPolicy, container_info, decode_cache, encode_cache, encode_cache_with, inspect_record,
 };
+use kvcodec_gpu::{DeviceStatus, GpuContext};
+use kvcodec_testkit::gpu_or_skip as gpu_for_test;
 
 fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
     EncodeOptions { precision, raw }
@@ -33,7 +33,7 @@ fn check_round_trip(
 ) {
     let container = encode_cache_with(cache, block_tokens, opts).unwrap();
     assert_eq!(&decode_cache(&container).unwrap(), cache, "{name}: CPU round trip");
-    let got = decode_cache_host(gpu, &container).unwrap_or_else(|e| panic!("{name}: GPU decode: {e}"));
+    let got = decode_to_cache(gpu, &container).unwrap_or_else(|e| panic!("{name}: GPU decode: {e}"));
     if &got != cache {
         let want = cache.concat_words();
         let have = got.concat_words();
@@ -50,7 +50,7 @@ fn gpu_decode_matches_cpu_on_the_fixtures() {
         for block_tokens in [16, 13] {
             let container = encode_cache(&cache, block_tokens).unwrap();
             assert!(raw_flags(&container).iter().all(|raw| !raw), "{name}: fixture blocks are coded");
-            let got = decode_cache_host(&gpu, &container).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = decode_to_cache(&gpu, &container).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(got == cache, "{name}, B = {block_tokens}: GPU decode differs from the original");
         }
         // A lower precision (a smaller table, a different mask) on the same data.
@@ -168,34 +168,33 @@ fn gpu_decode_device_reuses_its_index() {
     let container = encode_cache(&cache, 16).unwrap();
     let index = DeviceIndex::new(&gpu, &container).unwrap();
     assert_eq!(index.values(), cache.shape().total_values());
-    let stream = gpu.stream();
-    let d_container = stream.clone_htod(&container).unwrap();
-    let mut out: CudaSlice<u16> = stream.alloc_zeros(index.values()).unwrap();
-    let mut status: CudaSlice<u32> = stream.alloc_zeros(1).unwrap();
+    let d_container = gpu.upload(&container).unwrap();
+    let mut out = gpu.zeros::<u16>(index.values()).unwrap();
+    let mut status = DeviceStatus::new(&gpu).unwrap();
     for _ in 0..3 {
         decode_device(&gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut status).unwrap();
-        assert_eq!(stream.clone_dtoh(&status).unwrap(), vec![0]);
-        assert_eq!(stream.clone_dtoh(&out).unwrap(), cache.concat_words());
+        assert_eq!(status.read(&gpu).unwrap(), 0);
+        assert_eq!(gpu.download(&out, index.values()).unwrap(), cache.concat_words());
     }
     // A container of another length, or an output that is too small, is refused.
     let short = d_container.slice(..container.len() - 16);
     let err = decode_device(&gpu, &short, &index, &mut out.as_view_mut(), &mut status).unwrap_err();
-    assert!(matches!(err, GpuError::Buffer { what: "container", .. }), "{err}");
+    assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "container", .. })), "{err}");
     let mut small = out.slice_mut(..index.values() - 1);
     let err = decode_device(&gpu, &d_container.as_view(), &index, &mut small, &mut status).unwrap_err();
-    assert!(matches!(err, GpuError::Buffer { what: "out", .. }), "{err}");
+    assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "out", .. })), "{err}");
 }
 
 /// Decodes `bad` on both paths: both accept with the same cache, or both reject with
 /// the same error. Returns true if the GPU kernel (not the host validation) found it.
 fn check_same_outcome(gpu: &GpuContext, what: &str, bad: &[u8]) -> bool {
     let host_valid = DeviceIndex::new(gpu, bad).is_ok();
-    match (decode_cache(bad), decode_cache_host(gpu, bad)) {
+    match (decode_cache(bad), decode_to_cache(gpu, bad)) {
         (Ok(cpu), Ok(got)) => {
             assert!(cpu == got, "{what}: both accept, outputs differ");
             false
         }
-        (Err(cpu), Err(GpuError::Decode(got))) => {
+        (Err(cpu), Err(GpuError::Codec(got))) => {
             assert_eq!(got, cpu, "{what}");
             host_valid
         }
@@ -264,10 +263,10 @@ fn gpu_decode_reports_the_cpu_error() {
     }
     assert!(kernel_found >= 10, "only {kernel_found} corruptions reached the kernel");
     let truncated = &container[..container.len() - 1];
-    assert!(matches!(
-        decode_cache_host(&gpu, truncated),
-        Err(GpuError::Decode(exans::Error::Truncated { .. }))
-    ));
+    kvcodec_testkit::assert_rejects!(
+        decode_to_cache(&gpu, truncated),
+        GpuError::Codec(exans::Error::Truncated { .. })
+    );
 }
 
 /// One-symbol records (K = 1) are written without decoding on the GPU (a step maps the
@@ -333,15 +332,26 @@ fn gpu_decode_writes_to_an_unaligned_output() {
     // address: no tile may take a 16-byte store, so every value goes by the general path.
     let cache = kv_like(2, 3, 64, 40, 29);
     let container = encode_cache(&cache, 16).unwrap();
-    let stream = gpu.stream();
-    let on_device = stream.clone_htod(&container).unwrap();
+    let on_device = gpu.upload(&container).unwrap();
     let index = DeviceIndex::new(&gpu, &container).unwrap();
     let values = index.values();
-    let mut out: CudaSlice<u16> = stream.alloc_zeros(values + 1).unwrap();
-    let mut status: CudaSlice<u32> = stream.alloc_zeros(1).unwrap();
+    let mut out = gpu.zeros::<u16>(values + 1).unwrap();
+    let mut status = DeviceStatus::new(&gpu).unwrap();
     decode_device(&gpu, &on_device.as_view(), &index, &mut out.slice_mut(1..), &mut status).unwrap();
-    assert_eq!(stream.clone_dtoh(&status).unwrap(), vec![0], "status");
-    let got = stream.clone_dtoh(&out).unwrap();
+    assert_eq!(status.read(&gpu).unwrap(), 0, "status");
+    let got = gpu.download(&out, values + 1).unwrap();
     assert_eq!(got[0], 0, "the value before the output is untouched");
     assert!(got[1..] == cache.concat_words()[..], "unaligned output differs from the cache");
+}
+
+/// Whole caches through [`exans::ExansCodec`]: every encoder x decoder x backend pair.
+#[test]
+fn whole_caches_round_trip_on_every_path() {
+    let gpu = gpu_for_test("whole_caches_round_trip_on_every_path");
+    for (name, cache) in fixture_caches() {
+        kvcodec_testkit::round_trip(&exans::ExansCodec::default(), gpu.as_ref(), &name, &cache);
+    }
+    let codec = exans::ExansCodec { block_tokens: 7 };
+    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "one raw block", &one_raw_block_cache());
+    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "L=H=D=T=1", &kv_like(1, 1, 1, 1, 3));
 }

@@ -4,19 +4,19 @@
 
 mod common;
 
-use bf16_field::gpu::{GpuContext, gpu_for_test};
 use bf16_field::{KvCache, KvShape};
 use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
 use cudarc::driver::CudaSlice;
-use exans::gpu::GpuError;
-use exans::gpu_encode::{EncodeWorkspace, encode_cache_host, encode_device, max_container_len};
+use exans::gpu::{EncodeWorkspace, GpuError, encode_device, encode_to_vec, max_container_len};
 use exans::{Error, decode_cache, encode_cache};
+use kvcodec_gpu::GpuContext;
+use kvcodec_testkit::gpu_or_skip as gpu_for_test;
 
 /// GPU encode == CPU encode, byte for byte, and the GPU container decodes back on the
 /// CPU. Returns the container.
 fn check(gpu: &GpuContext, name: &str, cache: &KvCache, block_tokens: usize) -> Vec<u8> {
     let want = encode_cache(cache, block_tokens).unwrap();
-    let got = encode_cache_host(gpu, cache, block_tokens)
+    let got = encode_to_vec(gpu, cache, block_tokens)
         .unwrap_or_else(|e| panic!("{name} (B = {block_tokens}): GPU encode: {e}"));
     if got != want {
         let first = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -79,7 +79,7 @@ fn gpu_encode_matches_cpu_on_edge_cases() {
     let mut rng = Rng(5);
     let skewed = cache_from(2, 2, 64, 64, |_, _, i| {
         let r = rng.next();
-        let e = if r % 8 == 0 { (i % 256) as u32 } else { 120 + r % 4 };
+        let e = if r.is_multiple_of(8) { (i % 256) as u32 } else { 120 + r % 4 };
         ((e << 7) | (r >> 24) & 0x807f) as u16
     });
     let c = check(&gpu, "all exponents, skewed", &skewed, 16);
@@ -108,7 +108,6 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     let Some(gpu) = gpu_for_test("gpu_encode_device_reuses_its_workspace_and_ignores_stale_output") else {
         return;
     };
-    let stream = gpu.stream();
     let big = kv_like(3, 2, 64, 70, 41);
     let shape = big.shape();
     let len = max_container_len(shape, 16).unwrap();
@@ -116,13 +115,13 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     // 5 and 3 blocks in chunks of 2: the second call's chunks reuse the first's slots.
     ws.set_chunk_blocks(2);
     // Garbage in the output buffer: every padding byte must still come out zero.
-    let mut out: CudaSlice<u8> = stream.clone_htod(&vec![0xa5u8; len]).unwrap();
+    let mut out: CudaSlice<u8> = gpu.upload(&vec![0xa5u8; len]).unwrap();
     for cache in [big.clone(), kv_like(3, 2, 64, 33, 42), big] {
         let s = cache.shape();
-        let words = stream.clone_htod(&cache.concat_words()).unwrap();
+        let words = gpu.upload(&cache.concat_words()).unwrap();
         encode_device(&gpu, &words.as_view(), s, 16, &mut out.as_view_mut(), &mut ws).unwrap();
         let n = ws.encoded_len(&gpu).unwrap();
-        let bytes = stream.clone_dtoh(&out).unwrap();
+        let bytes = gpu.download(&out, len).unwrap();
         assert_eq!(&bytes[..n], &encode_cache(&cache, 16).unwrap()[..], "T = {}", s.tokens);
     }
 }
@@ -138,11 +137,10 @@ struct OnDevice {
 
 impl OnDevice {
     fn new(gpu: &GpuContext, cache: &KvCache, block_tokens: usize) -> Self {
-        let stream = gpu.stream();
         let shape = cache.shape();
         OnDevice {
-            words: stream.clone_htod(&cache.concat_words()).unwrap(),
-            out: stream.alloc_zeros(max_container_len(shape, block_tokens).unwrap()).unwrap(),
+            words: gpu.upload(&cache.concat_words()).unwrap(),
+            out: gpu.zeros(max_container_len(shape, block_tokens).unwrap()).unwrap(),
             ws: EncodeWorkspace::new(gpu, shape, block_tokens).unwrap(),
             shape,
             block_tokens,
@@ -159,7 +157,7 @@ impl OnDevice {
     /// The container the last encode wrote.
     fn container(&self, gpu: &GpuContext) -> Vec<u8> {
         let n = self.ws.encoded_len(gpu).unwrap();
-        gpu.stream().clone_dtoh(&self.out.slice(..n)).unwrap()
+        gpu.download(&self.out, n).unwrap()
     }
 }
 
@@ -211,34 +209,48 @@ fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
 
 #[test]
 fn gpu_encode_replays_from_a_cuda_graph() {
-    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-
     let Some(gpu) = gpu_for_test("gpu_encode_replays_from_a_cuda_graph") else { return };
     let (name, cache) = fixture_caches().swap_remove(1);
     let want = encode_cache(&cache, 13).unwrap();
-    let stream = gpu.stream();
-    let mut d = OnDevice::new(&gpu, &cache, 13);
+    let d = std::cell::RefCell::new(OnDevice::new(&gpu, &cache, 13));
     // 6 chunks: both encoder streams and the writer stream are forked into the capture.
-    d.ws.set_chunk_blocks(7);
-    // One plain call first, outside the capture, as a caller warming up would.
-    d.encode(&gpu);
-    stream.memset_zeros(&mut d.out).unwrap();
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    d.encode(&gpu);
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
-    for replay in 0..3 {
-        stream.memset_zeros(&mut d.out).unwrap();
-        graph.launch().unwrap();
-        let bytes = d.container(&gpu);
-        assert!(bytes == want, "{name}: replay {replay}: graph-encoded container differs from the CPU's");
-    }
+    d.borrow_mut().ws.set_chunk_blocks(7);
+    kvcodec_testkit::replay_in_graph(
+        &gpu,
+        3,
+        || gpu.stream().memset_zeros(&mut d.borrow_mut().out).unwrap(),
+        || d.borrow_mut().encode(&gpu),
+        |replay| {
+            let bytes = d.borrow().container(&gpu);
+            assert!(bytes == want, "{name}: replay {replay}: graph-encoded container differs from the CPU's");
+        },
+    );
+}
+
+/// The encoder forks from and joins into a caller's stream: work the caller queued
+/// before it on that stream (here, writing the input) is seen, and work queued after it
+/// (reading the output) sees the container, with no synchronisation in between.
+#[test]
+fn gpu_encode_is_ordered_on_a_callers_stream() {
+    let Some(gpu) = gpu_for_test("gpu_encode_is_ordered_on_a_callers_stream") else { return };
+    let (name, cache) = fixture_caches().swap_remove(0);
+    let want = encode_cache(&cache, 16).unwrap();
+    let theirs = gpu.with_stream(gpu.context().new_stream().unwrap()).unwrap();
+    let mut d = OnDevice::new(&theirs, &cache, 16);
+    // Input overwritten on the caller's stream right before the encode.
+    let stale = theirs.upload(&vec![0u16; cache.shape().total_values()]).unwrap();
+    theirs.stream().memcpy_dtod(&stale, &mut d.words).unwrap();
+    let fresh = theirs.upload(&cache.concat_words()).unwrap();
+    theirs.stream().memcpy_dtod(&fresh, &mut d.words).unwrap();
+    d.encode(&theirs);
+    assert!(d.container(&theirs) == want, "{name}: container on the caller's stream differs");
 }
 
 #[test]
 fn gpu_encode_rejects_what_the_cpu_rejects() {
     let Some(gpu) = gpu_for_test("gpu_encode_rejects_what_the_cpu_rejects") else { return };
     let cache = kv_like(1, 1, 4, 4, 1);
-    assert!(matches!(encode_cache_host(&gpu, &cache, 0), Err(GpuError::Encode(Error::ZeroBlockTokens))));
+    kvcodec_testkit::assert_rejects!(encode_to_vec(&gpu, &cache, 0), GpuError::Codec(Error::ZeroBlockTokens));
     let shape = KvShape::new(1, 1, 4, 4).unwrap();
     assert!(matches!(
         max_container_len(shape, 70_000),
@@ -246,11 +258,13 @@ fn gpu_encode_rejects_what_the_cpu_rejects() {
     ));
     // A workspace sized for a smaller cache is refused, not overrun.
     let mut ws = EncodeWorkspace::new(&gpu, KvShape::new(1, 1, 4, 2).unwrap(), 2).unwrap();
-    let stream = gpu.stream();
-    let words = stream.clone_htod(&cache.concat_words()).unwrap();
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 2).unwrap()).unwrap();
+    let words = gpu.upload(&cache.concat_words()).unwrap();
+    let mut out = gpu.zeros::<u8>(max_container_len(shape, 2).unwrap()).unwrap();
     let err = encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws);
-    assert!(matches!(err, Err(GpuError::Buffer { what: "workspace", .. })));
+    kvcodec_testkit::assert_rejects!(
+        err,
+        GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "workspace", .. })
+    );
 }
 
 #[test]
@@ -263,17 +277,13 @@ fn gpu_encode_stages_partial_chunks_and_unaligned_words() {
     // aligned, so the histograms and every staging round go word by word.
     let cache = kv_like(3, 2, 64, 70, 53);
     let want = encode_cache(&cache, 16).unwrap();
-    let stream = gpu.stream();
     let mut host = vec![0u16];
     host.extend(cache.concat_words());
-    let words = stream.clone_htod(&host).unwrap();
+    let words = gpu.upload(&host).unwrap();
     let shape = cache.shape();
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(max_container_len(shape, 16).unwrap()).unwrap();
+    let mut out = gpu.zeros::<u8>(max_container_len(shape, 16).unwrap()).unwrap();
     let mut ws = EncodeWorkspace::new(&gpu, shape, 16).unwrap();
     encode_device(&gpu, &words.slice(1..), shape, 16, &mut out.as_view_mut(), &mut ws).unwrap();
     let n = ws.encoded_len(&gpu).unwrap();
-    assert!(
-        stream.clone_dtoh(&out.slice(..n)).unwrap() == want,
-        "words at an odd address: GPU container differs"
-    );
+    assert!(gpu.download(&out, n).unwrap() == want, "words at an odd address: GPU container differs");
 }

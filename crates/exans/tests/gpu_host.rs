@@ -1,6 +1,6 @@
 //! The pipelined decoder from host memory (`exans::gpu::HostDecoder`) against the CPU
 //! reference: bit-exact on the real fixtures for chunk sizes below a record, around
-//! the default and above the container, for one and several decode lanes, from
+//! the default and above the container, for one and several decode streams, from
 //! page-locked and from pageable (staged) memory; a one-record container; and a
 //! corrupted container gives the CPU decoder's exact error. Skips without a GPU unless
 //! `KVCODEC_REQUIRE_GPU=1`.
@@ -8,12 +8,12 @@
 mod common;
 
 use bf16_field::KvCache;
-use bf16_field::gpu::{GpuContext, gpu_for_test};
 use common::kv_like;
-use cudarc::driver::CudaSlice;
 use exans::gpu::host::DEFAULT_CHUNK_BYTES;
 use exans::gpu::{DeviceIndex, GpuError, HostContainer, HostDecodeOptions, HostDecoder};
 use exans::{container_info, decode_cache, encode_cache, inspect_record};
+use kvcodec_gpu::GpuContext;
+use kvcodec_testkit::gpu_or_skip as gpu_for_test;
 
 /// Where the container comes from.
 #[derive(Clone, Copy, Debug)]
@@ -37,8 +37,7 @@ fn host_decode(
     index: &DeviceIndex,
     source: Source,
 ) -> Result<Vec<u16>, GpuError> {
-    let stream = gpu.stream();
-    let mut out: CudaSlice<u16> = stream.clone_htod(&vec![UNWRITTEN; index.values()])?;
+    let mut out = gpu.upload(&vec![UNWRITTEN; index.values()])?;
     match source {
         Source::Pinned => {
             let pinned = gpu.pinned_copy(container)?;
@@ -49,10 +48,10 @@ fn host_decode(
             decoder.decode(gpu, HostContainer::Staged(container), index, &mut out.as_view_mut())?.finish()?
         }
     }
-    Ok(stream.clone_dtoh(&out)?)
+    Ok(gpu.download(&out, index.values())?)
 }
 
-/// Host decodes of `cache`'s container with every chunk size and lane count given, from
+/// Host decodes of `cache`'s container with every chunk size and stream count given, from
 /// both sources, each compared with the original; each decoder decodes twice (reuse).
 fn check_host_round_trip(
     gpu: &GpuContext,
@@ -66,8 +65,8 @@ fn check_host_round_trip(
     let want = cache.concat_words();
     let index = DeviceIndex::new(gpu, &container).unwrap();
     for &chunk_bytes in chunks {
-        for lanes in [1, 2, 4] {
-            let options = HostDecodeOptions { chunk_bytes, lanes };
+        for streams in [1, 2, 4] {
+            let options = HostDecodeOptions { chunk_bytes, streams };
             let mut decoder = HostDecoder::new(gpu, options).unwrap();
             for source in [Source::Pinned, Source::Staged, Source::Pinned] {
                 let what = format!("{name}, B = {block_tokens}, {options:?}, {source:?}");
@@ -115,21 +114,24 @@ fn host_decode_of_one_record_and_small_caches() {
 #[test]
 fn host_decode_refuses_bad_options_and_buffers() {
     let Some(gpu) = gpu_for_test("host_decode_refuses_bad_options_and_buffers") else { return };
-    for (chunk_bytes, lanes, what) in [(0, 2, "chunk_bytes"), (1, 0, "lanes"), (1, 9, "lanes")] {
-        let err = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes, lanes }).unwrap_err();
-        assert!(matches!(err, GpuError::Options { what: w, .. } if w == what), "{err}");
+    for (chunk_bytes, streams, what) in [(0, 2, "chunk_bytes"), (1, 0, "streams"), (1, 9, "streams")] {
+        let err = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes, streams }).unwrap_err();
+        assert!(
+            matches!(err, GpuError::Gpu(kvcodec_gpu::Error::InvalidArgument { what: w, .. }) if w == what),
+            "{err}"
+        );
     }
     let cache = kv_like(3, 2, 64, 50, 21);
     let container = encode_cache(&cache, 16).unwrap();
     let index = DeviceIndex::new(&gpu, &container).unwrap();
     let mut decoder = HostDecoder::new(&gpu, HostDecodeOptions::default()).unwrap();
-    let mut out: CudaSlice<u16> = gpu.stream().alloc_zeros(index.values()).unwrap();
+    let mut out = gpu.zeros::<u16>(index.values()).unwrap();
     let short = &container[..container.len() - 16];
     let err = decoder.decode(&gpu, HostContainer::Staged(short), &index, &mut out.as_view_mut()).unwrap_err();
-    assert!(matches!(err, GpuError::Buffer { what: "container", .. }), "{err}");
+    assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "container", .. })), "{err}");
     let mut small = out.slice_mut(..index.values() - 1);
     let err = decoder.decode(&gpu, HostContainer::Pinned(&container), &index, &mut small).unwrap_err();
-    assert!(matches!(err, GpuError::Buffer { what: "out", .. }), "{err}");
+    assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "out", .. })), "{err}");
 }
 
 /// `bad` through host validation and the host decoder: the same outcome as the CPU
@@ -138,7 +140,7 @@ fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, b
     let cpu = decode_cache(bad);
     let index = match DeviceIndex::new(gpu, bad) {
         Ok(index) => index,
-        Err(GpuError::Decode(got)) => {
+        Err(GpuError::Codec(got)) => {
             assert_eq!(Err(got), cpu.map(|_| ()), "{what}: host validation");
             return false;
         }
@@ -149,7 +151,7 @@ fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, b
             (Ok(cache), Ok(got)) => {
                 assert!(cache.concat_words() == got, "{what}, {source:?}: outputs differ")
             }
-            (Err(cpu), Err(GpuError::Decode(got))) => assert_eq!(&got, cpu, "{what}, {source:?}"),
+            (Err(cpu), Err(GpuError::Codec(got))) => assert_eq!(&got, cpu, "{what}, {source:?}"),
             (cpu, got) => panic!("{what}, {source:?}: CPU {:?} vs GPU {:?}", cpu.as_ref().err(), got.err()),
         }
     }
@@ -163,7 +165,7 @@ fn host_decode_reports_the_cpu_error() {
     let container = encode_cache(&cache, 16).unwrap();
     let info = container_info(&container).unwrap();
     // Small chunks, so the bad record is decoded by a chunk of its own, after others.
-    let options = HostDecodeOptions { chunk_bytes: 600_000, lanes: 2 };
+    let options = HostDecodeOptions { chunk_bytes: 600_000, streams: 2 };
     let mut decoder = HostDecoder::new(&gpu, options).unwrap();
     let mut kernel_found = 0;
     for block in [0, info.blocks() / 2, info.blocks() - 1] {
@@ -195,8 +197,8 @@ fn host_decode_reports_the_cpu_error() {
     assert!(kernel_found >= 5, "only {kernel_found} corruptions reached the kernel");
     // Host validation still rejects a truncated container before anything is launched.
     let truncated = &container[..container.len() - 1];
-    assert!(matches!(
+    kvcodec_testkit::assert_rejects!(
         DeviceIndex::new(&gpu, truncated),
-        Err(GpuError::Decode(exans::Error::Truncated { .. }))
-    ));
+        GpuError::Codec(exans::Error::Truncated { .. })
+    );
 }

@@ -1,36 +1,14 @@
 //! The worked example of `docs/formats/exans.md` §9: the hex dump in the spec must be
 //! exactly what the encoder produces, and the decode trace the spec walks through must
-//! hold. `EXANS_BLESS=1 cargo test -p exans --test spec_example` rewrites the dump.
+//! hold. `KVCODEC_BLESS=1 cargo test -p exans --test spec_example` rewrites the dump.
 
 mod common;
-
-use std::path::PathBuf;
-
-const BEGIN: &str = "<!-- example-hexdump:begin -->\n";
-const END: &str = "<!-- example-hexdump:end -->";
-
-fn spec_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/formats/exans.md")
-}
 
 #[test]
 fn spec_hexdump_is_the_encoder_output() {
     let record = common::example_record();
-    let block = format!("```text\n{}```\n", common::hexdump(&record));
-    let path = spec_path();
-    let spec = std::fs::read_to_string(&path).unwrap();
-    let start = spec.find(BEGIN).expect("begin marker") + BEGIN.len();
-    let end = spec.find(END).expect("end marker");
-    if std::env::var_os("EXANS_BLESS").is_some() {
-        let updated = format!("{}{}{}", &spec[..start], block, &spec[end..]);
-        std::fs::write(&path, updated).unwrap();
-        return;
-    }
-    assert_eq!(
-        &spec[start..end],
-        block,
-        "docs/formats/exans.md §9 is stale: run `EXANS_BLESS=1 cargo test -p exans --test spec_example`"
-    );
+    let spec = kvcodec_testkit::format_spec("exans.md");
+    kvcodec_testkit::assert_doc_block(&spec, "record-hex", &common::hexdump(&record));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The top-16 exponent codebook, calibrated offline (SplitZip seed, "Highlights":
+//! The top-16 exponent codebook, calibrated offline (SplitZip paper, "Highlights":
 //! "Offline-calibrated, Top-16 exponent codebooks"; spec §1).
 
 use std::path::Path;

@@ -12,8 +12,9 @@ use rayon::prelude::*;
 use crate::error::DecodeError;
 use crate::format::{
     CODE_BITS, CODE_MASK, CODEBOOK_LEN, CodedLayout, ESCAPE_CODE, ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES,
-    Layout, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, PayloadHeader, Section,
+    Layout, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, Section,
 };
+use crate::header::PayloadHeader;
 
 /// Decodes a whole payload into `out[..n]` and returns n, the number of values.
 ///

@@ -20,9 +20,10 @@ use crate::codebook::Codebook;
 use crate::error::EncodeError;
 use crate::format::{
     CODE_BITS, CODE_MASK, CodedLayout, ESCAPE_CODE, ESCAPE_EXPONENT_BYTES, ESCAPE_OFFSET_BYTES,
-    ESCAPE_POSITION_BYTES, HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES,
-    PayloadHeader, Section, chunk_size_is_valid,
+    ESCAPE_POSITION_BYTES, HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, Section,
+    chunk_size_is_valid,
 };
+use crate::header::PayloadHeader;
 
 /// A hard upper bound on the bytes [`encode_into`] writes for `value_count` values:
 /// `HEADER_LEN + 2 * value_count` = 128 + 2n, the raw form (spec §4).
@@ -45,7 +46,7 @@ pub fn max_encoded_len(value_count: usize, chunk_size: u32) -> usize {
 /// first (returned) bytes of `out` are written. The output is a pure function of the
 /// arguments: byte-identical on every run and thread count.
 ///
-/// Design: SplitZip seed ("Abstract", "Codec API" with `chunk_size=1024`); the layout
+/// Design: the SplitZip paper ("Abstract", "Codec API" with `chunk_size=1024`); the layout
 /// is GPU-friendly (every section but the last at an offset fixed by n and the chunk
 /// size, escapes found through prefix sums).
 ///
@@ -192,20 +193,20 @@ fn take_section<'a>(rest: &mut &'a mut [u8], cursor: &mut usize, section: Sectio
     body
 }
 
-/// Set in [`FlagTable`] entries of exponents that are not in the codebook.
-const ESCAPE_FLAG: u8 = 1 << CODE_BITS;
-
-/// For each exponent, its code, or [`ESCAPE_FLAG`] (code bits 0 = [`ESCAPE_CODE`]) when
-/// it is escaped.
+/// For each exponent, its code, or [`NO_CODE`] (bit 7 over [`ESCAPE_CODE`]) when it is
+/// escaped: [`Codebook::code_table`].
 type FlagTable = [u8; 256];
 
+/// The shift that turns a [`FlagTable`] entry into 1 for an escape, 0 for a code.
+const ESCAPE_SHIFT: u32 = NO_CODE.trailing_zeros();
+
 fn flag_table(codebook: &Codebook) -> FlagTable {
-    codebook.code_table().map(|c| if c == NO_CODE { ESCAPE_FLAG | ESCAPE_CODE } else { c })
+    codebook.code_table()
 }
 
 /// The number of escaped values in `words`.
 fn count_escapes(table: &FlagTable, words: &[u16]) -> u32 {
-    let flag = |w: u16| (table[exponent_of(w) as usize] >> CODE_BITS) as u32;
+    let flag = |w: u16| (table[exponent_of(w) as usize] >> ESCAPE_SHIFT) as u32;
     let mut octets = words.chunks_exact(8);
     let mut count = 0;
     for w in &mut octets {
@@ -219,7 +220,7 @@ fn count_escapes(table: &FlagTable, words: &[u16]) -> u32 {
 /// number of escapes.
 fn write_codes(table: &FlagTable, words: &[u16], codes: &mut [u8]) -> u32 {
     let code = |w: u16| table[exponent_of(w) as usize];
-    // Two codes in a byte; the escape flag of either falls out of the byte.
+    // Two codes in a byte; the escape bit of either falls out of the byte.
     let byte = |c0: u8, c1: u8| (c0 & CODE_MASK) | (c1 << CODE_BITS);
     let full = words.len() / 8 * 8;
     let (words, words_tail) = words.split_at(full);
@@ -229,15 +230,15 @@ fn write_codes(table: &FlagTable, words: &[u16], codes: &mut [u8]) -> u32 {
         let c =
             [code(w[0]), code(w[1]), code(w[2]), code(w[3]), code(w[4]), code(w[5]), code(w[6]), code(w[7])];
         out.copy_from_slice(&[byte(c[0], c[1]), byte(c[2], c[3]), byte(c[4], c[5]), byte(c[6], c[7])]);
-        if c.iter().fold(0, |a, &c| a | c) & ESCAPE_FLAG != 0 {
-            count += c.iter().map(|&c| (c >> CODE_BITS) as u32).sum::<u32>();
+        if c.iter().fold(0, |a, &c| a | c) & NO_CODE & !CODE_MASK != 0 {
+            count += c.iter().map(|&c| (c >> ESCAPE_SHIFT) as u32).sum::<u32>();
         }
     }
     for (w, out) in words_tail.chunks(2).zip(codes_tail) {
         let c0 = code(w[0]);
         let c1 = w.get(1).map_or(ESCAPE_CODE, |&w| code(w));
         *out = byte(c0, c1);
-        count += (c0 >> CODE_BITS) as u32 + (c1 >> CODE_BITS) as u32;
+        count += (c0 >> ESCAPE_SHIFT) as u32 + (c1 >> ESCAPE_SHIFT) as u32;
     }
     count
 }
@@ -301,7 +302,7 @@ fn write_coded(
         let mut k = 0;
         for (i, &x) in w.iter().enumerate() {
             let e = exponent_of(x);
-            if table[e as usize] & ESCAPE_FLAG != 0 {
+            if table[e as usize] == NO_CODE {
                 pos[k * ESCAPE_POSITION_BYTES..(k + 1) * ESCAPE_POSITION_BYTES]
                     .copy_from_slice(&(i as u16).to_le_bytes());
                 exps[k] = e;
@@ -342,7 +343,7 @@ mod tests {
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
                 let w = (seed >> 16) as u16;
-                if (seed >> 40) % (1 << rare_bits) == 0 {
+                if (seed >> 40).is_multiple_of(1 << rare_bits) {
                     w
                 } else {
                     (w & 0x807f) | ((0x70 | (w >> 7) & 0xf) << 7)

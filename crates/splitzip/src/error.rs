@@ -1,7 +1,19 @@
-//! Typed errors; every variant carries the numbers that went wrong (the team style guide,
-//! ../shared/STYLE.md, item 7).
+//! Typed errors; every variant carries the numbers that went wrong.
 
 use thiserror::Error;
+
+/// Any SplitZip error: what [`crate::SplitzipCodec`] and the GPU path
+/// ([`crate::gpu::GpuError`]) report. The free functions return the specific types.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The encoder's arguments are invalid.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The payload is invalid, or does not hold the values the caller expects.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
 
 /// Errors of [`crate::Codebook`] construction, calibration and JSON I/O.
 #[derive(Debug, Error)]
@@ -239,5 +251,14 @@ pub enum DecodeError {
         position: u16,
         /// The stored code.
         code: u8,
+    },
+    /// A cache's payload holds another number of values than the caller's cache shape
+    /// has per kind (`L T H D`) ([`crate::SplitzipCodec`], spec §6).
+    #[error("payload holds {found} values, the cache shape has {expected} per kind")]
+    CacheShapeMismatch {
+        /// `L T H D` of the caller's shape.
+        expected: u64,
+        /// The payload's n.
+        found: u64,
     },
 }

@@ -1,16 +1,15 @@
-//! The SplitZip payload format: every constant, the section layout and the header.
+//! The SplitZip payload format: every constant and the section layout. The header
+//! itself is [`crate::PayloadHeader`].
 //!
 //! This module is the single place where the byte format is defined; the encoder, the
-//! decoder and (later) the CUDA kernels all derive their offsets from it. The normative
-//! description is `docs/formats/splitzip.md`; each constant names its section there
-//! ("spec §N"). The design follows the SplitZip seed ("Abstract": 4-bit codes for an
-//! offline top-16 exponent codebook, raw sign+mantissa, a sparse escape stream with
-//! chunk-local metadata, chunk = 1024) and the GPU note `gpu-entropy-coding.md` §5
-//! (escape lists located by an exclusive prefix sum, computed on the GPU with a
-//! decoupled look-back).
-
-use crate::codebook::Codebook;
-use crate::error::DecodeError;
+//! decoder and the CUDA kernels (through the header `cargo xtask kernels` generates from
+//! these constants) derive their offsets from it. The normative description is
+//! `docs/formats/splitzip.md`; each constant names its section there ("spec §N"). The
+//! design follows the SplitZip paper (Guo and Joshi, NeurIPS 2026, "Abstract": 4-bit
+//! codes for an offline top-16 exponent codebook, raw sign+mantissa, a sparse escape
+//! stream with chunk-local metadata, chunk = 1024), with escape lists located by an
+//! exclusive prefix sum so that a GPU thread block finds its chunk's escapes without a
+//! scan.
 
 // ---------------------------------------------------------------------------------------
 // Format constants (spec §2 "Header" and §3 "Sections").
@@ -30,7 +29,7 @@ pub const HEADER_LEN: usize = 128;
 /// Every section starts at a multiple of this many bytes from the payload start; the
 /// gaps are zero bytes (spec §3). 16 bytes = one `uint4` / `cp.async` load on the GPU.
 pub const SECTION_ALIGN: usize = 16;
-/// Entries in a codebook: one per 4-bit code (spec §2; SplitZip seed, "Top-16").
+/// Entries in a codebook: one per 4-bit code (spec §2; the SplitZip paper, "Top-16").
 pub const CODEBOOK_LEN: usize = 16;
 /// Bits per exponent code; two codes per byte, value `2i` in the low nibble (spec §3.1).
 pub const CODE_BITS: u32 = 4;
@@ -38,7 +37,7 @@ pub const CODE_BITS: u32 = 4;
 pub const CODE_MASK: u8 = (1 << CODE_BITS) - 1;
 /// The code written for an escaped value; the decoder requires it (spec §3.1).
 pub const ESCAPE_CODE: u8 = 0;
-/// The chunk size in values the SplitZip seed uses ("chunk_size=1024") and the default
+/// The chunk size in values the SplitZip paper uses ("chunk_size=1024") and the default
 /// of this crate (spec §3).
 pub const DEFAULT_CHUNK_SIZE: u32 = 1024;
 /// The smallest chunk size in values: a power of two, so a chunk's codes are whole bytes
@@ -89,11 +88,11 @@ pub mod field {
 
 // The constants fit together (checked at compile time).
 const _: () = {
-    assert!(HEADER_LEN % SECTION_ALIGN == 0, "sections after the header start aligned");
+    assert!(HEADER_LEN.is_multiple_of(SECTION_ALIGN), "sections after the header start aligned");
     assert!(field::CODEBOOK + CODEBOOK_LEN == field::CODES_OFFSET);
     assert!(field::ENCODED_LEN + 8 == field::RESERVED && field::RESERVED < HEADER_LEN);
     // A chunk's codes are whole bytes; a position inside a chunk fits u16.
-    assert!(MIN_CHUNK_SIZE.is_power_of_two() && MIN_CHUNK_SIZE % 2 == 0);
+    assert!(MIN_CHUNK_SIZE.is_power_of_two() && MIN_CHUNK_SIZE.is_multiple_of(2));
     assert!(MAX_CHUNK_SIZE as u64 <= u16::MAX as u64 + 1);
     assert!(CODEBOOK_LEN == 1 << CODE_BITS);
 };
@@ -107,9 +106,10 @@ const _: () = {
 pub(crate) const PARALLEL_MIN_VALUES: usize = 1 << 16;
 /// Values per rayon task (whole chunks are grouped up to this size).
 pub(crate) const PARALLEL_TASK_VALUES: usize = 1 << 16;
-/// Marks "this exponent has no code" in the encoder's 256-entry code table; any value
-/// above [`CODE_MASK`] would do.
-pub(crate) const NO_CODE: u8 = 0xff;
+/// The entry of an exponent that has no code in the 256-entry exponent -> code tables
+/// of the CPU and GPU encoders: bit 7 set (so a shift by 7 counts escapes without a
+/// branch) over [`ESCAPE_CODE`] in the low nibble (so the code written is the escape's).
+pub const NO_CODE: u8 = 0x80 | ESCAPE_CODE;
 
 // ---------------------------------------------------------------------------------------
 // Layout arithmetic (spec §3).
@@ -188,7 +188,7 @@ impl CodedLayout {
     ///
     /// Returns `None` if `chunk_size` is not valid ([`chunk_size_is_valid`]), if the chunk
     /// count does not fit `u32`, or if any offset overflows `u64`. It does not check that
-    /// `escape_count` is plausible; [`PayloadHeader::parse`] does.
+    /// `escape_count` is plausible; [`crate::PayloadHeader::parse`] does.
     pub const fn new(value_count: u64, chunk_size: u32, escape_count: u64) -> Option<CodedLayout> {
         if !chunk_size_is_valid(chunk_size) {
             return None;
@@ -255,275 +255,6 @@ pub enum Layout {
         /// `2n` bytes at [`HEADER_LEN`].
         words: Section,
     },
-}
-
-/// The validated header of a payload (spec §2): everything a receiver needs to size its
-/// buffers before it has the rest of the payload.
-///
-/// Built by [`PayloadHeader::parse`] (from bytes) or [`PayloadHeader::coded`] /
-/// [`PayloadHeader::raw`] (for a writer such as a GPU encoder's host code); serialized by
-/// [`PayloadHeader::to_bytes`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct PayloadHeader {
-    /// n, the number of BF16 values.
-    pub value_count: u64,
-    /// Values per chunk (valid per [`chunk_size_is_valid`]; recorded in raw payloads too).
-    pub chunk_size: u32,
-    /// Total escapes E (0 when raw).
-    pub escape_count: u64,
-    /// The codebook (recorded in raw payloads too, for diagnostics).
-    pub codebook: Codebook,
-    /// Coded or raw, with the section offsets.
-    pub layout: Layout,
-}
-
-fn rd_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn rd_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn rd_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-impl PayloadHeader {
-    /// The header of a coded payload, or `None` when [`CodedLayout::new`] refuses the
-    /// numbers (invalid chunk size, too many chunks, overflow).
-    pub fn coded(value_count: u64, chunk_size: u32, escape_count: u64, codebook: Codebook) -> Option<Self> {
-        let layout = CodedLayout::new(value_count, chunk_size, escape_count)?;
-        Some(PayloadHeader { value_count, chunk_size, escape_count, codebook, layout: Layout::Coded(layout) })
-    }
-
-    /// The header of a raw payload, or `None` for an invalid chunk size or when
-    /// `HEADER_LEN + 2n` overflows `u64`.
-    pub fn raw(value_count: u64, chunk_size: u32, codebook: Codebook) -> Option<Self> {
-        if !chunk_size_is_valid(chunk_size) {
-            return None;
-        }
-        let len = raw_encoded_len(value_count)? - HEADER_LEN as u64;
-        Some(PayloadHeader {
-            value_count,
-            chunk_size,
-            escape_count: 0,
-            codebook,
-            layout: Layout::Raw { words: Section { offset: HEADER_LEN as u64, len } },
-        })
-    }
-
-    /// Whether the values are stored raw (flag bit 0).
-    pub fn is_raw(&self) -> bool {
-        matches!(self.layout, Layout::Raw { .. })
-    }
-
-    /// Chunks stored: `ceil(n / chunk_size)` when coded, 0 when raw.
-    pub fn chunk_count(&self) -> u32 {
-        match self.layout {
-            Layout::Coded(l) => l.chunk_count,
-            Layout::Raw { .. } => 0,
-        }
-    }
-
-    /// Total payload length in bytes, header included.
-    pub fn encoded_len(&self) -> u64 {
-        match self.layout {
-            Layout::Coded(l) => l.encoded_len,
-            Layout::Raw { words } => words.end(),
-        }
-    }
-
-    /// The [`HEADER_LEN`] header bytes (spec §2).
-    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
-        let mut h = [0u8; HEADER_LEN];
-        let mut put = |at: usize, bytes: &[u8]| h[at..at + bytes.len()].copy_from_slice(bytes);
-        put(field::MAGIC, &MAGIC);
-        put(field::VERSION, &VERSION.to_le_bytes());
-        let flags = if self.is_raw() { FLAG_RAW } else { 0 };
-        put(field::FLAGS, &flags.to_le_bytes());
-        put(field::VALUE_COUNT, &self.value_count.to_le_bytes());
-        put(field::CHUNK_SIZE, &self.chunk_size.to_le_bytes());
-        put(field::CHUNK_COUNT, &self.chunk_count().to_le_bytes());
-        put(field::ESCAPE_COUNT, &self.escape_count.to_le_bytes());
-        put(field::CODEBOOK, &self.codebook.exponents());
-        if let Layout::Coded(l) = self.layout {
-            put(field::CODES_OFFSET, &l.codes.offset.to_le_bytes());
-            put(field::SIGN_MANTISSA_OFFSET, &l.sign_mantissa.offset.to_le_bytes());
-            put(field::ESCAPE_OFFSETS_OFFSET, &l.escape_offsets.offset.to_le_bytes());
-            put(field::ESCAPE_POSITIONS_OFFSET, &l.escape_positions.offset.to_le_bytes());
-            put(field::ESCAPE_EXPONENTS_OFFSET, &l.escape_exponents.offset.to_le_bytes());
-        }
-        put(field::ENCODED_LEN, &self.encoded_len().to_le_bytes());
-        h
-    }
-
-    /// Parses and validates the first [`HEADER_LEN`] bytes of a payload; the rest of
-    /// `payload` is not read, so a receiver can call this on the header alone to learn
-    /// the value count and the encoded length before it has the body.
-    ///
-    /// Checks, in this order (spec §5): length >= [`HEADER_LEN`], magic, version, no unknown
-    /// flag, reserved bytes zero, chunk size, codebook entries distinct, `n` fits `usize`
-    /// and `HEADER_LEN + 2n` fits `u64`; then for a raw payload that chunk count, escape
-    /// count and section offsets are 0, and for a coded one that the chunk count is
-    /// `ceil(n / chunk_size)`, `E <= min(n, u32::MAX)`, every section offset is the one
-    /// spec §3 implies; then the encoded length, and that a coded payload is not longer
-    /// than the raw one would be (the encoder never writes such a payload).
-    ///
-    /// # Errors
-    /// [`DecodeError::Truncated`], [`DecodeError::BadMagic`],
-    /// [`DecodeError::UnsupportedVersion`], [`DecodeError::UnknownFlags`],
-    /// [`DecodeError::ReservedNotZero`], [`DecodeError::ChunkSizeInvalid`],
-    /// [`DecodeError::CodebookDuplicate`], [`DecodeError::LengthOverflow`],
-    /// [`DecodeError::ChunkCountMismatch`], [`DecodeError::EscapeCountOutOfRange`],
-    /// [`DecodeError::SectionOffsetMismatch`], [`DecodeError::EncodedLengthMismatch`],
-    /// [`DecodeError::CodedLargerThanRaw`].
-    pub fn parse(payload: &[u8]) -> Result<Self, DecodeError> {
-        if payload.len() < HEADER_LEN {
-            return Err(DecodeError::Truncated { needed: HEADER_LEN as u64, got: payload.len() as u64 });
-        }
-        let h = &payload[..HEADER_LEN];
-        let magic: [u8; 4] = h[field::MAGIC..field::MAGIC + 4].try_into().expect("4 bytes");
-        if magic != MAGIC {
-            return Err(DecodeError::BadMagic { found: magic });
-        }
-        let version = rd_u16(h, field::VERSION);
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion { version });
-        }
-        let flags = rd_u16(h, field::FLAGS);
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(DecodeError::UnknownFlags { flags });
-        }
-        if let Some(i) = h[field::RESERVED..].iter().position(|&b| b != 0) {
-            return Err(DecodeError::ReservedNotZero { offset: (field::RESERVED + i) as u64 });
-        }
-        let chunk_size = rd_u32(h, field::CHUNK_SIZE);
-        if !chunk_size_is_valid(chunk_size) {
-            return Err(DecodeError::ChunkSizeInvalid { chunk_size });
-        }
-        let entries: [u8; CODEBOOK_LEN] =
-            h[field::CODEBOOK..field::CODEBOOK + CODEBOOK_LEN].try_into().expect("16 bytes");
-        let codebook = Codebook::new(entries)
-            .map_err(|_| DecodeError::CodebookDuplicate { exponent: first_duplicate(&entries) })?;
-        let value_count = rd_u64(h, field::VALUE_COUNT);
-        let raw_len = raw_encoded_len(value_count).ok_or(DecodeError::LengthOverflow { value_count })?;
-        if usize::try_from(value_count).is_err() || usize::try_from(raw_len).is_err() {
-            return Err(DecodeError::LengthOverflow { value_count });
-        }
-        let chunk_count = rd_u32(h, field::CHUNK_COUNT);
-        let escape_count = rd_u64(h, field::ESCAPE_COUNT);
-        let stored_offsets = [
-            ("codes", rd_u64(h, field::CODES_OFFSET)),
-            ("sign_mantissa", rd_u64(h, field::SIGN_MANTISSA_OFFSET)),
-            ("escape_offsets", rd_u64(h, field::ESCAPE_OFFSETS_OFFSET)),
-            ("escape_positions", rd_u64(h, field::ESCAPE_POSITIONS_OFFSET)),
-            ("escape_exponents", rd_u64(h, field::ESCAPE_EXPONENTS_OFFSET)),
-        ];
-        let stored_len = rd_u64(h, field::ENCODED_LEN);
-        let header = if flags & FLAG_RAW != 0 {
-            if chunk_count != 0 {
-                return Err(DecodeError::ChunkCountMismatch { stored: chunk_count, expected: 0 });
-            }
-            if escape_count != 0 {
-                return Err(DecodeError::EscapeCountOutOfRange { escapes: escape_count, max: 0 });
-            }
-            for (section, stored) in stored_offsets {
-                if stored != 0 {
-                    return Err(DecodeError::SectionOffsetMismatch { section, stored, expected: 0 });
-                }
-            }
-            PayloadHeader::raw(value_count, chunk_size, codebook)
-                .ok_or(DecodeError::LengthOverflow { value_count })?
-        } else {
-            let expected_chunks = value_count.div_ceil(chunk_size as u64);
-            if chunk_count as u64 != expected_chunks {
-                return Err(DecodeError::ChunkCountMismatch {
-                    stored: chunk_count,
-                    expected: expected_chunks,
-                });
-            }
-            let max = value_count.min(u32::MAX as u64);
-            if escape_count > max {
-                return Err(DecodeError::EscapeCountOutOfRange { escapes: escape_count, max });
-            }
-            let header = PayloadHeader::coded(value_count, chunk_size, escape_count, codebook)
-                .ok_or(DecodeError::LengthOverflow { value_count })?;
-            let Layout::Coded(layout) = header.layout else { unreachable!("built coded") };
-            for ((section, stored), (_, expected)) in stored_offsets.into_iter().zip(layout.sections()) {
-                if stored != expected.offset {
-                    return Err(DecodeError::SectionOffsetMismatch {
-                        section,
-                        stored,
-                        expected: expected.offset,
-                    });
-                }
-            }
-            header
-        };
-        let expected_len = header.encoded_len();
-        if stored_len != expected_len {
-            return Err(DecodeError::EncodedLengthMismatch { stored: stored_len, expected: expected_len });
-        }
-        if !header.is_raw() && expected_len > raw_len {
-            return Err(DecodeError::CodedLargerThanRaw { coded: expected_len, raw: raw_len });
-        }
-        Ok(header)
-    }
-
-    /// A readable multi-line description (header fields, coverage, ratio, section table),
-    /// stable enough for snapshot tests.
-    pub fn summary(&self) -> String {
-        use std::fmt::Write;
-        let n = self.value_count;
-        let len = self.encoded_len();
-        let mut s = String::new();
-        let mode = if self.is_raw() { "raw" } else { "coded" };
-        let _ = writeln!(s, "splitzip v{VERSION} payload, {mode}");
-        let _ = writeln!(s, "values:        {n} ({} bytes as BF16)", 2 * n);
-        let _ =
-            writeln!(s, "chunk size:    {} values, {} chunks stored", self.chunk_size, self.chunk_count());
-        if !self.is_raw() {
-            let coverage = if n == 0 { 1.0 } else { 1.0 - self.escape_count as f64 / n as f64 };
-            let _ = writeln!(
-                s,
-                "escapes:       {} (codebook coverage {:.4}%)",
-                self.escape_count,
-                100.0 * coverage
-            );
-        }
-        let cb: Vec<String> = self.codebook.exponents().iter().map(|e| format!("{e:02x}")).collect();
-        let _ = writeln!(s, "codebook:      {}", cb.join(" "));
-        let ratio = if len == 0 { 0.0 } else { (2 * n) as f64 / len as f64 };
-        let bits = if n == 0 { 0.0 } else { 8.0 * len as f64 / n as f64 };
-        let _ = writeln!(s, "encoded:       {len} bytes, ratio {ratio:.4}, {bits:.4} bits/value");
-        let _ = writeln!(s, "{:<17}{:>10} {:>10}", "section", "offset", "bytes");
-        let _ = writeln!(s, "{:<17}{:>10} {:>10}", "header", 0, HEADER_LEN);
-        match self.layout {
-            Layout::Coded(l) => {
-                for (name, sec) in l.sections() {
-                    let _ = writeln!(s, "{name:<17}{:>10} {:>10}", sec.offset, sec.len);
-                }
-            }
-            Layout::Raw { words } => {
-                let _ = writeln!(s, "{:<17}{:>10} {:>10}", "raw_words", words.offset, words.len);
-            }
-        }
-        s
-    }
-}
-
-/// The exponent of the first repeated entry (the later occurrence), scanning in code
-/// order; only called on a codebook known to hold a duplicate.
-fn first_duplicate(entries: &[u8; CODEBOOK_LEN]) -> u8 {
-    let mut seen = [false; 256];
-    for &e in entries {
-        if std::mem::replace(&mut seen[e as usize], true) {
-            return e;
-        }
-    }
-    unreachable!("called only on a codebook with a duplicate")
 }
 
 #[cfg(test)]

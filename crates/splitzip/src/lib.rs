@@ -1,5 +1,6 @@
-//! SplitZip: a lossless, GPU-friendly codec for BF16 KV caches (SplitZip seed, Guo and
-//! Joshi, NeurIPS 2026). This crate is the CPU reference implementation and the
+//! SplitZip: a lossless, GPU-friendly codec for BF16 KV caches ("SplitZip: Ultra-Fast
+//! Lossless KV Compression for Disaggregated LLM Serving", Guo and Joshi, NeurIPS 2026,
+//! arXiv 2605.01708). This crate is the CPU reference implementation and the
 //! definition of the byte format; GPU kernels must match it byte for byte.
 //!
 //! A BF16 word is split into its 8-bit exponent and its sign+mantissa byte
@@ -9,7 +10,7 @@
 //! exponent is not in the codebook are *escapes*: code 0 plus a (position, exponent)
 //! entry in a sparse list kept per chunk of [`DEFAULT_CHUNK_SIZE`] values, located by a
 //! prefix sum so a GPU thread block finds its chunk's escapes without a scan
-//! (seed, "Abstract" and "Highlights"). The ideal ratio is 16/12 = 1.333; the escape
+//! (the paper's "Abstract" and "Highlights"). The ideal ratio is 16/12 = 1.333; the escape
 //! cost is 24 bits each and the chunk metadata 32 bits per chunk.
 //!
 //! The byte format is specified in `docs/formats/splitzip.md`; [`format`](mod@format) holds every
@@ -18,7 +19,7 @@
 //! ```
 //! use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, decode, encode};
 //!
-//! // Calibrate once on separate data (the seed's protocol), then encode many payloads.
+//! // Calibrate once on separate data (the paper's protocol), then encode many payloads.
 //! let calibration: Vec<u16> = (0..4096u32).map(|i| half::bf16::from_f32((i as f32 - 2048.0) / 300.0).to_bits()).collect();
 //! let codebook = Codebook::calibrate(&[&calibration]).unwrap();
 //!
@@ -33,14 +34,18 @@
 //! ```
 
 mod codebook;
+mod codec;
 mod decode;
 mod encode;
 mod error;
 pub mod format;
 pub mod gpu;
+mod header;
 
 pub use codebook::Codebook;
+pub use codec::SplitzipCodec;
 pub use decode::{decode, decode_bf16, decode_bf16_into, decode_into};
 pub use encode::{encode, encode_bf16, encode_bf16_into, encode_into, max_encoded_len};
-pub use error::{CodebookError, DecodeError, EncodeError};
-pub use format::{CodedLayout, DEFAULT_CHUNK_SIZE, HEADER_LEN, Layout, PayloadHeader, Section};
+pub use error::{CodebookError, DecodeError, EncodeError, Error};
+pub use format::{CodedLayout, DEFAULT_CHUNK_SIZE, HEADER_LEN, Layout, Section};
+pub use header::PayloadHeader;

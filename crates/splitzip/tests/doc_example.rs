@@ -2,9 +2,13 @@
 //! tests assert that the document still shows exactly these bytes and summaries, so the
 //! spec cannot drift from the implementation.
 
+use kvcodec_testkit::{assert_doc_block as assert_block, format_spec, hexdump};
 use splitzip::{Codebook, PayloadHeader, decode, encode};
 
-const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/formats/splitzip.md");
+/// Asserts the spec's block `name` reads `expected` (`KVCODEC_BLESS=1` rewrites it).
+fn assert_doc_block(name: &str, expected: &str) {
+    assert_block(&format_spec("splitzip.md"), name, expected);
+}
 
 /// The example codebook: exponents 0x74..=0x83 (magnitudes 2^-11 up to 2^4) in order.
 fn example_codebook() -> Codebook {
@@ -31,51 +35,6 @@ fn raw_example() -> Vec<u16> {
     vec![0x3f80, 0xc000, 0x0001]
 }
 
-/// `xxd`-like dump: offset, then 16 bytes as two groups of 8.
-fn hexdump(bytes: &[u8]) -> String {
-    let mut s = String::new();
-    for (row, chunk) in bytes.chunks(16).enumerate() {
-        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
-        let (a, b) = hex.split_at(hex.len().min(8));
-        let line = format!("{:04x}  {}  {}", row * 16, a.join(" "), b.join(" "));
-        s.push_str(line.trim_end());
-        s.push('\n');
-    }
-    s
-}
-
-/// The byte range of the body of the fenced block after `<!-- example:NAME -->`.
-fn doc_block(doc: &str, name: &str) -> std::ops::Range<usize> {
-    let marker = format!("<!-- example:{name} -->");
-    let at =
-        doc.find(&marker).unwrap_or_else(|| panic!("marker {marker} missing from the spec")) + marker.len();
-    let fence = at + doc[at..].find("```").expect("a fenced block after the marker");
-    let body = fence + doc[fence..].find('\n').expect("fence line") + 1;
-    let end = body + doc[body..].find("```").expect("closing fence");
-    body..end
-}
-
-/// Asserts the spec's block `name` reads `expected`. With `SPLITZIP_BLESS_DOC=1` it
-/// rewrites the block instead (after an intended format change; review the diff).
-fn assert_doc_block(name: &str, expected: &str) {
-    // Tests run in parallel; blessing rewrites the file, so read and write under a lock.
-    static DOC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = DOC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let doc = std::fs::read_to_string(DOC).expect("docs/formats/splitzip.md exists");
-    let range = doc_block(&doc, name);
-    if doc[range.clone()] == *expected {
-        return;
-    }
-    if std::env::var_os("SPLITZIP_BLESS_DOC").is_some_and(|v| v == "1") {
-        std::fs::write(DOC, format!("{}{expected}{}", &doc[..range.start], &doc[range.end..])).unwrap();
-        return;
-    }
-    panic!(
-        "docs/formats/splitzip.md block `{name}` is stale (rerun with SPLITZIP_BLESS_DOC=1 to rewrite it); \
-         it should read:\n{expected}"
-    );
-}
-
 #[test]
 fn coded_example_matches_the_spec() {
     let words = coded_example();
@@ -100,13 +59,4 @@ fn raw_example_matches_the_spec() {
     assert_doc_block("raw-hex", &hexdump(&payload));
     assert_doc_block("raw-summary", &header.summary());
     insta::assert_snapshot!("raw_example_summary", header.summary());
-}
-
-#[test]
-fn hexdump_format() {
-    let bytes: Vec<u8> = (0..20).collect();
-    assert_eq!(
-        hexdump(&bytes),
-        "0000  00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f\n0010  10 11 12 13\n"
-    );
 }

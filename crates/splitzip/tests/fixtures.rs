@@ -1,35 +1,12 @@
 //! Real KV fixtures (`fixtures/*.safetensors`, written by `cargo xtask fixtures`):
 //! an insta snapshot of each payload's readable summary, and cross-fixture round trips
 //! (a codebook calibrated on one fixture encodes another, the SplitZip protocol).
-//!
-//! Without fixtures these tests print "skipped: ..." and pass, unless
-//! `REQUIRE_FIXTURES=1` is set, which turns the skip into a failure.
 
 use std::fmt::Write;
 
 use bf16_field::{KvCache, KvKind};
+use kvcodec_testkit::fixtures;
 use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, PayloadHeader, decode, encode};
-
-fn fixtures() -> Vec<(String, KvCache)> {
-    let dir = bf16_field::fixtures::dir();
-    let paths = bf16_field::fixtures::paths();
-    if paths.is_empty() {
-        assert!(
-            std::env::var_os("REQUIRE_FIXTURES").is_none_or(|v| v != "1"),
-            "REQUIRE_FIXTURES=1 but {} holds no *.safetensors",
-            dir.display()
-        );
-        eprintln!("skipped: no fixtures in {} (run `cargo xtask fixtures`)", dir.display());
-    }
-    paths
-        .iter()
-        .map(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            let cache = bf16_field::io::read_kv_cache(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (name, cache)
-        })
-        .collect()
-}
 
 /// Every K (or V) tensor of the cache, concatenated in layer order.
 fn words(cache: &KvCache, kind: KvKind) -> Vec<u16> {
@@ -80,10 +57,6 @@ fn fixture_payload_summaries() {
 #[test]
 fn codebook_from_one_fixture_round_trips_another() {
     let all = fixtures();
-    if all.len() < 2 {
-        eprintln!("skipped: cross-fixture round trip needs two fixtures, found {}", all.len());
-        return;
-    }
     for (from, calibration) in &all {
         for (to, target) in &all {
             if from == to {
@@ -101,4 +74,40 @@ fn codebook_from_one_fixture_round_trips_another() {
             }
         }
     }
+}
+
+/// The table of docs/formats/splitzip.md §8: each fixture's K and V with the codebook
+/// of the other fixture's same kind (and one codebook for K and V together), at three
+/// chunk sizes.
+#[test]
+fn cross_calibrated_ratios() {
+    let all = fixtures();
+    let mut table = String::from("fixture kind calibrated_on escapes coverage ratio@1024 @4096 @32768\n");
+    for (to, target) in &all {
+        let (from, calibration) = all.iter().find(|(n, _)| n != to).expect("two fixtures");
+        let both = |c: &KvCache| [words(c, KvKind::K), words(c, KvKind::V)].concat();
+        let cases = [
+            ("K", words(target, KvKind::K), words(calibration, KvKind::K)),
+            ("V", words(target, KvKind::V), words(calibration, KvKind::V)),
+            ("K+V", both(target), both(calibration)),
+        ];
+        for (kind, words, calibration_words) in cases {
+            let codebook = Codebook::calibrate(&[&calibration_words]).unwrap();
+            let ratio = |chunk| {
+                let payload = encode(&words, &codebook, chunk).unwrap();
+                (2 * words.len()) as f64 / payload.len() as f64
+            };
+            writeln!(
+                table,
+                "{to} {kind} {from} {} {:.4}% {:.4} {:.4} {:.4}",
+                codebook.escape_count(&words),
+                100.0 * codebook.coverage(&words),
+                ratio(1024),
+                ratio(4096),
+                ratio(32768)
+            )
+            .unwrap();
+        }
+    }
+    insta::assert_snapshot!("cross_calibrated_ratios", table);
 }

@@ -1,32 +1,14 @@
 //! GPU encoder and decoder against the CPU reference, in both directions, on the real
 //! fixtures and on edge cases. Skips without a GPU unless `KVCODEC_REQUIRE_GPU=1`.
 
-use bf16_field::gpu::gpu_for_test;
-use splitzip::gpu::{GpuError, decode_host, encode_host};
-use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, DecodeError, decode, encode};
+use kvcodec_gpu::GpuContext;
+use kvcodec_testkit::{Rng, gpu_or_skip};
+use splitzip::gpu::{GpuError, decode_to_vec, encode_to_vec};
+use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, DecodeError, SplitzipCodec, decode, encode};
 
 /// The real fixtures' words (`KVCODEC_FIXTURES` on the device machine), code then prose.
 fn fixture_words() -> Vec<(String, Vec<u16>)> {
-    let caches = bf16_field::fixtures::read_all().unwrap();
-    assert_eq!(
-        caches.len(),
-        2,
-        "expected the two SmolLM2 fixtures in {}",
-        bf16_field::fixtures::dir().display()
-    );
-    caches.into_iter().map(|(name, cache)| (name, cache.concat_words())).collect()
-}
-
-fn xorshift_words(n: usize, seed: u32) -> Vec<u16> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u16
-        })
-        .collect()
+    kvcodec_testkit::fixtures().into_iter().map(|(name, cache)| (name, cache.concat_words())).collect()
 }
 
 /// Inputs: edge cases (empty, one value, odd lengths, all zeros, specials, every value
@@ -44,7 +26,7 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
             [0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001, 0x807f, 0x7f7f, 0xffff].repeat(1000),
             cb_code,
         ),
-        ("random-raw".to_string(), xorshift_words(100_003, 7), cb_code),
+        ("random-raw".to_string(), Rng(7).words(100_003), cb_code),
         ("fixture-prefix-odd".to_string(), fixtures[0].1[..123_457].to_vec(), cb_prose),
     ];
     let [code, prose] = <[(String, Vec<u16>); 2]>::try_from(fixtures).unwrap();
@@ -55,11 +37,11 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
 
 #[test]
 fn gpu_encode_is_byte_identical_to_cpu() {
-    let Some(gpu) = gpu_for_test("gpu_encode_is_byte_identical_to_cpu") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_encode_is_byte_identical_to_cpu") else { return };
     for (name, words, codebook) in cases() {
         for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
             let cpu = encode(&words, &codebook, chunk).unwrap();
-            let gpu_bytes = encode_host(&gpu, &words, &codebook, chunk).unwrap();
+            let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, chunk).unwrap();
             assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, chunk {chunk}: length");
             assert!(
                 gpu_bytes == cpu,
@@ -74,29 +56,25 @@ fn gpu_encode_is_byte_identical_to_cpu() {
 
 #[test]
 fn gpu_decode_matches_cpu_encode() {
-    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_encode") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_matches_cpu_encode") else { return };
     for (name, words, codebook) in cases() {
         for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
             let payload = encode(&words, &codebook, chunk).unwrap();
-            assert_eq!(decode_host(&gpu, &payload).unwrap(), words, "{name}, chunk {chunk}");
+            assert_eq!(decode_to_vec(&gpu, &payload).unwrap(), words, "{name}, chunk {chunk}");
         }
     }
 }
 
 /// Asserts that the GPU decoder rejects `bad` with exactly the CPU decoder's error `cpu`.
-fn assert_gpu_reports(
-    gpu: &std::sync::Arc<bf16_field::gpu::GpuContext>,
-    bad: &[u8],
-    cpu: &DecodeError,
-    what: &str,
-) {
-    let gpu_err = decode_host(gpu, bad).unwrap_err();
-    assert!(matches!(&gpu_err, GpuError::Decode(e) if e == cpu), "{what}: {gpu_err} vs {cpu}");
+fn assert_gpu_reports(gpu: &GpuContext, bad: &[u8], cpu: &DecodeError, what: &str) {
+    let gpu_err = decode_to_vec(gpu, bad).unwrap_err();
+    let expected = splitzip::Error::Decode(cpu.clone());
+    assert!(matches!(&gpu_err, GpuError::Codec(e) if *e == expected), "{what}: {gpu_err} vs {cpu}");
 }
 
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
-    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error") else { return };
     let (_, words) = fixture_words().remove(0);
     let codebook = Codebook::calibrate(&[&words]).unwrap();
     let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
@@ -144,36 +122,83 @@ fn gpu_decode_reports_the_cpu_error() {
     }
     assert!(gaps >= 2, "the fixture payload has only {gaps} padding bytes to corrupt");
     let truncated = &payload[..payload.len() - 1];
-    assert!(matches!(decode_host(&gpu, truncated), Err(GpuError::Decode(DecodeError::Truncated { .. }))));
+    kvcodec_testkit::assert_rejects!(
+        decode_to_vec(&gpu, truncated),
+        GpuError::Codec(splitzip::Error::Decode(DecodeError::Truncated { .. }))
+    );
 }
 
 #[test]
 fn gpu_encode_replays_from_a_cuda_graph() {
-    use cudarc::driver::CudaSlice;
-    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     use splitzip::gpu::{EncodeWorkspace, encode_device};
 
-    let Some(gpu) = gpu_for_test("gpu_encode_replays_from_a_cuda_graph") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_encode_replays_from_a_cuda_graph") else { return };
     let fixtures = fixture_words();
     let (words, codebook) = (&fixtures[0].1, Codebook::calibrate(&[&fixtures[1].1]).unwrap());
     let cpu = encode(words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
-    let stream = gpu.stream();
-    let d_words: CudaSlice<u16> = stream.clone_htod(words).unwrap();
-    let mut out: CudaSlice<u8> =
-        stream.alloc_zeros(splitzip::max_encoded_len(words.len(), DEFAULT_CHUNK_SIZE)).unwrap();
+    let d_words = gpu.upload(words).unwrap();
+    let mut out = gpu.zeros::<u8>(splitzip::max_encoded_len(words.len(), DEFAULT_CHUNK_SIZE)).unwrap();
     let mut ws = EncodeWorkspace::new(&gpu, words.len()).unwrap();
-    // One plain call first loads the module (not a stream operation).
-    encode_device(&gpu, &d_words.as_view(), &codebook, DEFAULT_CHUNK_SIZE, &mut out.as_view_mut(), &mut ws)
-        .unwrap();
-    stream.memset_zeros(&mut out).unwrap();
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    encode_device(&gpu, &d_words.as_view(), &codebook, DEFAULT_CHUNK_SIZE, &mut out.as_view_mut(), &mut ws)
-        .unwrap();
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
-    for replay in 0..3 {
-        graph.launch().unwrap();
-        let len = ws.encoded_len(&gpu).unwrap();
-        let bytes = stream.clone_dtoh(&out.slice(..len)).unwrap();
-        assert!(bytes == cpu, "replay {replay}: graph-encoded payload differs from the CPU's");
+    let out = std::cell::RefCell::new(&mut out);
+    let ws = std::cell::RefCell::new(&mut ws);
+    kvcodec_testkit::replay_in_graph(
+        &gpu,
+        3,
+        || gpu.stream().memset_zeros(*out.borrow_mut()).unwrap(),
+        || {
+            let (mut out, mut ws) = (out.borrow_mut(), ws.borrow_mut());
+            encode_device(
+                &gpu,
+                &d_words.as_view(),
+                &codebook,
+                DEFAULT_CHUNK_SIZE,
+                &mut out.as_view_mut(),
+                &mut ws,
+            )
+            .unwrap();
+        },
+        |replay| {
+            let len = ws.borrow().encoded_len(&gpu).unwrap();
+            let bytes = gpu.download(*out.borrow(), len).unwrap();
+            assert!(bytes == cpu, "replay {replay}: graph-encoded payload differs from the CPU's");
+        },
+    );
+}
+
+/// Whole caches through [`SplitzipCodec`]: every encoder x decoder x backend pair, on
+/// the fixtures and on shapes whose V half starts off a 16-byte boundary.
+#[test]
+fn whole_caches_round_trip_on_every_path() {
+    let gpu = gpu_or_skip("whole_caches_round_trip_on_every_path");
+    let fixtures = kvcodec_testkit::fixtures();
+    let codec = SplitzipCodec::calibrate(&fixtures[1].1).unwrap();
+    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &fixtures[0].0, &fixtures[0].1);
+    for (l, h, d, t) in [(1, 1, 1, 1), (2, 1, 3, 5), (3, 2, 64, 17)] {
+        let cache = kvcodec_testkit::kv_like(l, h, d, t, 5);
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &format!("L={l} H={h} D={d} T={t}"), &cache);
     }
+}
+
+/// A GPU decode of a damaged cache encoding gives the CPU decoder's error.
+#[test]
+fn whole_cache_rejections_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("whole_cache_rejections_match_the_cpu") else { return };
+    let fixtures = kvcodec_testkit::fixtures();
+    let codec = SplitzipCodec::calibrate(&fixtures[1].1).unwrap();
+    let cache = &fixtures[0].1;
+    let bytes = bf16_field::CacheCodec::encode(&codec, cache).unwrap();
+    let k_len = splitzip::PayloadHeader::parse(&bytes).unwrap().encoded_len() as usize;
+    // The V payload's body: an escape offset entry made to decrease.
+    let v = splitzip::PayloadHeader::parse(&bytes[k_len..]).unwrap();
+    let splitzip::Layout::Coded(layout) = v.layout else { panic!("fixture payloads are coded") };
+    let mut bad = bytes.clone();
+    bad[k_len + layout.escape_offsets.offset as usize + 4] = 0xff;
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &bad, cache.shape(), "V escape offsets");
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(
+        &codec,
+        &gpu,
+        &bytes[..bytes.len() - 1],
+        cache.shape(),
+        "truncated",
+    );
 }

@@ -21,7 +21,7 @@ fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32) -> Vec<
     let exp = |w: u16| ((w >> 7) & 0xff) as u8;
     let sm = |w: u16| (((w >> 8) & 0x80) | (w & 0x7f)) as u8;
     let pad = |p: &mut Vec<u8>| {
-        while p.len() % 16 != 0 {
+        while !p.len().is_multiple_of(16) {
             p.push(0);
         }
     };
@@ -300,7 +300,7 @@ fn invalid_chunk_sizes_are_rejected() {
 
 #[test]
 fn typical_data_approaches_twelve_bits() {
-    // No escapes: 12 bits/value plus header and offsets; the ratio bound of the seed.
+    // No escapes: 12 bits/value plus header and offsets; the ratio bound of the paper.
     let words = typical(1 << 20);
     let payload = encode(&words, &typical_codebook(), DEFAULT_CHUNK_SIZE).unwrap();
     // header + codes + sign+mantissa + 1025 offsets + 12 bytes of padding to 16.

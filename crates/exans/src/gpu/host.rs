@@ -1,17 +1,18 @@
 //! Decoding a container that lives in host memory into a device cache, with the
 //! host-to-device transfer of later records overlapped with the decoding of earlier ones
-//! (the offload use case of the ExANS seed: a KV cache kept compressed in host memory).
+//! (the offload use case of the ExANS paper: a KV cache kept compressed in host memory).
 //!
 //! The records are cut into chunks of about [`HostDecodeOptions::chunk_bytes`]
 //! ([`plan_chunks`]). Chunk `i` is copied on the context's side stream into a device copy
-//! of the container, an event is recorded, and one of [`HostDecodeOptions::lanes`]
-//! decode streams (the context's main stream first) waits on it and launches
+//! of the container, an event is recorded, and one of [`HostDecodeOptions::streams`]
+//! decode streams (the context's stream first) waits on it and launches
 //! `exans_decode_records` on the chunk's records; the kernel joins each symbol with its
 //! sign+mantissa byte and writes the cache, so the copy engine (transfer) and the SMs
 //! (ANS decode and BF16 reconstruction, fused in one kernel) work at the same time.
-//! Successive chunks go to successive lanes so that a chunk whose few records decode
-//! slowly (one CTA a record) does not hold back the next one. The host issues everything
-//! without waiting; the lanes are joined back into the main stream, so device work queued
+//! Successive chunks go to successive decode streams so that a chunk whose few records
+//! decode slowly (one CTA a record) does not hold back the next one. The host issues
+//! everything without waiting; the decode streams are joined back into the context's
+//! stream, so device work queued
 //! on it afterwards sees the decoded cache, and [`PendingDecode::finish`] is the one host
 //! synchronisation (it reads the status word).
 //!
@@ -24,9 +25,9 @@
 //! - [`HostContainer::Staged`]: any `&[u8]`. Each chunk is first copied by the host
 //!   into one of three reusable page-locked slots, whose previous transfer the host
 //!   waits for. Its cost is one host `memcpy` of the compressed bytes on the calling
-//!   thread (single-threaded: on the H200 host the staged decode measured 13 GB/s end
-//!   to end, against 80 GB/s from page-locked memory) and `3 x` the largest chunk of
-//!   page-locked memory, allocated on first use and kept.
+//!   thread (single-threaded, so several times slower than a decode from page-locked
+//!   memory: docs/PERF.md) and `3 x` the largest chunk of page-locked memory, allocated
+//!   on first use and kept.
 //!
 //! Validation is that of [`super::decode_device`]: the caller's [`DeviceIndex`] ran the
 //! CPU parser over the container; a nonzero device status gets the CPU decoder's exact
@@ -35,24 +36,25 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bf16_field::gpu::GpuContext;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice};
+use kvcodec_gpu::{DeviceStatus, GpuContext};
 
-use super::{DECODE_KERNEL, DeviceIndex, GpuError, MODULE, check_buffers, cpu_error, launch_records};
+use super::decode::{check_buffers, cpu_error, launch_records};
+use super::{DeviceIndex, ExansKernel, GpuError};
 
 /// Default [`HostDecodeOptions::chunk_bytes`]: 8 MiB. Large enough that the per-chunk
-/// driver work (a copy, an event record and wait, a launch: some microseconds) is under
-/// 5% of a chunk's transfer at ~50 GB/s (160 us), and that a chunk of the fixtures'
-/// 16-token records (about 250 KB) holds some 30 records; small enough that the
-/// pipeline fills quickly and the tail (the last chunk's decode, after the last copy)
-/// is short. Measured on an H200 over PCIe (docs/PERF.md): 2 MiB reaches 82% of the
-/// link x ratio ceiling, 8 MiB 97%, 32 MiB 98%.
+/// driver work (a copy, an event record and wait, a launch: some microseconds) is a
+/// small part of a chunk's transfer over PCIe (well over 100 us), and that a
+/// chunk of 16-token records of a small model (about 250 KB each) holds some 30
+/// records; small enough that the pipeline fills quickly and the tail (the last chunk's
+/// decode, after the last copy) is short. The bench times 2, 8 and 32 MiB side by side
+/// (docs/PERF.md).
 pub const DEFAULT_CHUNK_BYTES: usize = 8 << 20;
-/// Default [`HostDecodeOptions::lanes`]: 2 decode streams, so a chunk can start decoding
-/// while the previous chunk's last records still run.
-pub const DEFAULT_LANES: usize = 2;
-/// The most decode streams a [`HostDecoder`] creates.
-pub const MAX_LANES: usize = 8;
+/// Default [`HostDecodeOptions::streams`]: 2 decode streams, so a chunk can start
+/// decoding while the previous chunk's last records still run.
+pub const DEFAULT_STREAMS: usize = 2;
+/// The most decode streams a [`HostDecoder`] uses.
+pub const MAX_STREAMS: usize = 8;
 /// Page-locked staging slots of [`HostContainer::Staged`] decodes: the host fills one while
 /// the copy engine reads another, with one spare against jitter.
 const STAGING_SLOTS: usize = 3;
@@ -63,13 +65,13 @@ pub struct HostDecodeOptions {
     /// Record bytes per chunk, at least 1 ([`plan_chunks`]); a record larger than this
     /// is a chunk of its own.
     pub chunk_bytes: usize,
-    /// Decode streams, `1..=MAX_LANES`: the context's main stream and `lanes - 1` more.
-    pub lanes: usize,
+    /// Decode streams, `1..=MAX_STREAMS`: the context's stream and `streams - 1` more.
+    pub streams: usize,
 }
 
 impl Default for HostDecodeOptions {
     fn default() -> Self {
-        HostDecodeOptions { chunk_bytes: DEFAULT_CHUNK_BYTES, lanes: DEFAULT_LANES }
+        HostDecodeOptions { chunk_bytes: DEFAULT_CHUNK_BYTES, streams: DEFAULT_STREAMS }
     }
 }
 
@@ -135,12 +137,12 @@ pub enum HostContainer<'a> {
 /// thread and reuse it.
 pub struct HostDecoder {
     options: HostDecodeOptions,
-    /// Decode streams besides the context's main stream (`lanes - 1`).
-    lanes: Vec<Arc<CudaStream>>,
+    /// Decode streams besides the context's stream (`streams - 1`).
+    decode_streams: Vec<Arc<CudaStream>>,
     /// The device copy of the container being decoded (16-byte aligned: a fresh
     /// allocation); `None` until the first decode.
     container: Option<CudaSlice<u8>>,
-    status: CudaSlice<u32>,
+    status: DeviceStatus,
     /// Every cross-stream edge (fork, chunk ready, join) records this event and
     /// immediately waits on it: `cuStreamWaitEvent` waits for the record that precedes
     /// it, and a later record does not change an earlier wait, so one event serves all.
@@ -165,28 +167,28 @@ impl HostDecoder {
     /// streams, event and buffers created here belong to it and are ordered only with
     /// that context's streams (not checked: with another context the order of the
     /// copies, kernels and buffer reuse is not guaranteed). Creates
-    /// `lanes - 1` streams, an event and the status word. The container buffer and the
+    /// `streams - 1` streams, an event and the status word. The container buffer and the
     /// staging slots are allocated on first use.
     ///
     /// # Errors
-    /// [`GpuError::Options`] for `chunk_bytes == 0` or `lanes` outside `1..=MAX_LANES`;
-    /// [`GpuError::Cuda`].
+    /// [`kvcodec_gpu::Error::InvalidArgument`] for `chunk_bytes == 0` or `streams`
+    /// outside `1..=MAX_STREAMS`; [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, options: HostDecodeOptions) -> Result<Self, GpuError> {
         if options.chunk_bytes == 0 {
-            return Err(GpuError::Options { what: "chunk_bytes", why: "must be at least 1".into() });
+            let why = "must be at least 1".into();
+            return Err(kvcodec_gpu::Error::InvalidArgument { what: "chunk_bytes", why }.into());
         }
-        if !(1..=MAX_LANES).contains(&options.lanes) {
-            return Err(GpuError::Options {
-                what: "lanes",
-                why: format!("{} is outside 1..={MAX_LANES}", options.lanes),
-            });
+        if !(1..=MAX_STREAMS).contains(&options.streams) {
+            let why = format!("{} is outside 1..={MAX_STREAMS}", options.streams);
+            return Err(kvcodec_gpu::Error::InvalidArgument { what: "streams", why }.into());
         }
-        let lanes = (1..options.lanes).map(|_| gpu.context().new_stream()).collect::<Result<Vec<_>, _>>()?;
+        let decode_streams =
+            (1..options.streams).map(|_| gpu.context().new_stream()).collect::<Result<Vec<_>, _>>()?;
         Ok(HostDecoder {
             options,
-            lanes,
+            decode_streams,
             container: None,
-            status: gpu.stream().alloc_zeros(1)?,
+            status: DeviceStatus::new(gpu)?,
             edge: gpu.context().new_event(None)?,
             staging: Vec::new(),
         })
@@ -206,8 +208,8 @@ impl HostDecoder {
     /// it, and waits on drop.
     ///
     /// # Errors
-    /// [`GpuError::Buffer`] for a container of another length than `index`'s, or an
-    /// `out` that is too small; [`GpuError::Cuda`], [`GpuError::Backend`]. An invalid
+    /// [`kvcodec_gpu::Error::Buffer`] for a container of another length than `index`'s, or an
+    /// `out` that is too small; [`kvcodec_gpu::Error::Cuda`]. An invalid
     /// container is reported by [`PendingDecode::finish`].
     pub fn decode<'a>(
         &'a mut self,
@@ -224,15 +226,15 @@ impl HostDecoder {
         let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
         let main = gpu.stream();
         let copy = gpu.side_stream()?;
-        let f = gpu.function(&MODULE, DECODE_KERNEL)?;
+        let f = gpu.function(ExansKernel::DecodeRecords)?;
         if staged {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
             self.ensure_staging(gpu, largest)?;
         }
-        let HostDecoder { lanes, container: device, status, edge, staging, .. } = self;
+        let HostDecoder { decode_streams, container: device, status, edge, staging, .. } = self;
         let device = match device {
             Some(d) if d.len() >= container.len() => d,
-            // The old buffer is freed in order on the main stream, which joined every lane
+            // The old buffer is freed in order on the main stream, which joined every stream
             // of the previous decode: nothing still reads it.
             slot => {
                 *slot = None;
@@ -241,13 +243,13 @@ impl HostDecoder {
         };
 
         let issued = (|| -> Result<(), GpuError> {
-            main.memset_zeros(status)?;
-            // Fork: the copies and every lane start after the work already on the main
+            status.clear(gpu)?;
+            // Fork: the copies and every decode stream start after the work already on the main
             // stream (an earlier decode still reading the device buffer, the caller's use of
             // `out`).
             edge.record(main)?;
             copy.wait(edge)?;
-            for lane in lanes.iter() {
+            for lane in decode_streams.iter() {
                 lane.wait(edge)?;
             }
             for (i, chunk) in chunks.iter().enumerate() {
@@ -266,16 +268,17 @@ impl HostDecoder {
                     copy.memcpy_htod(src, &mut dst)?;
                 }
                 edge.record(copy)?;
-                let lane = match i % (lanes.len() + 1) {
+                let lane = match i % (decode_streams.len() + 1) {
                     0 => main,
-                    k => &lanes[k - 1],
+                    k => &decode_streams[k - 1],
                 };
                 lane.wait(edge)?;
                 let whole = device.slice(..container.len());
                 launch_records(&f, lane, &whole, index, chunk.records.clone(), out, status)?;
             }
-            // Join: the main stream waits for every lane (and through them for every copy).
-            for lane in lanes.iter() {
+            // Join: the main stream waits for every decode stream (and through them for
+            // every copy).
+            for lane in decode_streams.iter() {
                 edge.record(lane)?;
                 main.wait(edge)?;
             }
@@ -287,7 +290,7 @@ impl HostDecoder {
             // overwrites after forking from a main stream that never joined them: wait
             // for both (errors here add nothing to `e`).
             let _ = copy.synchronize();
-            for lane in lanes.iter() {
+            for lane in decode_streams.iter() {
                 let _ = lane.synchronize();
             }
             return Err(e);
@@ -309,15 +312,7 @@ impl HostDecoder {
         // Rounded up so that a later container with slightly larger chunks reuses them.
         let bytes = bytes.max(1).next_multiple_of(1 << 20);
         for _ in 0..STAGING_SLOTS {
-            // Write-combined (cudarc's default): the host only writes these slots, and
-            // write-combining speeds up exactly that.
-            // SAFETY: the memory is uninitialised; it is zeroed through the raw pointer
-            // before any reference to it exists.
-            let mut slot = unsafe { gpu.context().alloc_pinned::<u8>(bytes) }?;
-            let ptr = slot.as_mut_ptr()?;
-            // SAFETY: `ptr` is the start of a live allocation of `bytes` bytes.
-            unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
-            self.staging.push((slot, gpu.context().new_event(None)?));
+            self.staging.push((gpu.pinned_staging(bytes)?, gpu.context().new_event(None)?));
         }
         Ok(())
     }
@@ -339,7 +334,7 @@ impl Drop for HostDecoder {
 #[must_use = "finish() reports an invalid container; dropping waits for the device and ignores it"]
 pub struct PendingDecode<'a> {
     gpu: &'a GpuContext,
-    status: &'a CudaSlice<u32>,
+    status: &'a DeviceStatus,
     container: &'a [u8],
     finished: bool,
 }
@@ -358,14 +353,14 @@ impl PendingDecode<'_> {
     /// status word.
     ///
     /// # Errors
-    /// [`GpuError::Decode`] with the CPU decoder's exact error if a record failed a
+    /// [`GpuError::Codec`] with the CPU decoder's exact error if a record failed a
     /// decode-time check (`out` is then unspecified); [`GpuError::Disagreement`] if the
-    /// CPU decoder accepts the bytes; [`GpuError::Cuda`].
+    /// CPU decoder accepts the bytes; [`kvcodec_gpu::Error::Cuda`].
     pub fn finish(mut self) -> Result<(), GpuError> {
         let stream = self.gpu.stream();
         stream.synchronize()?;
         self.finished = true;
-        let status = stream.clone_dtoh(self.status)?[0];
+        let status = self.status.read(self.gpu)?;
         if status != 0 {
             return Err(cpu_error(self.container, status));
         }

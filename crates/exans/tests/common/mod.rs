@@ -1,67 +1,13 @@
-//! Shared helpers of the exans integration tests: deterministic data generators and a
-//! round-trip checker that runs every encoder path against every decoder path.
+//! Shared helpers of the exans integration tests: the worked example of the spec, and a
+//! round-trip checker over every block-level encoder and decoder path; the generic
+//! helpers come from `kvcodec-testkit`.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
-use bf16_field::{KvCache, KvShape};
+use bf16_field::KvCache;
 use exans::{BlockShape, EncodeOptions, RawPolicy};
 
-/// xorshift32: deterministic, dependency-free pseudo-random words.
-pub struct Rng(pub u32);
-
-impl Rng {
-    pub fn next(&mut self) -> u32 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.0 = x;
-        x
-    }
-
-    /// Roughly normal, via the sum of four uniforms, scaled by `sigma`.
-    pub fn normal(&mut self, sigma: f32) -> f32 {
-        let s: f32 = (0..4).map(|_| (self.next() >> 8) as f32 / (1 << 24) as f32).sum();
-        (s - 2.0) * 1.732 * sigma
-    }
-}
-
-pub fn bf16(x: f32) -> u16 {
-    half::bf16::from_f32(x).to_bits()
-}
-
-/// A cache whose every tensor is filled by `word(layer, kind, index)`.
-pub fn cache_from(
-    layers: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    tokens: usize,
-    mut word: impl FnMut(usize, usize, usize) -> u16,
-) -> KvCache {
-    let shape = KvShape::new(layers, kv_heads, head_dim, tokens).unwrap();
-    let n = shape.values_per_tensor();
-    let mut keys = Vec::new();
-    let mut values = Vec::new();
-    for l in 0..layers {
-        keys.push((0..n).map(|i| word(l, 0, i)).collect());
-        values.push((0..n).map(|i| word(l, 1, i)).collect());
-    }
-    KvCache::new(shape, keys, values).unwrap()
-}
-
-/// KV-like synthetic data: per-(layer, kind, channel) scales spanning a few octaves,
-/// values roughly normal, so exponents concentrate around each group's center.
-pub fn kv_like(layers: usize, kv_heads: usize, head_dim: usize, tokens: usize, seed: u32) -> KvCache {
-    let mut rng = Rng(seed | 1);
-    let channels = kv_heads * head_dim;
-    let scales: Vec<f32> = (0..2 * layers * channels)
-        .map(|_| 2f32.powf((rng.next() % 1000) as f32 / 1000.0 * 5.0 - 3.0))
-        .collect();
-    cache_from(layers, kv_heads, head_dim, tokens, |l, k, i| {
-        let sigma = scales[(2 * l + k) * channels + i % channels];
-        bf16(rng.normal(sigma))
-    })
-}
+pub use kvcodec_testkit::{Rng, bf16, cache_from, fixtures as fixture_caches, hexdump, kv_like};
 
 /// Encodes every block of `cache` with `policy`, decodes it with both block decoders,
 /// and the whole cache with the container; returns the records.
@@ -133,45 +79,6 @@ pub fn example_record() -> Vec<u8> {
     let refs: Vec<&[u16]> = groups.iter().map(Vec::as_slice).collect();
     let options = EncodeOptions { raw: RawPolicy::Never, ..EncodeOptions::default() };
     exans::encode_block_with(&refs, shape, &options).unwrap()
-}
-
-/// `hexdump -C`-style rendering: 16 bytes a line, offset in hex, runs of identical
-/// lines collapsed to `*`, the length on the last line.
-pub fn hexdump(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    let mut previous: Option<&[u8]> = None;
-    let mut starred = false;
-    for (i, line) in bytes.chunks(16).enumerate() {
-        if previous == Some(line) && line.len() == 16 {
-            if !starred {
-                out.push_str("*\n");
-                starred = true;
-            }
-            continue;
-        }
-        starred = false;
-        previous = Some(line);
-        out.push_str(&format!("{:08x} ", i * 16));
-        for (j, b) in line.iter().enumerate() {
-            out.push_str(if j == 8 { "  " } else { " " });
-            out.push_str(&format!("{b:02x}"));
-        }
-        out.push('\n');
-    }
-    out.push_str(&format!("{:08x}\n", bytes.len()));
-    out
-}
-
-/// The two real fixtures (`KVCODEC_FIXTURES` on the device machine), by name.
-pub fn fixture_caches() -> Vec<(String, KvCache)> {
-    let caches = bf16_field::fixtures::read_all().unwrap();
-    assert_eq!(
-        caches.len(),
-        2,
-        "expected the two SmolLM2 fixtures in {}",
-        bf16_field::fixtures::dir().display()
-    );
-    caches
 }
 
 /// Which records of a container are raw.

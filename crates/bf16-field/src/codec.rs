@@ -1,0 +1,50 @@
+//! [`CacheCodec`]: one narrow interface over every codec's whole-cache CPU path, so that
+//! benchmarks and tests run each codec the same way (constriction's coders implement
+//! shared `Encode`/`Decode` traits on top of their own APIs in the same spirit). Each
+//! codec's own API stays primary: this trait is implemented on top of it.
+
+use crate::{KvCache, KvShape, WordOrder};
+
+/// A lossless codec for a whole KV cache.
+///
+/// `decode(&encode(cache)?, cache.shape())` returns `cache` exactly, for every cache.
+/// Decoders never panic: malformed, truncated or hostile bytes get `Self::Error`.
+pub trait CacheCodec {
+    /// The codec's error type (encoder arguments and invalid encoded bytes).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The codec's name in tables and reports (`"exans"`).
+    fn name(&self) -> &'static str;
+
+    /// Encodes a whole cache into one byte string (headers and every byte of metadata
+    /// included: its length is what a ratio counts).
+    ///
+    /// # Errors
+    /// The codec's error for a cache it cannot encode (a dimension past a format limit).
+    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Self::Error>;
+
+    /// Decodes `encoded` into `out`, the cache's `2 L T H D` words in `order`. The
+    /// caller gives the shape it expects: codecs whose bytes record the shape check it
+    /// against them, the others (SplitZip's flat payloads) need it to place the words.
+    ///
+    /// # Errors
+    /// The codec's error for bytes that are invalid or do not hold a cache of `shape`,
+    /// or for an `out` of another length.
+    fn decode_into(
+        &self,
+        encoded: &[u8],
+        shape: KvShape,
+        order: WordOrder,
+        out: &mut [u16],
+    ) -> Result<(), Self::Error>;
+
+    /// [`CacheCodec::decode_into`] into a new [`KvCache`].
+    ///
+    /// # Errors
+    /// As [`CacheCodec::decode_into`].
+    fn decode(&self, encoded: &[u8], shape: KvShape) -> Result<KvCache, Self::Error> {
+        let mut words = vec![0u16; shape.total_values()];
+        self.decode_into(encoded, shape, WordOrder::Block, &mut words)?;
+        Ok(KvCache::from_words(shape, WordOrder::Block, words).expect("the shape's value count"))
+    }
+}

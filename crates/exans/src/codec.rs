@@ -1,0 +1,147 @@
+//! [`ExansCodec`]: the [`CacheCodec`] and [`GpuCacheCodec`] implementations over this
+//! crate's container API.
+
+use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext};
+
+use crate::gpu::{
+    DECODE_STATUS, DeviceIndex, EncodeWorkspace, GpuError, decode_device, encode_device, max_container_len,
+};
+use crate::{Error, decode_cache, decode_cache_into, encode_cache};
+
+/// ExANS over a whole cache: one container of self-contained block records (spec §8)
+/// with the default options. The GPU path needs nothing but the block size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExansCodec {
+    /// Tokens per physical KV block (B; the last block may be partial).
+    pub block_tokens: usize,
+}
+
+impl Default for ExansCodec {
+    /// Blocks of [`crate::format::DEFAULT_BLOCK_TOKENS`] tokens.
+    fn default() -> Self {
+        ExansCodec { block_tokens: crate::format::DEFAULT_BLOCK_TOKENS }
+    }
+}
+
+/// The `(L, H, D, T)` of a shape, as [`Error::CacheShapeMismatch`] reports it.
+fn dims(s: KvShape) -> [usize; 4] {
+    [s.layers, s.kv_heads, s.head_dim, s.tokens]
+}
+
+fn check_shape(expected: KvShape, found: KvShape) -> Result<(), Error> {
+    if expected != found {
+        return Err(Error::CacheShapeMismatch { expected: dims(expected), found: dims(found) });
+    }
+    Ok(())
+}
+
+impl CacheCodec for ExansCodec {
+    type Error = Error;
+
+    fn name(&self) -> &'static str {
+        "exans"
+    }
+
+    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Error> {
+        encode_cache(cache, self.block_tokens)
+    }
+
+    fn decode_into(
+        &self,
+        encoded: &[u8],
+        shape: KvShape,
+        order: WordOrder,
+        out: &mut [u16],
+    ) -> Result<(), Error> {
+        check_shape(shape, crate::container_info(encoded)?.shape)?;
+        if out.len() != shape.total_values() {
+            return Err(Error::OutputTooSmall { needed: shape.total_values(), got: out.len() });
+        }
+        match order {
+            WordOrder::Block => {
+                decode_cache_into(encoded, out)?;
+            }
+            other => out.copy_from_slice(&decode_cache(encoded)?.words_in(other)),
+        }
+        Ok(())
+    }
+}
+
+/// [`ExansCodec`]'s device encoder state: the workspace and the output buffer.
+pub struct ExansEncoder {
+    workspace: EncodeWorkspace,
+    out: CudaSlice<u8>,
+    shape: KvShape,
+}
+
+/// [`ExansCodec`]'s device decoder state: the validated index, the container on the
+/// device and the status word.
+pub struct ExansDecoder {
+    index: DeviceIndex,
+    container: CudaSlice<u8>,
+    status: DeviceStatus,
+}
+
+impl GpuCacheCodec for ExansCodec {
+    type Encoder = ExansEncoder;
+    type Decoder = ExansDecoder;
+
+    fn device_order(&self) -> WordOrder {
+        WordOrder::Block
+    }
+
+    fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<ExansEncoder, GpuError> {
+        Ok(ExansEncoder {
+            workspace: EncodeWorkspace::new(gpu, shape, self.block_tokens)?,
+            out: gpu.zeros(max_container_len(shape, self.block_tokens)?)?,
+            shape,
+        })
+    }
+
+    fn encode_device(
+        &self,
+        gpu: &GpuContext,
+        encoder: &mut ExansEncoder,
+        words: &CudaView<'_, u16>,
+    ) -> Result<(), GpuError> {
+        let ExansEncoder { workspace, out, shape } = encoder;
+        encode_device(gpu, words, *shape, self.block_tokens, &mut out.as_view_mut(), workspace)
+    }
+
+    fn encoded_bytes(&self, gpu: &GpuContext, encoder: &ExansEncoder) -> Result<Vec<u8>, GpuError> {
+        let len = encoder.workspace.encoded_len(gpu)?;
+        Ok(gpu.download(&encoder.out, len)?)
+    }
+
+    fn device_decoder(
+        &self,
+        gpu: &GpuContext,
+        encoded: &[u8],
+        shape: KvShape,
+    ) -> Result<ExansDecoder, GpuError> {
+        let index = DeviceIndex::new(gpu, encoded)?;
+        check_shape(shape, index.info().shape)?;
+        Ok(ExansDecoder { index, container: gpu.upload(encoded)?, status: DeviceStatus::new(gpu)? })
+    }
+
+    fn decode_device(
+        &self,
+        gpu: &GpuContext,
+        decoder: &mut ExansDecoder,
+        out: &mut CudaViewMut<'_, u16>,
+    ) -> Result<(), GpuError> {
+        let ExansDecoder { index, container, status } = decoder;
+        decode_device(gpu, &container.slice(..index.container_len()), index, out, status)
+    }
+
+    fn finish_decode(
+        &self,
+        gpu: &GpuContext,
+        decoder: &ExansDecoder,
+        encoded: &[u8],
+    ) -> Result<(), GpuError> {
+        decoder.status.check(gpu, &DECODE_STATUS, || decode_cache(encoded))
+    }
+}

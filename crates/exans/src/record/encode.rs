@@ -1,0 +1,167 @@
+//! The record encoder (spec §2-§7).
+
+use bf16_field::{exponent_of, sign_mantissa_of};
+
+use super::{BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center};
+use crate::format::{
+    self, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, RECORD_MAGIC, VERSION, align_up, header, partition_range,
+};
+use crate::model::Model;
+use crate::rans::encode_partition;
+use crate::{Error, Result};
+
+fn put_u16(out: &mut [u8], at: usize, v: u16) {
+    out[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u32(out: &mut [u8], at: usize, v: u32) {
+    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn pad_to(out: &mut Vec<u8>, len: usize) {
+    debug_assert!(out.len() <= len);
+    out.resize(len, 0);
+}
+
+/// Writes the header fields common to coded and raw records.
+fn write_header(out: &mut [u8], shape: &BlockShape, values: usize, flags: u16) {
+    out[header::MAGIC..header::MAGIC + 4].copy_from_slice(&RECORD_MAGIC);
+    put_u16(out, header::VERSION, VERSION);
+    put_u16(out, header::FLAGS, flags);
+    put_u16(out, header::LAYERS, shape.layers as u16);
+    put_u16(out, header::KV_HEADS, shape.kv_heads as u16);
+    put_u16(out, header::HEAD_DIM, shape.head_dim as u16);
+    put_u16(out, header::TOKENS, shape.tokens as u16);
+    put_u32(out, header::VALUES, values as u32);
+}
+
+/// Encodes one physical KV block with the default options (precision 12, raw fallback
+/// when coding does not pay). See [`encode_block_with`].
+///
+/// # Errors
+/// As [`encode_block_with`].
+pub fn encode_block(groups: &[&[u16]], shape: BlockShape) -> Result<Vec<u8>> {
+    encode_block_with(groups, shape, &EncodeOptions::default())
+}
+
+/// Encodes one physical KV block into one self-contained record (the ExANS paper, "Block
+/// Local Alignment" and "Encoding Pipeline"; spec §2-§7).
+///
+/// `groups` are the block's `2L` groups in block order (layer 0 K, layer 0 V, ...), each
+/// `B' x H x D` BF16 words, as [`bf16_field::KvCache::block`] returns them.
+///
+/// # Errors
+/// [`Error::InvalidShape`], [`Error::DimensionTooLarge`], [`Error::ShapeOverflow`] for a
+/// shape the header cannot carry; [`Error::GroupCountMismatch`] /
+/// [`Error::GroupLengthMismatch`] when `groups` does not match `shape`;
+/// [`Error::UnsupportedPrecisionForEncode`] for a precision outside `1..=12` or below
+/// `log2` of the block's distinct symbols (with [`RawPolicy::Auto`] that case is stored
+/// raw instead).
+pub fn encode_block_with(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions) -> Result<Vec<u8>> {
+    let values = shape.values()?;
+    check_groups(groups.len(), groups.iter().map(|g| g.len()), &shape)?;
+    if options.raw == RawPolicy::Always {
+        return Ok(encode_raw(groups, &shape, values));
+    }
+    if !(format::MIN_PRECISION..=format::MAX_PRECISION).contains(&options.precision) {
+        return Err(Error::UnsupportedPrecisionForEncode { precision: options.precision, distinct: 0 });
+    }
+    let centers: Vec<u8> = groups.iter().map(|g| group_center(g)).collect();
+    let mut symbols = Vec::with_capacity(values);
+    let mut counts = [0u64; 256];
+    for (group, &center) in groups.iter().zip(&centers) {
+        for &w in *group {
+            let s = center_symbol(exponent_of(w), center);
+            counts[s as usize] += 1;
+            symbols.push(s);
+        }
+    }
+    let model = match Model::quantize(&counts, options.precision) {
+        Ok(m) => m,
+        // Too many distinct symbols for a low precision: raw is the only record.
+        Err(_) if options.raw == RawPolicy::Auto => return Ok(encode_raw(groups, &shape, values)),
+        Err(e) => return Err(e),
+    };
+    let table = model.encode_table();
+    let mut word_counts = [0u32; PARTITIONS];
+    let mut states = [[0u32; LANES]; PARTITIONS];
+    let mut words: Vec<u16> = Vec::with_capacity(values / 4);
+    let mut stream_ends = [0usize; PARTITIONS];
+    for p in 0..PARTITIONS {
+        let (start, end) = partition_range(values, p);
+        states[p] = encode_partition(&symbols[start..end], &table, options.precision as u32, &mut words);
+        stream_ends[p] = words.len();
+        word_counts[p] = (stream_ends[p] - if p == 0 { 0 } else { stream_ends[p - 1] }) as u32;
+    }
+    let layout = Layout::derive(shape.layers, model.entries().len(), &word_counts, values)
+        .expect("offsets of a block whose 2N fits u32 fit usize");
+    let raw_len = HEADER_LEN + 2 * values;
+    if options.raw == RawPolicy::Auto && layout.record_len >= raw_len {
+        return Ok(encode_raw(groups, &shape, values));
+    }
+    let record_len = u32::try_from(layout.record_len).map_err(|_| Error::ShapeOverflow {
+        layers: shape.layers,
+        kv_heads: shape.kv_heads,
+        head_dim: shape.head_dim,
+        tokens: shape.tokens,
+    })?;
+
+    let mut out = Vec::with_capacity(layout.record_len);
+    out.resize(HEADER_LEN, 0);
+    write_header(&mut out, &shape, values, 0);
+    put_u32(&mut out, header::RECORD_LEN, record_len);
+    out[header::PRECISION] = options.precision;
+    out[header::PARTITIONS] = PARTITIONS as u8;
+    out[header::LANES] = LANES as u8;
+    put_u32(&mut out, header::MODEL_OFFSET, layout.model as u32);
+    put_u32(&mut out, header::DIRECTORY_OFFSET, layout.directory as u32);
+    put_u32(&mut out, header::WORDS_OFFSET, layout.words as u32);
+    put_u32(&mut out, header::SIGN_MANTISSA_OFFSET, layout.sign_mantissa as u32);
+    out.extend_from_slice(&centers);
+    model.write(&mut out);
+    pad_to(&mut out, layout.directory);
+    for c in word_counts {
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    for lane_states in &states {
+        for s in lane_states {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+    }
+    let mut from = 0;
+    for p in 0..PARTITIONS {
+        debug_assert_eq!(out.len(), layout.streams[p]);
+        for w in &words[from..stream_ends[p]] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        from = stream_ends[p];
+        let aligned = align_up(out.len()).expect("small");
+        pad_to(&mut out, aligned);
+    }
+    debug_assert_eq!(out.len(), layout.sign_mantissa);
+    for group in groups {
+        out.extend(group.iter().map(|&w| sign_mantissa_of(w)));
+    }
+    debug_assert_eq!(out.len(), layout.record_len);
+    Ok(out)
+}
+
+/// A raw record: header, then the N words LE in block order (spec §7).
+fn encode_raw(groups: &[&[u16]], shape: &BlockShape, values: usize) -> Vec<u8> {
+    let record_len = HEADER_LEN + 2 * values;
+    let mut out = Vec::with_capacity(record_len);
+    out.resize(HEADER_LEN, 0);
+    write_header(&mut out, shape, values, FLAG_RAW);
+    put_u32(&mut out, header::RECORD_LEN, record_len as u32);
+    for field in
+        [header::MODEL_OFFSET, header::DIRECTORY_OFFSET, header::WORDS_OFFSET, header::SIGN_MANTISSA_OFFSET]
+    {
+        put_u32(&mut out, field, HEADER_LEN as u32);
+    }
+    for group in groups {
+        for w in *group {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    out
+}

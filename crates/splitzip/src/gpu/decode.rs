@@ -1,0 +1,96 @@
+//! The GPU decoder: see the module docs of [`crate::gpu`].
+
+use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
+use kvcodec_gpu::{DeviceStatus, GpuContext, check_aligned, device_address, launch_config};
+
+use super::{CodebookArg, DECODE_STATUS, GpuError, SplitzipKernel, THREADS, TILE_VALUES, check_gpu_limits};
+use crate::{DecodeError, Layout, PayloadHeader};
+
+/// Decodes a device payload whose header (`header`, parsed from its first 128 bytes by
+/// [`PayloadHeader::parse`]) the caller has; writes n words into `out` and leaves the
+/// body status (0 = valid, else a value of [`super::DECODE_STATUS`]) in `status`, which
+/// it clears first, without synchronising. `payload` must be exactly
+/// `header.encoded_len()` bytes; both buffers 16-byte aligned.
+///
+/// # Errors
+/// [`GpuError::Codec`] with [`DecodeError::Truncated`], [`DecodeError::TrailingBytes`]
+/// or [`DecodeError::OutputTooSmall`] for buffers that do not fit the header;
+/// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
+/// [`kvcodec_gpu::Error::Buffer`] for a misaligned buffer; [`kvcodec_gpu::Error::Cuda`].
+pub fn decode_device(
+    gpu: &GpuContext,
+    payload: &CudaView<'_, u8>,
+    header: &PayloadHeader,
+    out: &mut CudaViewMut<'_, u16>,
+    status: &mut DeviceStatus,
+) -> Result<(), GpuError> {
+    let n = header.value_count as usize;
+    let declared = header.encoded_len();
+    let got = payload.len() as u64;
+    if got < declared {
+        return Err(DecodeError::Truncated { needed: declared, got }.into());
+    }
+    if got > declared {
+        return Err(DecodeError::TrailingBytes { extra: got - declared }.into());
+    }
+    if out.len() < n {
+        return Err(DecodeError::OutputTooSmall { needed: n as u64, got: out.len() as u64 }.into());
+    }
+    let stream = gpu.stream();
+    status.clear(gpu)?;
+    match header.layout {
+        Layout::Raw { words } => {
+            let src = payload.slice(words.offset as usize..words.end() as usize);
+            // SAFETY: 2n bytes viewed as n u16 words; the source offset (128) keeps the
+            // 2-byte alignment of the allocation.
+            let src = unsafe { src.transmute::<u16>(n) }.ok_or_else(|| kvcodec_gpu::Error::Buffer {
+                what: "payload",
+                why: "its raw section does not view as words".into(),
+            })?;
+            stream.memcpy_dtod(&src, &mut out.slice_mut(..n))?;
+        }
+        Layout::Coded(layout) => {
+            check_gpu_limits(n, header.chunk_size)?;
+            check_aligned("payload", device_address(payload, stream))?;
+            check_aligned("out", device_address(out, stream))?;
+            let (n64, cs, e, exp_at) =
+                (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
+            let cb = CodebookArg::new(&header.codebook);
+            let f = gpu.function(SplitzipKernel::DecodeTiles)?;
+            let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
+            // The body check runs in CTAs after the tiles' (one thread per chunk, at most
+            // 8 CTAs per SM, striding), which mostly run where the last wave of tiles
+            // leaves SMs idle. At least one: without them the body would go unchecked.
+            let check_ctas = gpu.grid_stride_config(layout.chunk_count as usize, THREADS).grid_dim.0;
+            debug_assert!(check_ctas >= 1, "grid_stride_config gives at least one CTA");
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
+            launch.arg(&tiles).arg(status.word());
+            // SAFETY: the header was validated (section offsets and lengths match n, the
+            // chunk size and E, and the payload is exactly encoded_len bytes), so every
+            // index the kernel derives is in bounds; escape indices are checked against E
+            // before use (the check CTAs) or used only when a chunk's offsets are ordered
+            // and <= E (the tile CTAs); `out` holds n words; `status` holds one u32.
+            unsafe { launch.launch(launch_config(tiles + check_ctas, THREADS, 0)) }?;
+        }
+    }
+    Ok(())
+}
+
+/// Host payload -> host words through the GPU (validates the header on the host,
+/// uploads, decodes, reads back; synchronises). On a body error the CPU decoder runs on
+/// the same bytes so the error is its exact variant.
+///
+/// # Errors
+/// [`GpuError::Codec`] for any invalid payload; [`GpuError::Disagreement`] if the GPU
+/// flags a payload the CPU accepts; [`kvcodec_gpu::Error`]s.
+pub fn decode_to_vec(gpu: &GpuContext, payload: &[u8]) -> Result<Vec<u16>, GpuError> {
+    let header = PayloadHeader::parse(payload)?;
+    let n = header.value_count as usize;
+    let d_payload = gpu.upload(payload)?;
+    let mut out = gpu.zeros::<u16>(n)?;
+    let mut status = DeviceStatus::new(gpu)?;
+    decode_device(gpu, &d_payload.slice(..payload.len()), &header, &mut out.slice_mut(..n), &mut status)?;
+    status.check(gpu, &DECODE_STATUS, || crate::decode(payload).map_err(crate::Error::from))?;
+    Ok(gpu.download(&out, n)?)
+}

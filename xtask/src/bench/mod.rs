@@ -1,0 +1,342 @@
+//! `cargo xtask bench`: the main job. Every codec of [`CODECS`] runs on the input
+//! (default: the fixtures), on the CPU and, when there is one, on the GPU; each round
+//! trip is checked bit for bit, and each GPU encoder's bytes against the CPU's, before a
+//! number is printed. One table (with a legend) and the same as JSON give the ratio
+//! with all metadata counted, encode and decode throughput in GB/s of uncompressed BF16,
+//! and on a GPU the fraction of the copy roofline `copy_bw / (1 + 1/ratio)` measured in
+//! the same run.
+//!
+//! A codec joins the bench by implementing `bf16_field::CacheCodec` and
+//! `kvcodec_gpu::GpuCacheCodec` and adding one line to [`CODECS`].
+
+mod exans_host;
+mod method;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, ensure};
+use bf16_field::KvCache;
+use exans::ExansCodec;
+use kvcodec_gpu::timing::CopyRoofline;
+use kvcodec_gpu::{Backend, BackendChoice, GpuCacheCodec, GpuContext};
+use splitzip::SplitzipCodec;
+
+pub(crate) use method::{Method, median_secs, tiled_cache};
+use report::{Measured, Report, Row};
+
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// A KV safetensors file; default: every fixture.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// A KV file of the same model to calibrate codebooks on (SplitZip). Default: another
+    /// fixture of the input's model, else the input itself.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+    /// cpu, cuda or auto (default: KVCODEC_BACKEND, else auto).
+    #[arg(long)]
+    backend: Option<String>,
+    /// The CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// CPU threads for the CPU rows (default: rayon's, RAYON_NUM_THREADS or every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Also write the table as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Timed runs per measurement (median reported).
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Only these codecs (repeat the flag or give a comma list): field-split and the
+    /// names in the codec list; default: all.
+    #[arg(long = "codec", value_delimiter = ',')]
+    codecs: Vec<String>,
+    /// Untimed warm-up runs before timing.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// GPU inputs are the file tiled to at least this many bytes (L2 must not serve them).
+    #[arg(long, default_value_t = 1 << 30)]
+    gpu_bytes: usize,
+}
+
+/// What a codec's entry gets: the input, its calibration, how to measure, and the GPU.
+pub(crate) struct Ctx<'a> {
+    name: &'a str,
+    cache: &'a KvCache,
+    calibration: &'a KvCache,
+    method: Method,
+    gpu: Option<(&'a GpuContext, &'a CopyRoofline)>,
+}
+
+/// A codec's line in the bench: its name and how to make its rows.
+struct Entry {
+    name: &'static str,
+    rows: fn(&Ctx<'_>) -> anyhow::Result<Vec<Row>>,
+}
+
+/// Every codec the bench runs, in table order.
+const CODECS: &[Entry] = &[
+    Entry { name: "splitzip", rows: |ctx| codec_rows(ctx, &SplitzipCodec::calibrate(ctx.calibration)?) },
+    Entry {
+        name: "exans",
+        rows: |ctx| {
+            Ok(codec_rows(ctx, &ExansCodec::default())?.into_iter().chain(exans_host::rows(ctx)?).collect())
+        },
+    },
+];
+
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(threads) = args.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build_global()?;
+    }
+    let known: Vec<&str> = std::iter::once("field-split").chain(CODECS.iter().map(|e| e.name)).collect();
+    for c in &args.codecs {
+        ensure!(known.contains(&c.as_str()), "--codec {c}: expected one of {}", known.join(", "));
+    }
+    let wanted = |name: &str| args.codecs.is_empty() || args.codecs.iter().any(|c| c == name);
+    let choice = match &args.backend {
+        Some(b) => b.parse::<BackendChoice>()?,
+        None => BackendChoice::from_env()?,
+    };
+    // KVCODEC_REQUIRE_GPU=1 turns a silent CPU fallback into an error on a GPU machine.
+    let choice = if std::env::var("KVCODEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        BackendChoice::Cuda
+    } else {
+        choice
+    };
+    let backend = Backend::probe(choice, args.device)?;
+    eprintln!("[bench] backend: {backend}");
+    let method = Method { runs: args.runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes };
+    let paths = crate::inputs(args.input.clone())?;
+    let copy = match backend.gpu() {
+        Some(gpu) => {
+            let c = gpu.copy_bandwidth(args.gpu_bytes, 2, args.runs)?;
+            eprintln!(
+                "[bench] device-to-device copy: {:.0} GB/s (read+write), median of {}",
+                c.gb_per_s, args.runs
+            );
+            Some(c)
+        }
+        None => None,
+    };
+    let mut rows = Vec::new();
+    for path in &paths {
+        let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let cache = bf16_field::io::read_kv_cache(path).with_context(|| crate::shown(path))?;
+        let calibration = calibration_for(path, args.calibration.as_deref(), &cache)?;
+        let ctx = Ctx {
+            name: &name,
+            cache: &cache,
+            calibration: &calibration,
+            method,
+            gpu: backend.gpu().zip(copy.as_ref()),
+        };
+        if wanted("field-split") {
+            rows.extend(field_rows(&ctx)?);
+        }
+        for entry in CODECS.iter().filter(|e| wanted(e.name)) {
+            rows.extend((entry.rows)(&ctx).with_context(|| format!("{}: {}", entry.name, name))?);
+        }
+    }
+    report::print_table(&rows, args.warmup);
+    if let Some(json) = &args.json {
+        let (commit, dirty) = build_info();
+        let report = Report {
+            date: report::today(),
+            commit,
+            dirty,
+            kernels_lock_sha256: kernels_lock_sha256(),
+            host_cpu: report::host_cpu(),
+            backend: backend.to_string(),
+            device: backend.gpu().map(|g| g.info().to_string()),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            rows,
+        };
+        std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")?;
+        eprintln!("[bench] wrote {}", json.display());
+    }
+    Ok(())
+}
+
+/// The cache a calibrated codec learns from for `input`: `--calibration` if given; else
+/// another fixture of the input's model (the SplitZip paper's protocol: calibrate on
+/// separate data of the same model); else the input itself, said on stderr. Never
+/// another model's cache: a codebook from another model escapes many more values.
+fn calibration_for(input: &Path, given: Option<&Path>, cache: &KvCache) -> anyhow::Result<KvCache> {
+    if let Some(path) = given {
+        eprintln!("[bench] {}: calibrating on {}", crate::shown(input), crate::shown(path));
+        return bf16_field::io::read_kv_cache(path).with_context(|| crate::shown(path));
+    }
+    let model = |p: &Path| bf16_field::io::read_kv_metadata(p).ok().and_then(|m| m.get("model").cloned());
+    let own = input.canonicalize().ok();
+    if let Some(input_model) = model(input) {
+        let same_model = crate::fixture_files()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|f| f.canonicalize().ok() != own && model(f).as_ref() == Some(&input_model));
+        if let Some(other) = same_model {
+            eprintln!(
+                "[bench] {}: calibrating on {} (same model)",
+                crate::shown(input),
+                crate::shown(&other)
+            );
+            return bf16_field::io::read_kv_cache(&other).with_context(|| crate::shown(&other));
+        }
+    }
+    eprintln!(
+        "[bench] {}: no other KV file of its model (pass --calibration): calibrating on the input itself",
+        crate::shown(input)
+    );
+    Ok(cache.clone())
+}
+
+/// A codec's CPU row and, with a GPU, its device-resident GPU row.
+fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<Row>> {
+    let m = &ctx.method;
+    let cache = ctx.cache;
+    let shape = cache.shape();
+    let n = shape.total_values();
+    let mut encoded = Vec::new();
+    let encode_secs = median_secs(m, || -> Result<(), C::Error> {
+        encoded = codec.encode(cache)?;
+        Ok(())
+    })?;
+    // Decoded in the codec's own word order, so the row times the codec and no reordering.
+    let order = codec.device_order();
+    let mut out = vec![0u16; n];
+    let decode_secs = median_secs(m, || codec.decode_into(&encoded, shape, order, &mut out))?;
+    ensure!(out == cache.words_in(order), "{}: CPU round trip differs", ctx.name);
+    let mut rows = vec![Row::cpu(Measured {
+        input: ctx.name.into(),
+        codec: codec.name().into(),
+        values: n,
+        encoded_bytes: encoded.len(),
+        encode_secs: Some(encode_secs),
+        decode_secs,
+        runs: m.runs,
+    })];
+    if let Some((gpu, copy)) = ctx.gpu {
+        rows.push(gpu_row(ctx, codec, gpu, copy)?);
+    }
+    Ok(rows)
+}
+
+/// A codec's GPU row: the cache tiled past L2, two copies of every input alternated.
+fn gpu_row<C: GpuCacheCodec>(
+    ctx: &Ctx<'_>,
+    codec: &C,
+    gpu: &GpuContext,
+    copy: &CopyRoofline,
+) -> anyhow::Result<Row> {
+    let m = &ctx.method;
+    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes)?;
+    let shape = big.shape();
+    let n = shape.total_values();
+    let words = big.words_in(codec.device_order());
+    let cpu_bytes = codec.encode(&big)?;
+    let inputs = [gpu.upload(&words)?, gpu.upload(&words)?];
+    let mut encoder = codec.device_encoder(gpu, shape)?;
+    let encode = gpu
+        .time_runs(m.warmup, m.runs, |i| codec.encode_device(gpu, &mut encoder, &inputs[i % 2].slice(..n)))?;
+    ensure!(
+        codec.encoded_bytes(gpu, &encoder)? == cpu_bytes,
+        "{}: GPU bytes differ from the CPU's",
+        ctx.name
+    );
+    drop((inputs, encoder));
+    let mut decoders =
+        [codec.device_decoder(gpu, &cpu_bytes, shape)?, codec.device_decoder(gpu, &cpu_bytes, shape)?];
+    let mut out = gpu.zeros::<u16>(n)?;
+    let decode = gpu.time_runs(m.warmup, m.runs, |i| {
+        codec.decode_device(gpu, &mut decoders[i % 2], &mut out.slice_mut(..n))
+    })?;
+    for d in &decoders {
+        codec.finish_decode(gpu, d, &cpu_bytes)?;
+    }
+    ensure!(gpu.download(&out, n)? == words, "{}: GPU round trip differs", ctx.name);
+    let measured = Measured {
+        input: format!("{} x{copies}", ctx.name),
+        codec: codec.name().into(),
+        values: n,
+        encoded_bytes: cpu_bytes.len(),
+        encode_secs: Some(encode.median_ms * 1e-3),
+        decode_secs: decode.median_ms * 1e-3,
+        runs: m.runs,
+    };
+    Ok(Row::gpu(measured, copy))
+}
+
+/// The plain BF16 field split and merge: the memory-bound reference of ratio 1.
+fn field_rows(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Row>> {
+    let m = &ctx.method;
+    let words = ctx.cache.concat_words();
+    let n = words.len();
+    let (mut e, mut sf) = (vec![0u8; n], vec![0u8; n]);
+    let mut back = vec![0u16; n];
+    let encode_secs = median_secs(m, || bf16_field::split(&words, &mut e, &mut sf))?;
+    let decode_secs = median_secs(m, || bf16_field::merge(&e, &sf, &mut back))?;
+    ensure!(back == words, "{}: field split/merge round trip differs", ctx.name);
+    let measured = |input: String, values, encode_secs, decode_secs| Measured {
+        input,
+        codec: "field-split".into(),
+        values,
+        encoded_bytes: 2 * values,
+        encode_secs: Some(encode_secs),
+        decode_secs,
+        runs: m.runs,
+    };
+    let mut rows = vec![Row::cpu(measured(ctx.name.into(), n, encode_secs, decode_secs))];
+    let Some((gpu, copy)) = ctx.gpu else { return Ok(rows) };
+    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes)?;
+    let words = big.concat_words();
+    let n = words.len();
+    let inputs = [gpu.upload(&words)?, gpu.upload(&words)?];
+    let mut e = gpu.zeros::<u8>(n)?;
+    let mut sf = gpu.zeros::<u8>(n)?;
+    let mut out = gpu.zeros::<u16>(n)?;
+    let split = gpu.time_runs(m.warmup, m.runs, |i| {
+        kvcodec_gpu::field::split(
+            gpu,
+            &inputs[i % 2].slice(..n),
+            &mut e.slice_mut(..n),
+            &mut sf.slice_mut(..n),
+        )
+    })?;
+    let merge = gpu.time_runs(m.warmup, m.runs, |_| {
+        kvcodec_gpu::field::merge(gpu, &e.slice(..n), &sf.slice(..n), &mut out.slice_mut(..n))
+    })?;
+    ensure!(gpu.download(&out, n)? == words, "{}: GPU split/merge round trip differs", ctx.name);
+    let (cpu_e, cpu_sf) = bf16_field::split_to_vec(&words);
+    ensure!(
+        gpu.download(&e, n)? == cpu_e && gpu.download(&sf, n)? == cpu_sf,
+        "{}: GPU split differs",
+        ctx.name
+    );
+    let input = format!("{} x{copies}", ctx.name);
+    rows.push(Row::gpu(measured(input, n, split.median_ms * 1e-3, merge.median_ms * 1e-3), copy));
+    Ok(rows)
+}
+
+/// The commit this binary was built from and whether its tree was dirty: from
+/// `build-info.json` beside the executable (written by `cargo xtask gpu-bundle`), else
+/// from git in the workspace; `("unknown", false)` without either.
+fn build_info() -> (String, bool) {
+    let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("build-info.json")));
+    if let Some(info) = beside.and_then(|p| std::fs::read_to_string(p).ok())
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&info)
+    {
+        let commit = v["commit"].as_str().unwrap_or("unknown").to_string();
+        return (commit, v["dirty"].as_bool().unwrap_or(false));
+    }
+    crate::git_state().unwrap_or_else(|| ("unknown".into(), false))
+}
+
+/// SHA-256 of the `kernels/kernels.lock` compiled into this binary (the lock names the
+/// hash of every PTX the crates embed).
+fn kernels_lock_sha256() -> String {
+    use sha2::{Digest, Sha256};
+    let lock = include_bytes!("../../../kernels/kernels.lock");
+    Sha256::digest(lock).iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,275 @@
+//! The headers `cargo xtask kernels` writes from the codecs' Rust constants, so that a
+//! kernel never retypes a format constant, a launch constant or a status value: each is
+//! defined once in Rust and reaches CUDA C through `kernels/<crate>/<crate>_format.gen.cuh`.
+//! The lock check compares every header with what this module generates now.
+
+use std::fmt::Write as _;
+
+use kvcodec_gpu::StatusCodes;
+
+/// A `#define` of a generated header: the CUDA name, the value, and the C suffix that
+/// gives it the type the kernels compute with (`""` int, `"u"`, `"ull"`).
+struct Define {
+    name: &'static str,
+    value: u64,
+    suffix: &'static str,
+    what: &'static str,
+}
+
+const fn d(name: &'static str, value: usize, suffix: &'static str, what: &'static str) -> Define {
+    Define { name, value: value as u64, suffix, what }
+}
+
+/// One generated header: its path, the Rust items it comes from, its defines and status
+/// values.
+pub(crate) struct Header {
+    pub(crate) path: &'static str,
+    source: &'static str,
+    defines: Vec<Define>,
+    status: Option<(&'static str, StatusCodes)>,
+}
+
+fn magic(bytes: [u8; 4]) -> usize {
+    u32::from_le_bytes(bytes) as usize
+}
+
+/// Every generated header.
+pub(crate) fn headers() -> Vec<Header> {
+    use exans::format as ef;
+    use splitzip::format as sf;
+    vec![
+        Header {
+            path: "kernels/exans/exans_format.gen.cuh",
+            source: "exans::format and exans::gpu",
+            defines: vec![
+                d(
+                    "EXANS_VERSION",
+                    ef::VERSION as usize,
+                    "u",
+                    "record and container format version (spec 3, 8)",
+                ),
+                d("EXANS_RECORD_MAGIC", magic(ef::RECORD_MAGIC), "u", "\"KVXA\" read as a little-endian u32"),
+                d(
+                    "EXANS_CONTAINER_MAGIC",
+                    magic(ef::CONTAINER_MAGIC),
+                    "u",
+                    "\"KVXC\" read as a little-endian u32",
+                ),
+                d("EXANS_FLAG_RAW", ef::FLAG_RAW as usize, "u", "record flag: stored raw (spec 7)"),
+                d("EXANS_HEADER_LEN", ef::HEADER_LEN, "ull", "bytes of a record header (spec 3)"),
+                d(
+                    "EXANS_CONTAINER_HEADER_LEN",
+                    ef::CONTAINER_HEADER_LEN,
+                    "ull",
+                    "bytes of the container header (spec 8)",
+                ),
+                d("EXANS_DIRECTORY_LEN", ef::DIRECTORY_LEN, "ull", "bytes of a record's directory (spec 4)"),
+                d("EXANS_PARTITIONS", ef::PARTITIONS, "", "rANS partitions per record (spec 6.1)"),
+                d("EXANS_LANES", ef::LANES, "", "rANS lanes per partition (spec 6.2)"),
+                d(
+                    "EXANS_GROUP",
+                    ef::LANE_GROUP,
+                    "",
+                    "consecutive symbols of a tile a lane codes in consecutive steps",
+                ),
+                d("EXANS_TILE", ef::TILE, "", "symbols of a tile: lanes x group (spec 6.2)"),
+                d("EXANS_MAX_SYMBOLS", ef::MAX_SYMBOLS, "", "entries of a sparse model at most (spec 5.1)"),
+                d(
+                    "EXANS_MAX_PRECISION",
+                    ef::MAX_PRECISION as usize,
+                    "",
+                    "the largest probability precision n (spec 5)",
+                ),
+                d(
+                    "EXANS_PRECISION",
+                    ef::PRECISION as usize,
+                    "u",
+                    "the precision the encoders write (spec 5.2)",
+                ),
+                d(
+                    "EXANS_STATE_LOWER",
+                    ef::STATE_LOWER as usize,
+                    "u",
+                    "the rANS state interval's lower end, 2^16 (spec 6.3)",
+                ),
+                d(
+                    "EXANS_CENTER_SYMBOL",
+                    ef::CENTER_SYMBOL as usize,
+                    "u",
+                    "the symbol of a group's center (spec 2)",
+                ),
+                d("EXANS_HEADER_MAGIC", ef::header::MAGIC, "", "record header field offsets (spec 3)"),
+                d("EXANS_HEADER_VERSION", ef::header::VERSION, "", ""),
+                d("EXANS_HEADER_FLAGS", ef::header::FLAGS, "", ""),
+                d("EXANS_HEADER_LAYERS", ef::header::LAYERS, "", ""),
+                d("EXANS_HEADER_KV_HEADS", ef::header::KV_HEADS, "", ""),
+                d("EXANS_HEADER_HEAD_DIM", ef::header::HEAD_DIM, "", ""),
+                d("EXANS_HEADER_TOKENS", ef::header::TOKENS, "", ""),
+                d("EXANS_HEADER_VALUES", ef::header::VALUES, "", ""),
+                d("EXANS_HEADER_RECORD_LEN", ef::header::RECORD_LEN, "", ""),
+                d("EXANS_HEADER_PRECISION", ef::header::PRECISION, "", ""),
+                d("EXANS_HEADER_PARTITIONS", ef::header::PARTITIONS, "", ""),
+                d("EXANS_HEADER_LANES", ef::header::LANES, "", ""),
+                d("EXANS_HEADER_RESERVED0", ef::header::RESERVED0, "", ""),
+                d("EXANS_HEADER_MODEL_OFFSET", ef::header::MODEL_OFFSET, "", ""),
+                d("EXANS_HEADER_DIRECTORY_OFFSET", ef::header::DIRECTORY_OFFSET, "", ""),
+                d("EXANS_HEADER_WORDS_OFFSET", ef::header::WORDS_OFFSET, "", ""),
+                d("EXANS_HEADER_SIGN_MANTISSA_OFFSET", ef::header::SIGN_MANTISSA_OFFSET, "", ""),
+                d("EXANS_HEADER_RESERVED1", ef::header::RESERVED1, "", ""),
+                d(
+                    "EXANS_CONTAINER_HEADER_MAGIC",
+                    ef::container_header::MAGIC,
+                    "",
+                    "container header field offsets (spec 8)",
+                ),
+                d("EXANS_CONTAINER_HEADER_VERSION", ef::container_header::VERSION, "", ""),
+                d("EXANS_CONTAINER_HEADER_LAYERS", ef::container_header::LAYERS, "", ""),
+                d("EXANS_CONTAINER_HEADER_HEAD_DIM", ef::container_header::HEAD_DIM, "", ""),
+                d("EXANS_CONTAINER_HEADER_TOKENS", ef::container_header::TOKENS, "", ""),
+                d("EXANS_CONTAINER_HEADER_BLOCKS", ef::container_header::BLOCKS, "", ""),
+                d("EXANS_CONTAINER_HEADER_RESERVED", ef::container_header::RESERVED, "", ""),
+                d(
+                    "EXANS_THREADS",
+                    exans::gpu::THREADS as usize,
+                    "",
+                    "threads per CTA of every ExANS kernel: partitions x lanes",
+                ),
+                d(
+                    "EXANS_DECODE_RING_WORDS",
+                    exans::gpu::decode::RING_WORDS,
+                    "",
+                    "words of a partition's stream ring",
+                ),
+                d(
+                    "EXANS_DECODE_ROUND_STEPS",
+                    exans::gpu::decode::ROUND_STEPS,
+                    "",
+                    "decode steps per round: two tiles",
+                ),
+                d(
+                    "EXANS_DECODE_DYNAMIC_SMEM",
+                    exans::gpu::decode::DYNAMIC_SMEM as usize,
+                    "u",
+                    "dynamic shared memory of a decode CTA, bytes",
+                ),
+                d(
+                    "EXANS_ENCODE_DIRECTORY_WORDS",
+                    exans::gpu::encode::DIRECTORY_WORDS,
+                    "u",
+                    "u32s of a block's directory scratch",
+                ),
+                d(
+                    "EXANS_ENCODE_GAIN_LEN",
+                    exans::gpu::encode::GAIN_LEN,
+                    "u",
+                    "entries of the quantizer's gain table",
+                ),
+            ],
+            status: Some(("EXANS_STATUS", exans::gpu::DECODE_STATUS)),
+        },
+        Header {
+            path: "kernels/splitzip/splitzip_format.gen.cuh",
+            source: "splitzip::format and splitzip::gpu",
+            defines: vec![
+                d("SPLITZIP_MAGIC", magic(sf::MAGIC), "u", "\"KVSZ\" read as a little-endian u32"),
+                d("SPLITZIP_VERSION", sf::VERSION as usize, "", "payload format version (spec 2)"),
+                d("SPLITZIP_FLAG_RAW", sf::FLAG_RAW as usize, "", "header flag: stored raw (spec 2, 4)"),
+                d("SPLITZIP_HEADER_LEN", sf::HEADER_LEN, "", "bytes of the header (spec 2)"),
+                d(
+                    "SPLITZIP_SECTION_ALIGN",
+                    sf::SECTION_ALIGN,
+                    "ull",
+                    "every section starts at a multiple of this (spec 3)",
+                ),
+                d("SPLITZIP_CODEBOOK_LEN", sf::CODEBOOK_LEN, "", "codebook entries, one per 4-bit code"),
+                d(
+                    "SPLITZIP_NO_CODE",
+                    sf::NO_CODE as usize,
+                    "u",
+                    "code-table entry of an exponent without a code",
+                ),
+                d("SPLITZIP_FIELD_MAGIC", sf::field::MAGIC, "", "header field offsets (spec 2)"),
+                d("SPLITZIP_FIELD_VERSION", sf::field::VERSION, "", ""),
+                d("SPLITZIP_FIELD_FLAGS", sf::field::FLAGS, "", ""),
+                d("SPLITZIP_FIELD_VALUE_COUNT", sf::field::VALUE_COUNT, "", ""),
+                d("SPLITZIP_FIELD_CHUNK_SIZE", sf::field::CHUNK_SIZE, "", ""),
+                d("SPLITZIP_FIELD_CHUNK_COUNT", sf::field::CHUNK_COUNT, "", ""),
+                d("SPLITZIP_FIELD_ESCAPE_COUNT", sf::field::ESCAPE_COUNT, "", ""),
+                d("SPLITZIP_FIELD_CODEBOOK", sf::field::CODEBOOK, "", ""),
+                d("SPLITZIP_FIELD_CODES_OFFSET", sf::field::CODES_OFFSET, "", ""),
+                d("SPLITZIP_FIELD_SIGN_MANTISSA_OFFSET", sf::field::SIGN_MANTISSA_OFFSET, "", ""),
+                d("SPLITZIP_FIELD_ESCAPE_OFFSETS_OFFSET", sf::field::ESCAPE_OFFSETS_OFFSET, "", ""),
+                d("SPLITZIP_FIELD_ESCAPE_POSITIONS_OFFSET", sf::field::ESCAPE_POSITIONS_OFFSET, "", ""),
+                d("SPLITZIP_FIELD_ESCAPE_EXPONENTS_OFFSET", sf::field::ESCAPE_EXPONENTS_OFFSET, "", ""),
+                d("SPLITZIP_FIELD_ENCODED_LEN", sf::field::ENCODED_LEN, "", ""),
+                d(
+                    "SPLITZIP_TILE_VALUES",
+                    splitzip::gpu::TILE_VALUES,
+                    "",
+                    "values per GPU tile; the largest GPU chunk size",
+                ),
+                d(
+                    "SPLITZIP_THREADS",
+                    splitzip::gpu::THREADS as usize,
+                    "",
+                    "threads per CTA of the tile and finish kernels",
+                ),
+                d("SPLITZIP_GROUP_VALUES", splitzip::gpu::GROUP_VALUES, "", "values a thread owns at once"),
+                d(
+                    "SPLITZIP_SUPER_TILES",
+                    splitzip::gpu::SUPER_TILES,
+                    "",
+                    "tiles per superblock of the encoder's workspace",
+                ),
+                d(
+                    "SPLITZIP_PLACE_THREADS",
+                    splitzip::gpu::PLACE_THREADS as usize,
+                    "",
+                    "threads per CTA of the placement kernel",
+                ),
+                d(
+                    "SPLITZIP_WORKSPACE_HEADER_WORDS",
+                    splitzip::gpu::WORKSPACE_HEADER_WORDS,
+                    "",
+                    "workspace words before the superblock sums",
+                ),
+            ],
+            status: Some(("SPLITZIP_STATUS", splitzip::gpu::DECODE_STATUS)),
+        },
+    ]
+}
+
+impl Header {
+    /// The header's text.
+    pub(crate) fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "// Generated by `cargo xtask kernels` from {}: do not edit.", self.source);
+        let _ =
+            writeln!(s, "// The Rust constants are the definition; `cargo xtask kernels --check` fails when");
+        let _ = writeln!(s, "// this file differs from what they give.");
+        let _ = writeln!(s, "#pragma once");
+        let _ = writeln!(s);
+        for def in &self.defines {
+            let value = if def.value > 0xffff { format!("{:#x}", def.value) } else { def.value.to_string() };
+            let line = format!("#define {} {value}{}", def.name, def.suffix);
+            if def.what.is_empty() {
+                let _ = writeln!(s, "{line}");
+            } else {
+                let _ = writeln!(s, "{line:<56} // {}", def.what);
+            }
+        }
+        if let Some((prefix, codes)) = &self.status {
+            let _ = writeln!(s);
+            let how = match codes.encoding {
+                kvcodec_gpu::StatusEncoding::FirstCode => "the first problem's code (atomicCAS from 0)",
+                kvcodec_gpu::StatusEncoding::Flags => "a flag per problem (atomicOr)",
+            };
+            let _ = writeln!(s, "// Device status values: {how}.");
+            for v in codes.values {
+                let line = format!("#define {prefix}_{} {}u", v.name, v.value);
+                let _ = writeln!(s, "{line:<56} // {}", v.meaning);
+            }
+        }
+        s
+    }
+}
