@@ -1,5 +1,6 @@
 //! `cargo xtask gpu-bundle`: one folder holding what a GPU machine without a Rust
-//! toolchain needs: the release xtask binary, every test binary, the fixtures, a
+//! toolchain needs: the release xtask binary, every test binary, the fixtures (and the
+//! snapshots and format specs the tests compare with), a
 //! `build-info.json` (the commit and whether the tree was dirty, which the bench's JSON
 //! records), and a `run.sh` that runs the GPU tests and the GPU bench with
 //! `KVCODEC_REQUIRE_GPU=1` (every test: the GPU ones fail instead of skipping).
@@ -28,6 +29,14 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
         std::fs::copy(&exe, out.join("tests").join(name))?;
         tests.push(name.to_string_lossy().into_owned());
     }
+    // What the tests compare with besides the fixtures: the snapshots and the specs.
+    for dir in ["crates/splitzip/tests/snapshots", "crates/exans/tests/snapshots", "docs/formats"] {
+        std::fs::create_dir_all(out.join(dir))?;
+        for entry in std::fs::read_dir(root.join(dir))? {
+            let path = entry?.path();
+            std::fs::copy(&path, out.join(dir).join(path.file_name().context("file name")?))?;
+        }
+    }
     for f in crate::fixture_files()? {
         std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
     }
@@ -47,7 +56,8 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
 # Runs kvcodec's GPU tests and GPU bench on a machine with a GPU and no Rust toolchain.\n\
 set -euo pipefail\n\
 cd \"$(dirname \"$0\")\"\n\
-export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\n\
+# The bundle mirrors the workspace's snapshots and specs, which the CPU tests compare with.\n\
+export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\" KVCODEC_WORKSPACE=\"$PWD\" INSTA_WORKSPACE_ROOT=\"$PWD\"\n\
 for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
 ./xtask-bench.sh \"$@\"\n";
     std::fs::write(out.join("run.sh"), script)?;

@@ -5,7 +5,9 @@
 
 use crate::{KvCache, KvShape, WordOrder};
 
-/// A lossless codec for a whole KV cache.
+/// A lossless codec for a whole KV cache, taken as one flat run of its `2 L T H D` words
+/// in the codec's [`CacheCodec::word_order`] (the order its format and its kernels read
+/// them in, so that neither side reorders anything).
 ///
 /// `decode(&encode(cache)?, cache.shape())` returns `cache` exactly, for every cache.
 /// Decoders never panic: malformed, truncated or hostile bytes get `Self::Error`.
@@ -16,27 +18,36 @@ pub trait CacheCodec {
     /// The codec's name in tables and reports (`"exans"`).
     fn name(&self) -> &'static str;
 
-    /// Encodes a whole cache into one byte string (headers and every byte of metadata
-    /// included: its length is what a ratio counts).
+    /// The order in which the codec takes and returns a cache's words.
+    fn word_order(&self) -> WordOrder;
+
+    /// Encodes a cache of `shape` given as its words in [`CacheCodec::word_order`] into
+    /// one byte string (headers and every byte of metadata included: its length is what
+    /// a ratio counts).
     ///
     /// # Errors
-    /// The codec's error for a cache it cannot encode (a dimension past a format limit).
-    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Self::Error>;
+    /// The codec's error for a shape it cannot encode (a dimension past a format limit),
+    /// or `words` of another length than `shape.total_values()`.
+    fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Self::Error>;
 
-    /// Decodes `encoded` into `out`, the cache's `2 L T H D` words in `order`. The
-    /// caller gives the shape it expects: codecs whose bytes record the shape check it
-    /// against them, the others (SplitZip's flat payloads) need it to place the words.
+    /// Decodes `encoded` into `out`, the cache's `2 L T H D` words in
+    /// [`CacheCodec::word_order`]. The caller gives the shape it expects: codecs whose
+    /// bytes record the shape check it against them, the others (SplitZip's flat
+    /// payloads) need it to place the words.
     ///
     /// # Errors
     /// The codec's error for bytes that are invalid or do not hold a cache of `shape`,
     /// or for an `out` of another length.
-    fn decode_into(
-        &self,
-        encoded: &[u8],
-        shape: KvShape,
-        order: WordOrder,
-        out: &mut [u16],
-    ) -> Result<(), Self::Error>;
+    fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Self::Error>;
+
+    /// [`CacheCodec::encode_words`] of a [`KvCache`] (its words gathered in the codec's
+    /// order first).
+    ///
+    /// # Errors
+    /// As [`CacheCodec::encode_words`].
+    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Self::Error> {
+        self.encode_words(&cache.words_in(self.word_order()), cache.shape())
+    }
 
     /// [`CacheCodec::decode_into`] into a new [`KvCache`].
     ///
@@ -44,7 +55,7 @@ pub trait CacheCodec {
     /// As [`CacheCodec::decode_into`].
     fn decode(&self, encoded: &[u8], shape: KvShape) -> Result<KvCache, Self::Error> {
         let mut words = vec![0u16; shape.total_values()];
-        self.decode_into(encoded, shape, WordOrder::Block, &mut words)?;
-        Ok(KvCache::from_words(shape, WordOrder::Block, words).expect("the shape's value count"))
+        self.decode_into(encoded, shape, &mut words)?;
+        Ok(KvCache::from_words(shape, self.word_order(), words).expect("the shape's value count"))
     }
 }

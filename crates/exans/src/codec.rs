@@ -1,14 +1,14 @@
 //! [`ExansCodec`]: the [`CacheCodec`] and [`GpuCacheCodec`] implementations over this
 //! crate's container API.
 
-use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
+use bf16_field::{CacheCodec, KvShape, WordOrder};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext};
 
 use crate::gpu::{
     DECODE_STATUS, DeviceIndex, EncodeWorkspace, GpuError, decode_device, encode_device, max_container_len,
 };
-use crate::{Error, decode_cache, decode_cache_into, encode_cache};
+use crate::{Error, decode_cache, decode_cache_into, encode_words_with};
 
 /// ExANS over a whole cache: one container of self-contained block records (spec §8)
 /// with the default options. The GPU path needs nothing but the block size.
@@ -44,27 +44,20 @@ impl CacheCodec for ExansCodec {
         "exans"
     }
 
-    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Error> {
-        encode_cache(cache, self.block_tokens)
+    fn word_order(&self) -> WordOrder {
+        WordOrder::Block
     }
 
-    fn decode_into(
-        &self,
-        encoded: &[u8],
-        shape: KvShape,
-        order: WordOrder,
-        out: &mut [u16],
-    ) -> Result<(), Error> {
+    fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
+        encode_words_with(words, shape, self.block_tokens, &crate::EncodeOptions::default())
+    }
+
+    fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
         check_shape(shape, crate::container_info(encoded)?.shape)?;
         if out.len() != shape.total_values() {
             return Err(Error::OutputTooSmall { needed: shape.total_values(), got: out.len() });
         }
-        match order {
-            WordOrder::Block => {
-                decode_cache_into(encoded, out)?;
-            }
-            other => out.copy_from_slice(&decode_cache(encoded)?.words_in(other)),
-        }
+        decode_cache_into(encoded, out)?;
         Ok(())
     }
 }
@@ -87,10 +80,6 @@ pub struct ExansDecoder {
 impl GpuCacheCodec for ExansCodec {
     type Encoder = ExansEncoder;
     type Decoder = ExansDecoder;
-
-    fn device_order(&self) -> WordOrder {
-        WordOrder::Block
-    }
 
     fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<ExansEncoder, GpuError> {
         Ok(ExansEncoder {

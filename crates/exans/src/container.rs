@@ -226,13 +226,47 @@ pub(crate) fn check_encodable(shape: KvShape, block_tokens: usize) -> Result<usi
 /// [`Error::ZeroBlockTokens`]; [`Error::DimensionTooLarge`] when L, H, D or B exceed
 /// 65535 or the block count exceeds `u32`; any [`encode_block_with`] error.
 pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeOptions) -> Result<Vec<u8>> {
-    let s = cache.shape();
+    let tensors: Vec<&[u16]> = cache.tensors().map(|(_, _, t)| t).collect();
+    encode_tensors(&tensors, cache.shape(), block_tokens, options)
+}
+
+/// [`encode_cache_with`] for a cache given as its `2 L T H D` words in block order
+/// ([`WordOrder::Block`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), as a device
+/// cache or [`KvCache::concat_words`] lays them out.
+///
+/// # Errors
+/// [`Error::WordCountMismatch`] unless `words` holds `shape.total_values()` words; then
+/// as [`encode_cache_with`].
+pub fn encode_words_with(
+    words: &[u16],
+    shape: KvShape,
+    block_tokens: usize,
+    options: &EncodeOptions,
+) -> Result<Vec<u8>> {
+    if words.len() != shape.total_values() {
+        return Err(Error::WordCountMismatch { got: words.len(), expected: shape.total_values() });
+    }
+    let tensors: Vec<&[u16]> = words.chunks_exact(shape.values_per_tensor()).collect();
+    encode_tensors(&tensors, shape, block_tokens, options)
+}
+
+/// The container of the cache of shape `s` whose `2L` tensors, in block order, are
+/// `tensors`.
+fn encode_tensors(
+    tensors: &[&[u16]],
+    s: KvShape,
+    block_tokens: usize,
+    options: &EncodeOptions,
+) -> Result<Vec<u8>> {
     let blocks = check_encodable(s, block_tokens)?;
+    let per_token = s.values_per_token();
     let records = (0..blocks)
         .into_par_iter()
         .map(|i| {
-            let groups = cache.block(i, block_tokens).expect("i < block_count");
-            let tokens = groups[0].len() / s.values_per_token();
+            let first = i * block_tokens;
+            let tokens = block_tokens.min(s.tokens - first);
+            let groups: Vec<&[u16]> =
+                tensors.iter().map(|t| &t[first * per_token..(first + tokens) * per_token]).collect();
             let shape = BlockShape { layers: s.layers, kv_heads: s.kv_heads, head_dim: s.head_dim, tokens };
             encode_block_with(&groups, shape, options)
         })

@@ -279,6 +279,15 @@ pub enum Error {
         /// Why.
         source: Box<Error>,
     },
+    /// A cache given as flat words ([`crate::encode_words_with`]) holds another number of
+    /// words than its shape, `2 L T H D`.
+    #[error("{got} words given, the cache shape has {expected}")]
+    WordCountMismatch {
+        /// Words given.
+        got: usize,
+        /// `2 L T H D`.
+        expected: usize,
+    },
     /// [`crate::decode_cache_into`]'s output holds fewer words than the container's cache.
     #[error("output holds {got} words, the cache has {needed}")]
     OutputTooSmall {

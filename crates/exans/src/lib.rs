@@ -92,6 +92,7 @@ mod record;
 pub use codec::ExansCodec;
 pub use container::{
     ContainerInfo, container_info, decode_cache, decode_cache_into, encode_cache, encode_cache_with,
+    encode_words_with,
 };
 pub use error::{Error, Result};
 pub use model::{Model, log2_q32};

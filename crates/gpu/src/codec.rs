@@ -2,7 +2,7 @@
 //! each codec on top of its own `gpu` module, so that `cargo xtask bench` and the test
 //! kit run every codec the same way.
 
-use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
+use bf16_field::{CacheCodec, KvCache, KvShape};
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use crate::{GpuContext, GpuError};
@@ -21,10 +21,6 @@ pub trait GpuCacheCodec: CacheCodec {
     /// The encoded bytes on the device and what the codec validated on the host.
     type Decoder;
 
-    /// The order in which [`GpuCacheCodec::encode_device`] reads a device cache's words and
-    /// [`GpuCacheCodec::decode_device`] writes them.
-    fn device_order(&self) -> WordOrder;
-
     /// Allocates what encoding a cache of `shape` needs.
     ///
     /// # Errors
@@ -36,7 +32,7 @@ pub trait GpuCacheCodec: CacheCodec {
     ) -> Result<Self::Encoder, GpuError<Self::Error>>;
 
     /// Enqueues the encoding of the device cache `words` (the shape's
-    /// `total_values()` words in [`GpuCacheCodec::device_order`]) on `gpu`'s stream.
+    /// `total_values()` words in [`CacheCodec::word_order`]) on `gpu`'s stream.
     ///
     /// # Errors
     /// GPU errors (a short or misaligned buffer, a driver failure).
@@ -72,7 +68,7 @@ pub trait GpuCacheCodec: CacheCodec {
     ) -> Result<Self::Decoder, GpuError<Self::Error>>;
 
     /// Enqueues the decoding into `out` (the shape's `total_values()` words in
-    /// [`GpuCacheCodec::device_order`]) on `gpu`'s stream. A kernel that finds invalid
+    /// [`CacheCodec::word_order`]) on `gpu`'s stream. A kernel that finds invalid
     /// input leaves a status that [`GpuCacheCodec::finish_decode`] reports.
     ///
     /// # Errors
@@ -104,7 +100,7 @@ pub trait GpuCacheCodec: CacheCodec {
     /// As [`GpuCacheCodec::device_encoder`] and [`GpuCacheCodec::encode_device`].
     fn encode_to_vec(&self, gpu: &GpuContext, cache: &KvCache) -> Result<Vec<u8>, GpuError<Self::Error>> {
         let shape = cache.shape();
-        let words = gpu.upload(&cache.words_in(self.device_order()))?;
+        let words = gpu.upload(&cache.words_in(self.word_order()))?;
         let mut encoder = self.device_encoder(gpu, shape)?;
         self.encode_device(gpu, &mut encoder, &words.slice(..shape.total_values()))?;
         self.encoded_bytes(gpu, &encoder)
@@ -126,6 +122,6 @@ pub trait GpuCacheCodec: CacheCodec {
         self.decode_device(gpu, &mut decoder, &mut out.slice_mut(..n))?;
         self.finish_decode(gpu, &decoder, encoded)?;
         let words = gpu.download(&out, n)?;
-        Ok(KvCache::from_words(shape, self.device_order(), words).expect("the shape's value count"))
+        Ok(KvCache::from_words(shape, self.word_order(), words).expect("the shape's value count"))
     }
 }

@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext, device_address};
 
 use crate::gpu::{DECODE_STATUS, EncodeWorkspace, GpuError, decode_device, encode_device};
-use crate::{Codebook, CodebookError, DecodeError, Error, PayloadHeader, max_encoded_len};
+use crate::{Codebook, CodebookError, DecodeError, EncodeError, Error, PayloadHeader, max_encoded_len};
 
 /// SplitZip over a whole cache: two payloads back to back (spec §6), the first of every
 /// layer's K in layer order with the K codebook, the second of every layer's V with the
@@ -72,21 +72,26 @@ impl CacheCodec for SplitzipCodec {
         "splitzip"
     }
 
-    fn encode(&self, cache: &KvCache) -> Result<Vec<u8>, Error> {
-        let words = cache.words_in(WordOrder::KindMajor);
-        let (k, v) = words.split_at(words.len() / 2);
-        let mut out = crate::encode(k, &self.keys, self.chunk_size)?;
-        out.extend_from_slice(&crate::encode(v, &self.values, self.chunk_size)?);
+    fn word_order(&self) -> WordOrder {
+        WordOrder::KindMajor
+    }
+
+    fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
+        let per_kind = shape.total_values() / 2;
+        if words.len() != shape.total_values() {
+            return Err(
+                EncodeError::WordCountMismatch { got: words.len(), expected: shape.total_values() }.into()
+            );
+        }
+        let (k, v) = words.split_at(per_kind);
+        let mut out = vec![0u8; max_encoded_len(per_kind, self.chunk_size) * 2];
+        let k_len = crate::encode_into(k, &self.keys, self.chunk_size, &mut out)?;
+        let v_len = crate::encode_into(v, &self.values, self.chunk_size, &mut out[k_len..])?;
+        out.truncate(k_len + v_len);
         Ok(out)
     }
 
-    fn decode_into(
-        &self,
-        encoded: &[u8],
-        shape: KvShape,
-        order: WordOrder,
-        out: &mut [u16],
-    ) -> Result<(), Error> {
+    fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
         let per_kind = shape.total_values() / 2;
         if out.len() != 2 * per_kind {
             return Err(
@@ -96,22 +101,9 @@ impl CacheCodec for SplitzipCodec {
         let [k, v] = split_payloads(encoded)?;
         check_count(&PayloadHeader::parse(k)?, per_kind)?;
         check_count(&PayloadHeader::parse(v)?, per_kind)?;
-        match order {
-            WordOrder::KindMajor => {
-                let (k_out, v_out) = out.split_at_mut(per_kind);
-                crate::decode_into(k, k_out)?;
-                crate::decode_into(v, v_out)?;
-            }
-            WordOrder::Block => {
-                let mut kind_major = vec![0u16; 2 * per_kind];
-                let (k_out, v_out) = kind_major.split_at_mut(per_kind);
-                crate::decode_into(k, k_out)?;
-                crate::decode_into(v, v_out)?;
-                let cache = KvCache::from_words(shape, WordOrder::KindMajor, kind_major)
-                    .expect("the shape's value count, checked above");
-                out.copy_from_slice(&cache.concat_words());
-            }
-        }
+        let (k_out, v_out) = out.split_at_mut(per_kind);
+        crate::decode_into(k, k_out)?;
+        crate::decode_into(v, v_out)?;
         Ok(())
     }
 }
@@ -141,10 +133,6 @@ pub struct SplitzipDecoder {
 impl GpuCacheCodec for SplitzipCodec {
     type Encoder = SplitzipEncoder;
     type Decoder = SplitzipDecoder;
-
-    fn device_order(&self) -> WordOrder {
-        WordOrder::KindMajor
-    }
 
     fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<SplitzipEncoder, GpuError> {
         let per_kind = shape.total_values() / 2;

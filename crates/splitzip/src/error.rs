@@ -51,6 +51,15 @@ pub enum EncodeError {
         /// The chunk size given, in values.
         chunk_size: u32,
     },
+    /// A cache given as words ([`crate::SplitzipCodec`]) holds another number of words
+    /// than its shape, `2 L T H D`.
+    #[error("{got} words given, the cache shape has {expected}")]
+    WordCountMismatch {
+        /// Words given.
+        got: usize,
+        /// `2 L T H D`.
+        expected: usize,
+    },
     /// The output buffer is shorter than this payload; [`crate::max_encoded_len`] bytes
     /// always suffice.
     #[error("output buffer holds {got} bytes, this payload needs {needed}")]

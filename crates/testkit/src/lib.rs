@@ -324,9 +324,13 @@ pub fn assert_doc_block(doc: &Path, name: &str, expected: &str) {
     );
 }
 
-/// The workspace's `docs/formats/<file>`.
+/// The workspace's `docs/formats/<file>`: under `KVCODEC_WORKSPACE` if set (a GPU
+/// bundle mirrors the specs there), else in the workspace this crate was built in.
 pub fn format_spec(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/formats").join(file)
+    let root = std::env::var_os("KVCODEC_WORKSPACE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
+    root.join("docs/formats").join(file)
 }
 
 /// Runs `call` once on `gpu`'s stream (loading modules and warming allocations, which

@@ -25,7 +25,7 @@ const HOST_CHUNKS: [usize; 3] = [2 << 20, exans::gpu::host::DEFAULT_CHUNK_BYTES,
 pub(super) fn rows(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     let Some((gpu, _)) = ctx.gpu else { return Ok(Vec::new()) };
     let m = &ctx.method;
-    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes)?;
+    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes, m.tile)?;
     let words = big.concat_words();
     let container = exans::encode_cache(&big, exans::format::DEFAULT_BLOCK_TOKENS)?;
     let input = format!("{} x{copies}", ctx.name);

@@ -22,7 +22,7 @@ use kvcodec_gpu::timing::CopyRoofline;
 use kvcodec_gpu::{Backend, BackendChoice, GpuCacheCodec, GpuContext};
 use splitzip::SplitzipCodec;
 
-pub(crate) use method::{Method, median_secs, tiled_cache};
+pub(crate) use method::{Method, TileAxis, median_secs, tiled_cache};
 use report::{Measured, Report, Row};
 
 #[derive(clap::Args)]
@@ -59,6 +59,9 @@ pub(crate) struct BenchArgs {
     /// GPU inputs are the file tiled to at least this many bytes (L2 must not serve them).
     #[arg(long, default_value_t = 1 << 30)]
     gpu_bytes: usize,
+    /// The axis GPU inputs repeat the file along: tokens (a long context) or layers.
+    #[arg(long, value_enum, default_value = "tokens")]
+    tile: TileAxis,
 }
 
 /// What a codec's entry gets: the input, its calibration, how to measure, and the GPU.
@@ -108,7 +111,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let backend = Backend::probe(choice, args.device)?;
     eprintln!("[bench] backend: {backend}");
-    let method = Method { runs: args.runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes };
+    let method = Method { runs: args.runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes, tile: args.tile };
     let paths = crate::inputs(args.input.clone())?;
     let copy = match backend.gpu() {
         Some(gpu) => {
@@ -198,16 +201,17 @@ fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<
     let cache = ctx.cache;
     let shape = cache.shape();
     let n = shape.total_values();
+    // The codec's own word order, gathered once outside the timing: the rows time the
+    // codec, not a reordering of the cache.
+    let words = cache.words_in(codec.word_order());
     let mut encoded = Vec::new();
     let encode_secs = median_secs(m, || -> Result<(), C::Error> {
-        encoded = codec.encode(cache)?;
+        encoded = codec.encode_words(&words, shape)?;
         Ok(())
     })?;
-    // Decoded in the codec's own word order, so the row times the codec and no reordering.
-    let order = codec.device_order();
     let mut out = vec![0u16; n];
-    let decode_secs = median_secs(m, || codec.decode_into(&encoded, shape, order, &mut out))?;
-    ensure!(out == cache.words_in(order), "{}: CPU round trip differs", ctx.name);
+    let decode_secs = median_secs(m, || codec.decode_into(&encoded, shape, &mut out))?;
+    ensure!(out == words, "{}: CPU round trip differs", ctx.name);
     let mut rows = vec![Row::cpu(Measured {
         input: ctx.name.into(),
         codec: codec.name().into(),
@@ -231,11 +235,11 @@ fn gpu_row<C: GpuCacheCodec>(
     copy: &CopyRoofline,
 ) -> anyhow::Result<Row> {
     let m = &ctx.method;
-    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes)?;
+    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes, m.tile)?;
     let shape = big.shape();
     let n = shape.total_values();
-    let words = big.words_in(codec.device_order());
-    let cpu_bytes = codec.encode(&big)?;
+    let words = big.words_in(codec.word_order());
+    let cpu_bytes = codec.encode_words(&words, shape)?;
     let inputs = [gpu.upload(&words)?, gpu.upload(&words)?];
     let mut encoder = codec.device_encoder(gpu, shape)?;
     let encode = gpu
@@ -289,7 +293,7 @@ fn field_rows(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     };
     let mut rows = vec![Row::cpu(measured(ctx.name.into(), n, encode_secs, decode_secs))];
     let Some((gpu, copy)) = ctx.gpu else { return Ok(rows) };
-    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes)?;
+    let (big, copies) = tiled_cache(ctx.cache, m.gpu_bytes, m.tile)?;
     let words = big.concat_words();
     let n = words.len();
     let inputs = [gpu.upload(&words)?, gpu.upload(&words)?];

@@ -1,0 +1,58 @@
+//! `SplitzipCodec`: a whole cache as two payloads (spec §9), and what its decoder rejects.
+
+use bf16_field::{CacheCodec, KvShape};
+use kvcodec_testkit::{assert_rejects, kv_like, round_trip};
+use splitzip::{DecodeError, EncodeError, Error, PayloadHeader, SplitzipCodec};
+
+fn codec() -> SplitzipCodec {
+    SplitzipCodec::calibrate(&kv_like(2, 2, 16, 20, 1)).unwrap()
+}
+
+#[test]
+fn a_cache_is_its_k_payload_then_its_v_payload() {
+    let cache = kv_like(3, 2, 16, 21, 4);
+    let codec = codec();
+    let bytes = round_trip(&codec, None, "L=3 H=2 D=16 T=21", &cache);
+    let k = PayloadHeader::parse(&bytes).unwrap();
+    let k_len = k.encoded_len() as usize;
+    let v = PayloadHeader::parse(&bytes[k_len..]).unwrap();
+    assert_eq!(k_len + v.encoded_len() as usize, bytes.len());
+    let per_kind = cache.shape().total_values() as u64 / 2;
+    assert_eq!((k.value_count, v.value_count), (per_kind, per_kind));
+    assert_eq!(k.codebook, codec.keys);
+    assert_eq!(v.codebook, codec.values);
+}
+
+#[test]
+fn the_decoder_rejects_other_shapes_and_damaged_framing() {
+    let cache = kv_like(2, 1, 8, 5, 6);
+    let codec = codec();
+    let bytes = codec.encode(&cache).unwrap();
+    let shape = cache.shape();
+    let other = KvShape::new(2, 1, 8, 6).unwrap();
+    assert_rejects!(
+        codec.decode(&bytes, other),
+        Error::Decode(DecodeError::CacheShapeMismatch { expected: 96, found: 80 })
+    );
+    let k_len = PayloadHeader::parse(&bytes).unwrap().encoded_len() as usize;
+    assert_rejects!(
+        codec.decode(&bytes[..k_len], shape),
+        Error::Decode(DecodeError::Truncated { needed: 128, got: 0 })
+    );
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_rejects!(codec.decode(&longer, shape), Error::Decode(DecodeError::TrailingBytes { extra: 1 }));
+    assert_rejects!(
+        codec.decode(&bytes[..10], shape),
+        Error::Decode(DecodeError::Truncated { needed: 128, got: 10 })
+    );
+    let mut out = vec![0u16; 3];
+    assert_rejects!(
+        codec.decode_into(&bytes, shape, &mut out),
+        Error::Decode(DecodeError::OutputTooSmall { .. })
+    );
+    assert_rejects!(
+        codec.encode_words(&[0u16; 7], shape),
+        Error::Encode(EncodeError::WordCountMismatch { got: 7, expected: 160 })
+    );
+}
