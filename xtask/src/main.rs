@@ -88,14 +88,13 @@ fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
     let cache = bf16_field::io::read_kv_cache(input).with_context(|| shown(input))?;
     let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
     std::fs::write(out, serde_json::to_string_pretty(&calibrated)? + "\n").with_context(|| shown(out))?;
-    for (kind, codebook) in [("K", calibrated.keys), ("V", calibrated.values)] {
-        let words: Vec<u16> = cache
-            .tensors()
-            .filter(|(_, k, _)| k.suffix() == kind.to_ascii_lowercase())
-            .flat_map(|(_, _, t)| t.iter().copied())
-            .collect();
+    for (kind, codebook) in
+        [(bf16_field::KvKind::K, calibrated.keys), (bf16_field::KvKind::V, calibrated.values)]
+    {
+        let words = cache.tensors_of(kind).collect::<Vec<_>>().concat();
         println!(
-            "{kind} codebook {:?}: top-16 coverage {:.4}% of the calibration values",
+            "{} codebook {:?}: top-16 coverage {:.4}% of the calibration values",
+            kind.suffix().to_uppercase(),
             codebook.exponents(),
             100.0 * codebook.coverage(&words)
         );

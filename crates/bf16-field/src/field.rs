@@ -5,12 +5,13 @@ use rayon::prelude::*;
 
 use crate::{Error, Result};
 
-/// Inputs at or above this many values are split and merged on rayon's pool; below it
-/// the thread hand-off costs more than it saves.
-const PARALLEL_MIN_VALUES: usize = 1 << 16;
-/// Values per rayon task: 64 Ki values = 128 KiB of input, large enough to amortise
+/// The workspace's CPU parallelism policy: inputs of at least this many values are
+/// worked on rayon's pool, smaller ones on the calling thread, where the hand-off would
+/// cost more than it saves. Every codec's CPU path uses it.
+pub const PARALLEL_MIN_VALUES: usize = 1 << 16;
+/// Values per rayon task: 64 Ki values = 128 KiB of BF16, large enough to amortise
 /// scheduling, small enough to balance across cores.
-const PARALLEL_CHUNK_VALUES: usize = 1 << 16;
+pub const PARALLEL_CHUNK_VALUES: usize = 1 << 16;
 
 /// The 8-bit exponent field of a BF16 word: `(w >> 7) & 0xff`.
 #[inline(always)]

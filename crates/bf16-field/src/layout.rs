@@ -183,6 +183,11 @@ impl KvCache {
         self.tensors.iter().enumerate().map(|(i, t)| (i / 2, KvKind::BOTH[i % 2], t.as_slice()))
     }
 
+    /// Every layer's K (or V) tensor in layer order, each `[T, H, D]`.
+    pub fn tensors_of(&self, kind: KvKind) -> impl ExactSizeIterator<Item = &[u16]> {
+        self.tensors.iter().skip(kind as usize).step_by(2).map(Vec::as_slice)
+    }
+
     /// Every value of the cache concatenated in block order (layer 0 K, layer 0 V, ...).
     pub fn concat_words(&self) -> Vec<u16> {
         self.tensors.concat()

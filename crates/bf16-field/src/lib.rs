@@ -31,5 +31,8 @@ pub mod stats;
 
 pub use codec::CacheCodec;
 pub use error::{Error, Result};
-pub use field::{exponent_of, join, merge, merge_to_vec, sign_mantissa_of, split, split_to_vec, words_of};
+pub use field::{
+    PARALLEL_CHUNK_VALUES, PARALLEL_MIN_VALUES, exponent_of, join, merge, merge_to_vec, sign_mantissa_of,
+    split, split_to_vec, words_of,
+};
 pub use layout::{CacheLayout, KvCache, KvKind, KvShape, WordOrder};

@@ -100,3 +100,8 @@ pub use record::{
     BlockShape, EncodeOptions, RawPolicy, RecordInfo, center_exponent, center_symbol, decode_block,
     decode_block_into, encode_block, encode_block_with, group_center, inspect_record, record_shape,
 };
+
+/// The README's library example, compiled as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

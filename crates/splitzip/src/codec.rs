@@ -31,9 +31,7 @@ impl SplitzipCodec {
     /// # Errors
     /// [`CodebookError::EmptyCalibration`] never for a valid cache (it holds values).
     pub fn calibrate(calibration: &KvCache) -> Result<Self, CodebookError> {
-        let kind = |kind: KvKind| -> Vec<&[u16]> {
-            calibration.tensors().filter(|(_, k, _)| *k == kind).map(|(_, _, t)| t).collect()
-        };
+        let kind = |kind: KvKind| -> Vec<&[u16]> { calibration.tensors_of(kind).collect() };
         Ok(SplitzipCodec {
             keys: Codebook::calibrate(&kind(KvKind::K))?,
             values: Codebook::calibrate(&kind(KvKind::V))?,

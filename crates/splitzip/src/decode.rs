@@ -392,16 +392,10 @@ fn write_values(
 mod tests {
     use super::*;
 
-    /// Deterministic pseudo-random bytes (xorshift).
-    fn bytes(len: usize, mut seed: u64) -> Vec<u8> {
-        (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 24) as u8
-            })
-            .collect()
+    /// Deterministic pseudo-random bytes.
+    fn bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut rng = kvcodec_testkit::Rng(seed as u32 | 1);
+        (0..len).map(|_| (rng.next() >> 24) as u8).collect()
     }
 
     fn reference(book: &[u8; CODEBOOK_LEN], codes: &[u8], sm: &[u8]) -> Vec<u16> {

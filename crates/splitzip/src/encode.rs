@@ -334,16 +334,15 @@ fn write_coded(
 mod tests {
     use super::*;
 
-    /// Deterministic pseudo-random words (xorshift), about one in `1 << rare_bits` with a
-    /// random exponent and the rest with an exponent in 0x70..0x80.
-    fn words(len: usize, mut seed: u64, rare_bits: u32) -> Vec<u16> {
+    /// Deterministic pseudo-random words, about one in `1 << rare_bits` with a random
+    /// exponent and the rest with an exponent in 0x70..0x80.
+    fn words(len: usize, seed: u64, rare_bits: u32) -> Vec<u16> {
+        let mut rng = kvcodec_testkit::Rng(seed as u32 | 1);
         (0..len)
             .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let w = (seed >> 16) as u16;
-                if (seed >> 40).is_multiple_of(1 << rare_bits) {
+                let r = rng.next();
+                let w = r as u16;
+                if (r >> 16).is_multiple_of(1 << rare_bits) {
                     w
                 } else {
                     (w & 0x807f) | ((0x70 | (w >> 7) & 0xf) << 7)

@@ -101,11 +101,11 @@ const _: () = {
 // Tuning constants (not part of the format; they change speed, never bytes).
 // ---------------------------------------------------------------------------------------
 
-/// Inputs of at least this many values are encoded and decoded on rayon's pool; below it
-/// the hand-off costs more than it saves.
-pub(crate) const PARALLEL_MIN_VALUES: usize = 1 << 16;
 /// Values per rayon task (whole chunks are grouped up to this size).
-pub(crate) const PARALLEL_TASK_VALUES: usize = 1 << 16;
+pub(crate) use bf16_field::PARALLEL_CHUNK_VALUES as PARALLEL_TASK_VALUES;
+/// The workspace's CPU parallelism policy ([`bf16_field::PARALLEL_MIN_VALUES`]): inputs of
+/// at least this many values are encoded and decoded on rayon's pool.
+pub(crate) use bf16_field::PARALLEL_MIN_VALUES;
 /// The entry of an exponent that has no code in the 256-entry exponent -> code tables
 /// of the CPU and GPU encoders: bit 7 set (so a shift by 7 counts escapes without a
 /// branch) over [`ESCAPE_CODE`] in the low nibble (so the code written is the escape's).

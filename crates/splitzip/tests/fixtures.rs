@@ -10,7 +10,7 @@ use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, PayloadHeader, decode, encode};
 
 /// Every K (or V) tensor of the cache, concatenated in layer order.
 fn words(cache: &KvCache, kind: KvKind) -> Vec<u16> {
-    cache.tensors().filter(|(_, k, _)| *k == kind).flat_map(|(_, _, t)| t.iter().copied()).collect()
+    cache.tensors_of(kind).collect::<Vec<_>>().concat()
 }
 
 #[test]
