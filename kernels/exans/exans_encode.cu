@@ -72,9 +72,14 @@ static_assert(EXANS_HEADER_VERSION % 4 == 0 && EXANS_HEADER_VERSION + 2 == EXANS
                   EXANS_HEADER_LANES == EXANS_HEADER_PRECISION + 2 &&
                   EXANS_HEADER_RESERVED0 == EXANS_HEADER_PRECISION + 3 && EXANS_HEADER_RESERVED1 % 4 == 0,
               "record header packing");
-static_assert(EXANS_CONTAINER_HEADER_VERSION % 4 == 0 && EXANS_CONTAINER_HEADER_LAYERS % 4 == 0 &&
-                  EXANS_CONTAINER_HEADER_HEAD_DIM % 4 == 0 && EXANS_CONTAINER_HEADER_TOKENS % 8 == 0 &&
-                  EXANS_CONTAINER_HEADER_BLOCKS % 4 == 0 && EXANS_CONTAINER_HEADER_RESERVED + 4 == EXANS_CONTAINER_HEADER_LEN,
+static_assert(EXANS_CONTAINER_HEADER_VERSION % 4 == 0 &&
+                  EXANS_CONTAINER_HEADER_VERSION + 2 == EXANS_CONTAINER_HEADER_FLAGS &&
+                  EXANS_CONTAINER_HEADER_LAYERS % 4 == 0 &&
+                  EXANS_CONTAINER_HEADER_LAYERS + 2 == EXANS_CONTAINER_HEADER_KV_HEADS &&
+                  EXANS_CONTAINER_HEADER_HEAD_DIM % 4 == 0 &&
+                  EXANS_CONTAINER_HEADER_HEAD_DIM + 2 == EXANS_CONTAINER_HEADER_BLOCK_TOKENS &&
+                  EXANS_CONTAINER_HEADER_TOKENS % 8 == 0 && EXANS_CONTAINER_HEADER_BLOCKS % 4 == 0 &&
+                  EXANS_CONTAINER_HEADER_RESERVED + 4 == EXANS_CONTAINER_HEADER_LEN,
               "container header packing");
 #define EE_SLOTS (1u << EXANS_PRECISION)
 #define EE_NONE 256u                    // "no symbol" in the quantizer's reductions

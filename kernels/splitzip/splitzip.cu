@@ -96,6 +96,7 @@ static_assert(SZ_WS_TOTAL + 1 == SPLITZIP_WORKSPACE_HEADER_WORDS, "the superbloc
 
 // Exponent -> code (0-15), or SPLITZIP_NO_CODE for an exponent outside the codebook:
 // code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
+static_assert(SPLITZIP_NO_CODE == 0x80u, "the tile kernels take bit 7 of an entry as the escape flag and its low nibble as the code");
 struct SzCodeTable {
     uint8_t code[256];
 };
@@ -321,28 +322,28 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
 
     uint8_t* h = out;
     for (int i = 0; i < SPLITZIP_HEADER_LEN; ++i) h[i] = 0;
-    sz_put(h + SPLITZIP_FIELD_MAGIC, SPLITZIP_MAGIC, 4);
-    sz_put(h + SPLITZIP_FIELD_VERSION, SPLITZIP_VERSION, 2);
-    sz_put(h + SPLITZIP_FIELD_FLAGS, raw ? SPLITZIP_FLAG_RAW : 0, 2);
-    sz_put(h + SPLITZIP_FIELD_VALUE_COUNT, n, 8);
-    sz_put(h + SPLITZIP_FIELD_CHUNK_SIZE, chunk_size, 4);
+    sz_put(h + SPLITZIP_HEADER_MAGIC, SPLITZIP_MAGIC, 4);
+    sz_put(h + SPLITZIP_HEADER_VERSION, SPLITZIP_VERSION, 2);
+    sz_put(h + SPLITZIP_HEADER_FLAGS, raw ? SPLITZIP_FLAG_RAW : 0, 2);
+    sz_put(h + SPLITZIP_HEADER_VALUE_COUNT, n, 8);
+    sz_put(h + SPLITZIP_HEADER_CHUNK_SIZE, chunk_size, 4);
     const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
 #pragma unroll
-    for (int i = 0; i < SPLITZIP_CODEBOOK_LEN; ++i) h[SPLITZIP_FIELD_CODEBOOK + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
+    for (int i = 0; i < SPLITZIP_CODEBOOK_LEN; ++i) h[SPLITZIP_HEADER_CODEBOOK + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
     workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
     if (raw) {
-        sz_put(h + SPLITZIP_FIELD_ENCODED_LEN, raw_len, 8);
+        sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, raw_len, 8);
         workspace[SZ_WS_LEN] = raw_len;
         return;
     }
-    sz_put(h + SPLITZIP_FIELD_CHUNK_COUNT, lay.chunks, 4);
-    sz_put(h + SPLITZIP_FIELD_ESCAPE_COUNT, escapes, 8);
-    sz_put(h + SPLITZIP_FIELD_CODES_OFFSET, lay.codes, 8);
-    sz_put(h + SPLITZIP_FIELD_SIGN_MANTISSA_OFFSET, lay.sign_mantissa, 8);
-    sz_put(h + SPLITZIP_FIELD_ESCAPE_OFFSETS_OFFSET, lay.escape_offsets, 8);
-    sz_put(h + SPLITZIP_FIELD_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
-    sz_put(h + SPLITZIP_FIELD_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
-    sz_put(h + SPLITZIP_FIELD_ENCODED_LEN, coded_len, 8);
+    sz_put(h + SPLITZIP_HEADER_CHUNK_COUNT, lay.chunks, 4);
+    sz_put(h + SPLITZIP_HEADER_ESCAPE_COUNT, escapes, 8);
+    sz_put(h + SPLITZIP_HEADER_CODES_OFFSET, lay.codes, 8);
+    sz_put(h + SPLITZIP_HEADER_SIGN_MANTISSA_OFFSET, lay.sign_mantissa, 8);
+    sz_put(h + SPLITZIP_HEADER_ESCAPE_OFFSETS_OFFSET, lay.escape_offsets, 8);
+    sz_put(h + SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
+    sz_put(h + SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
+    sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, coded_len, 8);
     // Zero padding before each section, and the spare nibble of an odd n.
     for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) out[i] = 0;
     for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) out[i] = 0;

@@ -10,20 +10,20 @@
 #define SPLITZIP_SECTION_ALIGN 16ull                     // every section starts at a multiple of this (spec 3)
 #define SPLITZIP_CODEBOOK_LEN 16                         // codebook entries, one per 4-bit code
 #define SPLITZIP_NO_CODE 128u                            // code-table entry of an exponent without a code
-#define SPLITZIP_FIELD_MAGIC 0                           // header field offsets (spec 2)
-#define SPLITZIP_FIELD_VERSION 4
-#define SPLITZIP_FIELD_FLAGS 6
-#define SPLITZIP_FIELD_VALUE_COUNT 8
-#define SPLITZIP_FIELD_CHUNK_SIZE 16
-#define SPLITZIP_FIELD_CHUNK_COUNT 20
-#define SPLITZIP_FIELD_ESCAPE_COUNT 24
-#define SPLITZIP_FIELD_CODEBOOK 32
-#define SPLITZIP_FIELD_CODES_OFFSET 48
-#define SPLITZIP_FIELD_SIGN_MANTISSA_OFFSET 56
-#define SPLITZIP_FIELD_ESCAPE_OFFSETS_OFFSET 64
-#define SPLITZIP_FIELD_ESCAPE_POSITIONS_OFFSET 72
-#define SPLITZIP_FIELD_ESCAPE_EXPONENTS_OFFSET 80
-#define SPLITZIP_FIELD_ENCODED_LEN 88
+#define SPLITZIP_HEADER_MAGIC 0                          // header field offsets (spec 2)
+#define SPLITZIP_HEADER_VERSION 4
+#define SPLITZIP_HEADER_FLAGS 6
+#define SPLITZIP_HEADER_VALUE_COUNT 8
+#define SPLITZIP_HEADER_CHUNK_SIZE 16
+#define SPLITZIP_HEADER_CHUNK_COUNT 20
+#define SPLITZIP_HEADER_ESCAPE_COUNT 24
+#define SPLITZIP_HEADER_CODEBOOK 32
+#define SPLITZIP_HEADER_CODES_OFFSET 48
+#define SPLITZIP_HEADER_SIGN_MANTISSA_OFFSET 56
+#define SPLITZIP_HEADER_ESCAPE_OFFSETS_OFFSET 64
+#define SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET 72
+#define SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET 80
+#define SPLITZIP_HEADER_ENCODED_LEN 88
 #define SPLITZIP_TILE_VALUES 8192                        // values per GPU tile; the largest GPU chunk size
 #define SPLITZIP_THREADS 256                             // threads per CTA of the tile and finish kernels
 #define SPLITZIP_GROUP_VALUES 8                          // values a thread owns at once

@@ -89,7 +89,7 @@ fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
     let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
     std::fs::write(out, serde_json::to_string_pretty(&calibrated)? + "\n").with_context(|| shown(out))?;
     for (kind, codebook) in
-        [(bf16_field::KvKind::K, calibrated.keys), (bf16_field::KvKind::V, calibrated.values)]
+        [(bf16_field::KvKind::K, calibrated.k_codebook), (bf16_field::KvKind::V, calibrated.v_codebook)]
     {
         let words = cache.tensors_of(kind).collect::<Vec<_>>().concat();
         println!(

@@ -415,3 +415,38 @@ fn safetensors_hostile() {
     big.extend(b"{}");
     assert!(kv_cache_from_bytes(&big).is_err());
 }
+
+/// Whole-cache decoders (the `CacheCodec` implementations) on truncations, bit flips and
+/// garbage of valid encodings, with the right shape and with wrong ones: an error or a
+/// cache, never a panic.
+#[test]
+fn whole_cache_decoders_never_panic() {
+    use bf16_field::{CacheCodec, KvShape};
+    let cache = kvcodec_testkit::kv_like(2, 2, 16, 21, 5);
+    let shapes = [
+        cache.shape(),
+        KvShape { tokens: 22, ..cache.shape() },
+        KvShape { layers: 0, ..cache.shape() },
+        KvShape { layers: usize::MAX / 2, ..cache.shape() },
+    ];
+    fn attack<C: CacheCodec>(codec: &C, bytes: &[u8], shapes: &[KvShape]) {
+        let mut rng = kvcodec_testkit::Rng(17);
+        let mut inputs: Vec<Vec<u8>> = (0..bytes.len()).step_by(7).map(|n| bytes[..n].to_vec()).collect();
+        for _ in 0..300 {
+            let mut bad = bytes.to_vec();
+            let at = rng.next() as usize % bad.len();
+            bad[at] ^= 1 << (rng.next() % 8);
+            inputs.push(bad);
+        }
+        inputs.push((0..600).map(|_| rng.next() as u8).collect());
+        for input in &inputs {
+            for &shape in shapes {
+                let _ = codec.decode(input, shape);
+            }
+        }
+    }
+    let splitzip = splitzip::SplitzipCodec::calibrate(&cache).unwrap();
+    attack(&splitzip, &splitzip.encode(&cache).unwrap(), &shapes);
+    let exans = exans::ExansCodec { block_tokens: 8 };
+    attack(&exans, &exans.encode(&cache).unwrap(), &shapes);
+}

@@ -30,14 +30,15 @@ pub trait CacheCodec {
     /// or `words` of another length than `shape.total_values()`.
     fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Self::Error>;
 
-    /// Decodes `encoded` into `out`, the cache's `2 L T H D` words in
-    /// [`CacheCodec::word_order`]. The caller gives the shape it expects: codecs whose
-    /// bytes record the shape check it against them, the others (SplitZip's flat
-    /// payloads) need it to place the words.
+    /// Decodes `encoded` into `out`, which holds at least the cache's `2 L T H D` words,
+    /// in [`CacheCodec::word_order`]; words past them are left as they were. The caller
+    /// gives the shape it expects: codecs whose bytes record the shape check it against
+    /// them, the others (SplitZip's flat payloads) need it to place the words. A shape that
+    /// [`KvShape::validate`] rejects is always an error, checked before `out` is used.
     ///
     /// # Errors
     /// The codec's error for bytes that are invalid or do not hold a cache of `shape`,
-    /// or for an `out` of another length.
+    /// or for an `out` that is too short.
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Self::Error>;
 
     /// [`CacheCodec::encode_words`] of a [`KvCache`] (its words gathered in the codec's
@@ -54,8 +55,10 @@ pub trait CacheCodec {
     /// # Errors
     /// As [`CacheCodec::decode_into`].
     fn decode(&self, encoded: &[u8], shape: KvShape) -> Result<KvCache, Self::Error> {
-        let mut words = vec![0u16; shape.total_values()];
+        // An invalid shape gets no buffer: decode_into rejects it before using `out`.
+        let mut words = if shape.validate().is_ok() { vec![0u16; shape.total_values()] } else { Vec::new() };
         self.decode_into(encoded, shape, &mut words)?;
-        Ok(KvCache::from_words(shape, self.word_order(), words).expect("the shape's value count"))
+        Ok(KvCache::from_words(shape, self.word_order(), words)
+            .expect("decode_into accepts only valid shapes"))
     }
 }

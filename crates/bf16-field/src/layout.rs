@@ -48,9 +48,10 @@ pub enum CacheLayout {
 /// An order of a whole cache's words in one flat buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WordOrder {
-    /// Block order: layer 0 K, layer 0 V, layer 1 K, ..., each tensor `[T, H, D]`
-    /// ([`KvCache::concat_words`]; ExANS's device cache).
-    Block,
+    /// Layer-major: layer 0 K, layer 0 V, layer 1 K, ..., each tensor `[T, H, D]`
+    /// ([`KvCache::concat_words`]; ExANS's device cache, whose physical KV blocks take
+    /// B tokens of every tensor in this order).
+    LayerMajor,
     /// Kind-major: every layer's K in layer order, then every layer's V (SplitZip's
     /// cache, two payloads of one codebook each).
     KindMajor,
@@ -196,7 +197,7 @@ impl KvCache {
     /// Every value of the cache concatenated in `order`, `2 L T H D` words.
     pub fn words_in(&self, order: WordOrder) -> Vec<u16> {
         match order {
-            WordOrder::Block => self.concat_words(),
+            WordOrder::LayerMajor => self.concat_words(),
             WordOrder::KindMajor => {
                 let mut out = Vec::with_capacity(self.shape.total_values());
                 for kind in KvKind::BOTH {
@@ -227,7 +228,7 @@ impl KvCache {
         let per_tensor = shape.values_per_tensor();
         let tensor_at = |layer: usize, kind: KvKind| -> usize {
             match order {
-                WordOrder::Block => 2 * layer + kind as usize,
+                WordOrder::LayerMajor => 2 * layer + kind as usize,
                 WordOrder::KindMajor => kind as usize * shape.layers + layer,
             }
         };
@@ -333,14 +334,14 @@ mod tests {
     #[test]
     fn word_orders_round_trip() {
         let c = cache(3, 2, 4, 5);
-        for order in [WordOrder::Block, WordOrder::KindMajor] {
+        for order in [WordOrder::LayerMajor, WordOrder::KindMajor] {
             let words = c.words_in(order);
             assert_eq!(KvCache::from_words(c.shape(), order, words).unwrap(), c, "{order:?}");
         }
         // Kind-major: layer 2's V tensor is the sixth tensor.
         let per = c.shape().values_per_tensor();
         assert_eq!(&c.words_in(WordOrder::KindMajor)[5 * per..6 * per], c.tensor(2, KvKind::V));
-        let err = KvCache::from_words(c.shape(), WordOrder::Block, vec![0; 3]).unwrap_err();
+        let err = KvCache::from_words(c.shape(), WordOrder::LayerMajor, vec![0; 3]).unwrap_err();
         assert!(matches!(err, Error::LengthMismatch { what: "cache words", got: 3, .. }));
     }
 

@@ -45,7 +45,7 @@ impl CacheCodec for ExansCodec {
     }
 
     fn word_order(&self) -> WordOrder {
-        WordOrder::Block
+        WordOrder::LayerMajor
     }
 
     fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
@@ -54,9 +54,6 @@ impl CacheCodec for ExansCodec {
 
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
         check_shape(shape, crate::container_info(encoded)?.shape)?;
-        if out.len() != shape.total_values() {
-            return Err(Error::OutputTooSmall { needed: shape.total_values(), got: out.len() });
-        }
         decode_cache_into(encoded, out)?;
         Ok(())
     }
@@ -70,10 +67,12 @@ pub struct ExansEncoder {
 }
 
 /// [`ExansCodec`]'s device decoder state: the validated index, the container on the
-/// device and the status word.
+/// device, the host bytes the CPU decoder reruns on when the kernel flags them, and the
+/// status word.
 pub struct ExansDecoder {
     index: DeviceIndex,
     container: CudaSlice<u8>,
+    encoded: Vec<u8>,
     status: DeviceStatus,
 }
 
@@ -110,9 +109,13 @@ impl GpuCacheCodec for ExansCodec {
         encoded: &[u8],
         shape: KvShape,
     ) -> Result<ExansDecoder, GpuError> {
+        // The CPU decoder's order: the container header, then the caller's shape, then
+        // the records.
+        check_shape(shape, crate::container_info(encoded)?.shape)?;
         let index = DeviceIndex::new(gpu, encoded)?;
-        check_shape(shape, index.info().shape)?;
-        Ok(ExansDecoder { index, container: gpu.upload(encoded)?, status: DeviceStatus::new(gpu)? })
+        let container = gpu.upload(encoded)?;
+        let status = DeviceStatus::new(gpu)?;
+        Ok(ExansDecoder { index, container, encoded: encoded.to_vec(), status })
     }
 
     fn decode_device(
@@ -121,16 +124,11 @@ impl GpuCacheCodec for ExansCodec {
         decoder: &mut ExansDecoder,
         out: &mut CudaViewMut<'_, u16>,
     ) -> Result<(), GpuError> {
-        let ExansDecoder { index, container, status } = decoder;
+        let ExansDecoder { index, container, status, .. } = decoder;
         decode_device(gpu, &container.slice(..index.container_len()), index, out, status)
     }
 
-    fn finish_decode(
-        &self,
-        gpu: &GpuContext,
-        decoder: &ExansDecoder,
-        encoded: &[u8],
-    ) -> Result<(), GpuError> {
-        decoder.status.check(gpu, &DECODE_STATUS, || decode_cache(encoded))
+    fn finish_decode(&self, gpu: &GpuContext, decoder: &ExansDecoder) -> Result<(), GpuError> {
+        decoder.status.check(gpu, &DECODE_STATUS, || decode_cache(&decoder.encoded))
     }
 }

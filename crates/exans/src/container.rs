@@ -231,18 +231,26 @@ pub fn encode_cache_with(cache: &KvCache, block_tokens: usize, options: &EncodeO
 }
 
 /// [`encode_cache_with`] for a cache given as its `2 L T H D` words in block order
-/// ([`WordOrder::Block`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), as a device
+/// ([`WordOrder::LayerMajor`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), as a device
 /// cache or [`KvCache::concat_words`] lays them out.
 ///
 /// # Errors
-/// [`Error::WordCountMismatch`] unless `words` holds `shape.total_values()` words; then
-/// as [`encode_cache_with`].
+/// [`Error::InvalidShape`] for a zero dimension, [`Error::ShapeOverflow`] when the value
+/// count overflows; [`Error::WordCountMismatch`] unless `words` holds
+/// `shape.total_values()` words; then as [`encode_cache_with`].
 pub fn encode_words_with(
     words: &[u16],
     shape: KvShape,
     block_tokens: usize,
     options: &EncodeOptions,
 ) -> Result<Vec<u8>> {
+    let dims = (shape.layers, shape.kv_heads, shape.head_dim, shape.tokens);
+    shape.validate().map_err(|_| match dims {
+        (layers, kv_heads, head_dim, tokens) if [layers, kv_heads, head_dim, tokens].contains(&0) => {
+            Error::InvalidShape { layers, kv_heads, head_dim, tokens }
+        }
+        (layers, kv_heads, head_dim, tokens) => Error::ShapeOverflow { layers, kv_heads, head_dim, tokens },
+    })?;
     if words.len() != shape.total_values() {
         return Err(Error::WordCountMismatch { got: words.len(), expected: shape.total_values() });
     }
@@ -312,11 +320,12 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
     let info = checked_info(bytes)?;
     let mut words = vec![0u16; info.shape.total_values()];
     decode_checked(bytes, &info, &mut words)?;
-    Ok(KvCache::from_words(info.shape, WordOrder::Block, words).expect("container_info checked the shape"))
+    Ok(KvCache::from_words(info.shape, WordOrder::LayerMajor, words)
+        .expect("container_info checked the shape"))
 }
 
 /// Decodes a whole container into `out`, the cache's `2 L T H D` words in block order
-/// ([`WordOrder::Block`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), blocks in
+/// ([`WordOrder::LayerMajor`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), blocks in
 /// parallel on rayon's pool, and returns the cache's shape. Words of `out` past the
 /// cache are left as they were; on error `out` is unspecified.
 ///
@@ -337,7 +346,7 @@ pub fn decode_cache_into(bytes: &[u8], out: &mut [u16]) -> Result<KvShape> {
 }
 
 /// [`container_info`], then the allocation bound: every value costs at least a byte.
-fn checked_info(bytes: &[u8]) -> Result<ContainerInfo> {
+pub(crate) fn checked_info(bytes: &[u8]) -> Result<ContainerInfo> {
     let info = container_info(bytes)?;
     // KvShape::new checked that the total fits usize; bound the allocation by the input.
     if info.shape.total_values() > bytes.len() {
@@ -357,10 +366,17 @@ fn decode_checked(bytes: &[u8], info: &ContainerInfo, out: &mut [u16]) -> Result
             blocks[b].push(chunk);
         }
     }
-    blocks.into_par_iter().enumerate().try_for_each(|(i, mut groups)| {
-        let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
-        let record = info.shaped_record(bytes, i)?;
-        decode_block_into(record, &mut groups).map_err(in_block)?;
-        Ok(())
-    })
+    // Every block decodes (in parallel), then the lowest failing block's error is the
+    // one reported, so that the error does not depend on thread timing.
+    let results: Vec<Result<()>> = blocks
+        .into_par_iter()
+        .enumerate()
+        .map(|(i, mut groups)| {
+            let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
+            let record = info.shaped_record(bytes, i)?;
+            decode_block_into(record, &mut groups).map_err(in_block)?;
+            Ok(())
+        })
+        .collect();
+    results.into_iter().collect()
 }

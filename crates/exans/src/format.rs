@@ -125,8 +125,8 @@ pub const DIRECTORY_LEN: usize = 4 * PARTITIONS + 4 * PARTITIONS * LANES;
 
 /// Bytes in a container header; the record index follows (spec §8).
 pub const CONTAINER_HEADER_LEN: usize = 32;
-/// Block size B in tokens used when a caller has no reason to choose another (brief;
-/// vLLM's default page size).
+/// Block size B in tokens used when a caller has no reason to choose another: vLLM's
+/// default page size, and the unit of the ExANS paper's physical KV block records.
 pub const DEFAULT_BLOCK_TOKENS: usize = 16;
 
 /// Byte offsets of the container header fields (spec §8). All integers little-endian.

@@ -353,25 +353,24 @@ mod tests {
         present.iter().zip(f).map(|(&(s, _), f)| (s, f as u16)).collect()
     }
 
-    fn lcg(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        *seed >> 33
+    fn random(rng: &mut kvcodec_testkit::Rng) -> u64 {
+        rng.next() as u64
     }
 
     #[test]
     fn quantizer_matches_the_one_slot_greedy_reference() {
-        let mut seed = 7;
+        let mut seed = kvcodec_testkit::Rng(7);
         for case in 0..300 {
             let mut counts = [0u64; 256];
-            let distinct = 1 + (lcg(&mut seed) % if case % 10 == 0 { 256 } else { 48 }) as usize;
+            let distinct = 1 + (random(&mut seed) % if case % 10 == 0 { 256 } else { 48 }) as usize;
             for _ in 0..distinct {
-                let s = lcg(&mut seed) % 256;
+                let s = random(&mut seed) % 256;
                 // Heavy-tailed counts: a few huge, many rare.
-                let c = match lcg(&mut seed) % 4 {
-                    0 => 1 + lcg(&mut seed) % 3,
-                    1 => 1 + lcg(&mut seed) % 100,
-                    2 => 1 + lcg(&mut seed) % 10_000,
-                    _ => 1 + lcg(&mut seed) % 200_000,
+                let c = match random(&mut seed) % 4 {
+                    0 => 1 + random(&mut seed) % 3,
+                    1 => 1 + random(&mut seed) % 100,
+                    2 => 1 + random(&mut seed) % 10_000,
+                    _ => 1 + random(&mut seed) % 200_000,
                 };
                 counts[s as usize] += c;
             }

@@ -581,13 +581,10 @@ mod tests {
 
     #[test]
     fn round_trips_every_partition_length_around_the_lane_boundaries() {
-        let mut seed = 1u32;
+        let mut rng = kvcodec_testkit::Rng(1);
         for n in (0..70).chain([95, 96, 97, 255, 256, 257, 511, 512, 513, 1000, 4097]) {
             let symbols: Vec<u8> = (0..n)
-                .map(|_| {
-                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                    [127u8, 127, 127, 126, 128, 126, 3, 250][(seed >> 29) as usize]
-                })
+                .map(|_| [127u8, 127, 127, 126, 128, 126, 3, 250][(rng.next() >> 29) as usize])
                 .collect();
             for precision in [1u8, 5, 12] {
                 if precision == 1 && symbols.iter().collect::<std::collections::HashSet<_>>().len() > 2 {
@@ -600,13 +597,10 @@ mod tests {
 
     #[test]
     fn simd_and_scalar_full_steps_agree_on_valid_and_corrupt_streams() {
-        let mut seed = 7u32;
+        let mut rng = kvcodec_testkit::Rng(7);
         for n in [256usize, 512, 2560, 4096, 23040] {
             let symbols: Vec<u8> = (0..n)
-                .map(|_| {
-                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                    [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(seed >> 28) as usize % 10]
-                })
+                .map(|_| [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(rng.next() >> 28) as usize % 10])
                 .collect();
             let model = model_of(&symbols, 12);
             let mut words = Vec::new();
@@ -643,13 +637,12 @@ mod tests {
         }
     }
 
-    fn check_group<const P: usize>(n: usize, seed: &mut u32) {
+    fn check_group<const P: usize>(n: usize, rng: &mut kvcodec_testkit::Rng) {
         let parts: Vec<Vec<u8>> = (0..P)
             .map(|_| {
                 (0..n)
                     .map(|_| {
-                        *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                        [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(*seed >> 28) as usize % 10]
+                        [127u8, 127, 127, 126, 128, 126, 3, 250, 127, 125][(rng.next() >> 28) as usize % 10]
                     })
                     .collect()
             })
@@ -717,11 +710,11 @@ mod tests {
 
     #[test]
     fn grouped_decode_matches_one_by_one_on_valid_and_corrupt_streams() {
-        let mut seed = 11u32;
+        let mut rng = kvcodec_testkit::Rng(11);
         for n in [0usize, 31, 32, 64, 256, 300, 320, 4096, 23040, 23041, 23072] {
-            check_group::<1>(n, &mut seed);
-            check_group::<2>(n, &mut seed);
-            check_group::<4>(n, &mut seed);
+            check_group::<1>(n, &mut rng);
+            check_group::<2>(n, &mut rng);
+            check_group::<4>(n, &mut rng);
         }
     }
 

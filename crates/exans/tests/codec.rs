@@ -37,3 +37,33 @@ fn the_decoder_rejects_other_shapes() {
         Error::WordCountMismatch { got: 7, expected: 160 }
     );
 }
+
+#[test]
+fn the_shape_is_checked_before_the_records() {
+    // The caller's shape is wrong and record 0 is damaged: the shape error comes first,
+    // on the CPU and (by the same order of checks) on the GPU.
+    let cache = kv_like(2, 1, 8, 5, 6);
+    let codec = ExansCodec::default();
+    let mut bytes = codec.encode(&cache).unwrap();
+    let info = exans::container_info(&bytes).unwrap();
+    bytes[info.offsets[0]] ^= 0xff;
+    let other = KvShape::new(2, 1, 8, 6).unwrap();
+    assert_rejects!(codec.decode(&bytes, other), Error::CacheShapeMismatch { .. });
+}
+
+#[test]
+fn invalid_shapes_are_errors_not_panics() {
+    let codec = ExansCodec::default();
+    let bytes = codec.encode(&kv_like(1, 1, 8, 4, 2)).unwrap();
+    for shape in [
+        KvShape { layers: 1, kv_heads: 1, head_dim: 8, tokens: 0 },
+        KvShape { layers: usize::MAX, kv_heads: 2, head_dim: 8, tokens: 4 },
+    ] {
+        assert_rejects!(codec.decode(&bytes, shape), Error::CacheShapeMismatch { .. });
+        assert!(codec.encode_words(&[], shape).is_err(), "{shape:?}");
+    }
+    assert_rejects!(
+        codec.encode_words(&[], KvShape { layers: 1, kv_heads: 1, head_dim: 8, tokens: 0 }),
+        Error::InvalidShape { tokens: 0, .. }
+    );
+}

@@ -273,7 +273,7 @@ fn encoder_input_errors() {
         exans::encode_block_with(&refs, shape, &options).unwrap_err(),
         Error::UnsupportedPrecisionForEncode { precision: 2, distinct: 7 }
     );
-    let cache = common::cache_from(1, 1, 4, 4, |_, _, i| i as u16);
+    let cache = kvcodec_testkit::cache_from(1, 1, 4, 4, |_, _, i| i as u16);
     assert_eq!(exans::encode_cache(&cache, 0).unwrap_err(), Error::ZeroBlockTokens);
     assert_eq!(
         exans::encode_cache(&cache, 70_000).unwrap_err(),
@@ -287,7 +287,7 @@ fn encoder_input_errors() {
 /// at 0x6d0, end 0xd60.
 fn container() -> Vec<u8> {
     let (_, groups) = common::example_block();
-    let cache = common::cache_from(1, 1, 33, 16, |_, k, i| groups[k][i % 264]);
+    let cache = kvcodec_testkit::cache_from(1, 1, 33, 16, |_, k, i| groups[k][i % 264]);
     exans::encode_cache_with(&cache, 8, &EncodeOptions { raw: RawPolicy::Never, ..Default::default() })
         .unwrap()
 }
@@ -373,7 +373,7 @@ container_rejects!(
 fn container_record_padding() {
     // The raw record of a 5-token tail of D = 35: 48 + 2 x 350 = 748 bytes, so 4 bytes
     // of padding follow it (the example's own records are multiples of 16 long).
-    let cache = common::cache_from(1, 1, 35, 13, |_, _, i| i as u16);
+    let cache = kvcodec_testkit::cache_from(1, 1, 35, 13, |_, _, i| i as u16);
     let mut c = exans::encode_cache(&cache, 8).unwrap();
     let info = exans::container_info(&c).unwrap();
     assert_eq!(info.record_lens[1], 748);

@@ -6,13 +6,14 @@
 mod common;
 
 use bf16_field::KvCache;
-use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
+use common::{one_raw_block_cache, raw_flags};
 use exans::gpu::{DeviceIndex, GpuError, decode_device, decode_to_cache};
 use exans::{
     EncodeOptions, RawPolicy, container_info, decode_cache, encode_cache, encode_cache_with, inspect_record,
 };
 use kvcodec_gpu::{DeviceStatus, GpuContext};
-use kvcodec_testkit::gpu_or_skip as gpu_for_test;
+use kvcodec_testkit::gpu_or_skip;
+use kvcodec_testkit::{Rng, cache_from, fixtures, kv_like};
 
 fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
     EncodeOptions { precision, raw }
@@ -44,8 +45,8 @@ fn check_round_trip(
 
 #[test]
 fn gpu_decode_matches_cpu_on_the_fixtures() {
-    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_on_the_fixtures") else { return };
-    for (name, cache) in fixture_caches() {
+    let Some(gpu) = gpu_or_skip("gpu_decode_matches_cpu_on_the_fixtures") else { return };
+    for (name, cache) in fixtures() {
         // B = 16: 32 full blocks; B = 13: 39 full blocks and a trailing block of 5 tokens.
         for block_tokens in [16, 13] {
             let container = encode_cache(&cache, block_tokens).unwrap();
@@ -60,7 +61,7 @@ fn gpu_decode_matches_cpu_on_the_fixtures() {
 
 #[test]
 fn gpu_decode_matches_cpu_on_edge_cases() {
-    let Some(gpu) = gpu_for_test("gpu_decode_matches_cpu_on_edge_cases") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_matches_cpu_on_edge_cases") else { return };
     let auto = options(RawPolicy::Auto, 12);
     let never = options(RawPolicy::Never, 12);
     let always = options(RawPolicy::Always, 12);
@@ -163,7 +164,7 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
 
 #[test]
 fn gpu_decode_device_reuses_its_index() {
-    let Some(gpu) = gpu_for_test("gpu_decode_device_reuses_its_index") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_device_reuses_its_index") else { return };
     let cache = kv_like(3, 2, 64, 50, 21);
     let container = encode_cache(&cache, 16).unwrap();
     let index = DeviceIndex::new(&gpu, &container).unwrap();
@@ -204,8 +205,8 @@ fn check_same_outcome(gpu: &GpuContext, what: &str, bad: &[u8]) -> bool {
 
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
-    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error") else { return };
-    let (_, cache) = fixture_caches().remove(0);
+    let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error") else { return };
+    let (_, cache) = fixtures().remove(0);
     let container = encode_cache(&cache, 16).unwrap();
     let info = container_info(&container).unwrap();
     let mut kernel_found = 0;
@@ -275,7 +276,7 @@ fn gpu_decode_reports_the_cpu_error() {
 /// precision 12 (freq 4096, which the GPU's decode table cannot hold) and at a lower one.
 #[test]
 fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
-    let Some(gpu) = gpu_for_test("gpu_decode_reports_the_cpu_error_in_one_symbol_records") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error_in_one_symbol_records") else { return };
     let one = one_symbol_cache();
     for precision in [12, 5] {
         let container = encode_cache_with(&one, 16, &options(RawPolicy::Never, precision)).unwrap();
@@ -304,7 +305,7 @@ fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
 /// accepts and returns the CPU decoder's cache, or returns the CPU decoder's exact error.
 #[test]
 fn gpu_decode_agrees_with_cpu_on_random_corruption() {
-    let Some(gpu) = gpu_for_test("gpu_decode_agrees_with_cpu_on_random_corruption") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_agrees_with_cpu_on_random_corruption") else { return };
     let mut rng = Rng(2026);
     let mut kernel_found = 0;
     let mut trials = 0;
@@ -327,7 +328,7 @@ fn gpu_decode_agrees_with_cpu_on_random_corruption() {
 
 #[test]
 fn gpu_decode_writes_to_an_unaligned_output() {
-    let Some(gpu) = gpu_for_test("gpu_decode_writes_to_an_unaligned_output") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_decode_writes_to_an_unaligned_output") else { return };
     // A regular layout (the fixtures' shape at B = 16) decoded one value past an aligned
     // address: no tile may take a 16-byte store, so every value goes by the general path.
     let cache = kv_like(2, 3, 64, 40, 29);
@@ -347,11 +348,26 @@ fn gpu_decode_writes_to_an_unaligned_output() {
 /// Whole caches through [`exans::ExansCodec`]: every encoder x decoder x backend pair.
 #[test]
 fn whole_caches_round_trip_on_every_path() {
-    let gpu = gpu_for_test("whole_caches_round_trip_on_every_path");
-    for (name, cache) in fixture_caches() {
+    let gpu = gpu_or_skip("whole_caches_round_trip_on_every_path");
+    for (name, cache) in fixtures() {
         kvcodec_testkit::round_trip(&exans::ExansCodec::default(), gpu.as_ref(), &name, &cache);
     }
     let codec = exans::ExansCodec { block_tokens: 7 };
     kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "one raw block", &one_raw_block_cache());
     kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "L=H=D=T=1", &kv_like(1, 1, 1, 1, 3));
+}
+
+/// A wrong shape and a damaged record: the GPU path reports the CPU decoder's error
+/// (the shape, checked first by both).
+#[test]
+fn whole_cache_rejections_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("whole_cache_rejections_match_the_cpu") else { return };
+    let cache = kv_like(2, 2, 64, 40, 3);
+    let codec = exans::ExansCodec::default();
+    let mut bytes = bf16_field::CacheCodec::encode(&codec, &cache).unwrap();
+    let info = container_info(&bytes).unwrap();
+    bytes[info.offsets[0]] ^= 0xff;
+    let other = bf16_field::KvShape::new(2, 2, 64, 41).unwrap();
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &bytes, other, "shape and record 0");
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &bytes, cache.shape(), "record 0");
 }

@@ -5,12 +5,13 @@
 mod common;
 
 use bf16_field::{KvCache, KvShape};
-use common::{Rng, cache_from, fixture_caches, kv_like, one_raw_block_cache, raw_flags};
+use common::{one_raw_block_cache, raw_flags};
 use cudarc::driver::CudaSlice;
 use exans::gpu::{EncodeWorkspace, GpuError, encode_device, encode_to_vec, max_container_len};
 use exans::{Error, decode_cache, encode_cache};
 use kvcodec_gpu::GpuContext;
-use kvcodec_testkit::gpu_or_skip as gpu_for_test;
+use kvcodec_testkit::gpu_or_skip;
+use kvcodec_testkit::{Rng, cache_from, fixtures, kv_like};
 
 /// GPU encode == CPU encode, byte for byte, and the GPU container decodes back on the
 /// CPU. Returns the container.
@@ -32,8 +33,8 @@ fn check(gpu: &GpuContext, name: &str, cache: &KvCache, block_tokens: usize) -> 
 
 #[test]
 fn gpu_encode_matches_cpu_on_the_fixtures() {
-    let Some(gpu) = gpu_for_test("gpu_encode_matches_cpu_on_the_fixtures") else { return };
-    for (name, cache) in fixture_caches() {
+    let Some(gpu) = gpu_or_skip("gpu_encode_matches_cpu_on_the_fixtures") else { return };
+    for (name, cache) in fixtures() {
         // B = 16: 32 full blocks; B = 13: 39 full blocks and a trailing block of 5 tokens.
         for block_tokens in [16, 13] {
             let container = check(&gpu, &name, &cache, block_tokens);
@@ -44,7 +45,7 @@ fn gpu_encode_matches_cpu_on_the_fixtures() {
 
 #[test]
 fn gpu_encode_matches_cpu_on_edge_cases() {
-    let Some(gpu) = gpu_for_test("gpu_encode_matches_cpu_on_edge_cases") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_encode_matches_cpu_on_edge_cases") else { return };
     // L = H = D = B = 1: every record raw (N = 2).
     for tokens in [1, 2, 5] {
         let tiny = kv_like(1, 1, 1, tokens, 3);
@@ -105,7 +106,7 @@ fn gpu_encode_matches_cpu_on_edge_cases() {
 
 #[test]
 fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
-    let Some(gpu) = gpu_for_test("gpu_encode_device_reuses_its_workspace_and_ignores_stale_output") else {
+    let Some(gpu) = gpu_or_skip("gpu_encode_device_reuses_its_workspace_and_ignores_stale_output") else {
         return;
     };
     let big = kv_like(3, 2, 64, 70, 41);
@@ -172,10 +173,10 @@ fn encode_in_chunks(gpu: &GpuContext, cache: &KvCache, chunk_blocks: usize) -> V
 
 #[test]
 fn gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size() {
-    let Some(gpu) = gpu_for_test("gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size") else {
+    let Some(gpu) = gpu_or_skip("gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size") else {
         return;
     };
-    let (name, cache) = fixture_caches().swap_remove(0);
+    let (name, cache) = fixtures().swap_remove(0);
     let want = encode_cache(&cache, 13).unwrap();
     // One block per chunk, chunks that do not divide the 40 blocks, one chunk, more.
     for chunk_blocks in [1, 2, 3, 7, 39, 40, 1000] {
@@ -186,7 +187,7 @@ fn gpu_encode_gives_the_same_container_for_every_pipeline_chunk_size() {
 
 #[test]
 fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
-    let Some(gpu) = gpu_for_test("gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks")
+    let Some(gpu) = gpu_or_skip("gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks")
     else {
         return;
     };
@@ -209,8 +210,8 @@ fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
 
 #[test]
 fn gpu_encode_replays_from_a_cuda_graph() {
-    let Some(gpu) = gpu_for_test("gpu_encode_replays_from_a_cuda_graph") else { return };
-    let (name, cache) = fixture_caches().swap_remove(1);
+    let Some(gpu) = gpu_or_skip("gpu_encode_replays_from_a_cuda_graph") else { return };
+    let (name, cache) = fixtures().swap_remove(1);
     let want = encode_cache(&cache, 13).unwrap();
     let d = std::cell::RefCell::new(OnDevice::new(&gpu, &cache, 13));
     // 6 chunks: both encoder streams and the writer stream are forked into the capture.
@@ -227,28 +228,33 @@ fn gpu_encode_replays_from_a_cuda_graph() {
     );
 }
 
-/// The encoder forks from and joins into a caller's stream: work the caller queued
-/// before it on that stream (here, writing the input) is seen, and work queued after it
-/// (reading the output) sees the container, with no synchronisation in between.
+/// The encoder forks from and joins into a caller's stream: the input is written on that
+/// stream behind a 20 ms hold, so an encoder that did not wait for the caller's stream
+/// would read the stale zeros; a raw CUstream handle (as PyTorch gives) works the same.
 #[test]
 fn gpu_encode_is_ordered_on_a_callers_stream() {
-    let Some(gpu) = gpu_for_test("gpu_encode_is_ordered_on_a_callers_stream") else { return };
-    let (name, cache) = fixture_caches().swap_remove(0);
+    let Some(gpu) = gpu_or_skip("gpu_encode_is_ordered_on_a_callers_stream") else { return };
+    let (name, cache) = fixtures().swap_remove(0);
     let want = encode_cache(&cache, 16).unwrap();
-    let theirs = gpu.with_stream(gpu.context().new_stream().unwrap()).unwrap();
-    let mut d = OnDevice::new(&theirs, &cache, 16);
-    // Input overwritten on the caller's stream right before the encode.
-    let stale = theirs.upload(&vec![0u16; cache.shape().total_values()]).unwrap();
-    theirs.stream().memcpy_dtod(&stale, &mut d.words).unwrap();
-    let fresh = theirs.upload(&cache.concat_words()).unwrap();
-    theirs.stream().memcpy_dtod(&fresh, &mut d.words).unwrap();
-    d.encode(&theirs);
-    assert!(d.container(&theirs) == want, "{name}: container on the caller's stream differs");
+    let theirs = gpu.context().new_stream().unwrap();
+    // SAFETY: `theirs` is a live stream of this device's context and outlives `raw`.
+    let raw = unsafe { gpu.with_raw_stream(theirs.cu_stream()) }.unwrap();
+    for ctx in [gpu.with_stream(theirs.clone()).unwrap(), raw] {
+        let mut d = OnDevice::new(&ctx, &cache, 16);
+        let stale = ctx.zeros::<u16>(cache.shape().total_values()).unwrap();
+        let fresh = ctx.upload(&cache.concat_words()).unwrap();
+        ctx.stream().memcpy_dtod(&stale, &mut d.words).unwrap();
+        ctx.synchronize().unwrap();
+        ctx.hold(20_000_000).unwrap();
+        ctx.stream().memcpy_dtod(&fresh, &mut d.words).unwrap();
+        d.encode(&ctx);
+        assert!(d.container(&ctx) == want, "{name}: container on the caller's stream differs");
+    }
 }
 
 #[test]
 fn gpu_encode_rejects_what_the_cpu_rejects() {
-    let Some(gpu) = gpu_for_test("gpu_encode_rejects_what_the_cpu_rejects") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_encode_rejects_what_the_cpu_rejects") else { return };
     let cache = kv_like(1, 1, 4, 4, 1);
     kvcodec_testkit::assert_rejects!(encode_to_vec(&gpu, &cache, 0), GpuError::Codec(Error::ZeroBlockTokens));
     let shape = KvShape::new(1, 1, 4, 4).unwrap();
@@ -269,7 +275,7 @@ fn gpu_encode_rejects_what_the_cpu_rejects() {
 
 #[test]
 fn gpu_encode_stages_partial_chunks_and_unaligned_words() {
-    let Some(gpu) = gpu_for_test("gpu_encode_stages_partial_chunks_and_unaligned_words") else { return };
+    let Some(gpu) = gpu_or_skip("gpu_encode_stages_partial_chunks_and_unaligned_words") else { return };
     // 33-symbol partitions in 132-value groups: partition 0 takes the chunked staging path
     // (8-byte loads of 4 words) and ends inside its last chunk.
     check(&gpu, "partition ends inside a chunk", &kv_like(1, 1, 132, 3, 51), 1);

@@ -8,12 +8,12 @@
 mod common;
 
 use bf16_field::KvCache;
-use common::kv_like;
 use exans::gpu::host::DEFAULT_CHUNK_BYTES;
 use exans::gpu::{DeviceIndex, GpuError, HostContainer, HostDecodeOptions, HostDecoder};
 use exans::{container_info, decode_cache, encode_cache, inspect_record};
 use kvcodec_gpu::GpuContext;
-use kvcodec_testkit::gpu_or_skip as gpu_for_test;
+use kvcodec_testkit::gpu_or_skip;
+use kvcodec_testkit::kv_like;
 
 /// Where the container comes from.
 #[derive(Clone, Copy, Debug)]
@@ -83,8 +83,8 @@ fn check_host_round_trip(
 
 #[test]
 fn host_decode_matches_cpu_on_the_fixtures() {
-    let Some(gpu) = gpu_for_test("host_decode_matches_cpu_on_the_fixtures") else { return };
-    let caches = common::fixture_caches();
+    let Some(gpu) = gpu_or_skip("host_decode_matches_cpu_on_the_fixtures") else { return };
+    let caches = kvcodec_testkit::fixtures();
     for (name, cache) in caches {
         for block_tokens in [16, 13] {
             let container = encode_cache(&cache, block_tokens).unwrap();
@@ -101,7 +101,7 @@ fn host_decode_matches_cpu_on_the_fixtures() {
 
 #[test]
 fn host_decode_of_one_record_and_small_caches() {
-    let Some(gpu) = gpu_for_test("host_decode_of_one_record_and_small_caches") else { return };
+    let Some(gpu) = gpu_or_skip("host_decode_of_one_record_and_small_caches") else { return };
     // One record (B = T), coded; then a partial trailing block and many tiny records.
     let one = kv_like(2, 2, 64, 16, 3);
     let container = encode_cache(&one, 16).unwrap();
@@ -113,7 +113,7 @@ fn host_decode_of_one_record_and_small_caches() {
 
 #[test]
 fn host_decode_refuses_bad_options_and_buffers() {
-    let Some(gpu) = gpu_for_test("host_decode_refuses_bad_options_and_buffers") else { return };
+    let Some(gpu) = gpu_or_skip("host_decode_refuses_bad_options_and_buffers") else { return };
     for (chunk_bytes, streams, what) in [(0, 2, "chunk_bytes"), (1, 0, "streams"), (1, 9, "streams")] {
         let err = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes, streams }).unwrap_err();
         assert!(
@@ -160,8 +160,8 @@ fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, b
 
 #[test]
 fn host_decode_reports_the_cpu_error() {
-    let Some(gpu) = gpu_for_test("host_decode_reports_the_cpu_error") else { return };
-    let (_, cache) = common::fixture_caches().remove(0);
+    let Some(gpu) = gpu_or_skip("host_decode_reports_the_cpu_error") else { return };
+    let (_, cache) = kvcodec_testkit::fixtures().remove(0);
     let container = encode_cache(&cache, 16).unwrap();
     let info = container_info(&container).unwrap();
     // Small chunks, so the bad record is decoded by a chunk of its own, after others.

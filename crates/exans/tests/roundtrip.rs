@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{Rng, cache_from, kv_like, round_trip_all};
+use common::round_trip_all;
 use exans::inspect_record;
+use kvcodec_testkit::{Rng, cache_from, kv_like};
 
 /// `roundtrip!(name, (L, H, D, T), B, |layer, kind, index| word [, check])`: builds the
 /// cache, round-trips it every way, then runs `check` on the `Auto` records.
@@ -51,25 +52,27 @@ roundtrip!(nan_and_infinities, (2, 2, 32, 20), 16, |_, _, i| [
 roundtrip!(subnormals, (1, 2, 64, 16), 16, |_, k, i| ((i % 127) as u16 + 1) | ((k as u16) << 15));
 roundtrip!(exponent_ff_only, (1, 1, 64, 32), 16, |_, _, i| 0x7f80 | (i as u16 & 0x807f), one_symbol);
 roundtrip!(one_value_per_block, (1, 1, 1, 1), 1, |_, k, _| [0x3f80, 0xc2f7][k]);
-roundtrip!(l1_h1_d1, (1, 1, 1, 50), 16, |_, _, i| common::bf16(i as f32 * 0.37 - 3.0));
-roundtrip!(b1_many_blocks, (3, 2, 8, 9), 1, |l, k, i| common::bf16((l * 7 + k * 3 + i) as f32 * 0.01));
-roundtrip!(partial_trailing_block, (2, 3, 64, 37), 16, |l, _, i| common::bf16(
+roundtrip!(l1_h1_d1, (1, 1, 1, 50), 16, |_, _, i| kvcodec_testkit::bf16(i as f32 * 0.37 - 3.0));
+roundtrip!(b1_many_blocks, (3, 2, 8, 9), 1, |l, k, i| kvcodec_testkit::bf16(
+    (l * 7 + k * 3 + i) as f32 * 0.01
+));
+roundtrip!(partial_trailing_block, (2, 3, 64, 37), 16, |l, _, i| kvcodec_testkit::bf16(
     ((i * 31 + l) % 97) as f32 / 64.0
 ));
-roundtrip!(block_larger_than_cache, (2, 1, 16, 5), 16, |_, _, i| common::bf16(i as f32));
+roundtrip!(block_larger_than_cache, (2, 1, 16, 5), 16, |_, _, i| kvcodec_testkit::bf16(i as f32));
 roundtrip!(
     partitions_shorter_than_32_symbols,
     (1, 1, 3, 5),
     16,
     // N = 30: partitions of 3 or 4 symbols, 28 idle lanes each.
-    |_, k, i| common::bf16((i + k) as f32 * 0.5 + 0.25)
+    |_, k, i| kvcodec_testkit::bf16((i + k) as f32 * 0.5 + 0.25)
 );
 roundtrip!(
     partitions_of_33_symbols,
     (1, 1, 33, 4),
     4,
     // N = 264: 33 symbols per partition, m = 2, lane 16 owns one symbol.
-    |_, _, i| common::bf16(((i * 7) % 13) as f32 - 6.0)
+    |_, _, i| kvcodec_testkit::bf16(((i * 7) % 13) as f32 - 6.0)
 );
 roundtrip!(
     every_exponent_in_one_block,

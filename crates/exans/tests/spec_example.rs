@@ -8,7 +8,7 @@ mod common;
 fn spec_hexdump_is_the_encoder_output() {
     let record = common::example_record();
     let spec = kvcodec_testkit::format_spec("exans.md");
-    kvcodec_testkit::assert_doc_block(&spec, "record-hex", &common::hexdump(&record));
+    kvcodec_testkit::assert_doc_block(&spec, "record-hex", &kvcodec_testkit::hexdump(&record));
 }
 
 #[test]

@@ -44,18 +44,20 @@ pub trait GpuCacheCodec: CacheCodec {
     ) -> Result<(), GpuError<Self::Error>>;
 
     /// The bytes the last [`GpuCacheCodec::encode_device`] wrote, copied to the host
-    /// (synchronises): exactly [`CacheCodec::encode`]'s.
+    /// (synchronises): exactly [`CacheCodec::encode`]'s. What it returns before any encode
+    /// is unspecified (an error or no bytes).
     ///
     /// # Errors
-    /// GPU errors; [`crate::Error::Buffer`] before any encode.
+    /// GPU errors.
     fn encoded_bytes(
         &self,
         gpu: &GpuContext,
         encoder: &Self::Encoder,
     ) -> Result<Vec<u8>, GpuError<Self::Error>>;
 
-    /// Checks `encoded` on the host as far as the codec's GPU decoder relies on it and
-    /// copies it to the device.
+    /// Checks `encoded` on the host as far as the codec's GPU decoder relies on it, in the
+    /// CPU decoder's order of checks, and copies it to the device (keeping the host bytes,
+    /// which the CPU decoder reruns on if a kernel flags them).
     ///
     /// # Errors
     /// The CPU decoder's error for invalid bytes, or for bytes that do not hold a
@@ -80,25 +82,20 @@ pub trait GpuCacheCodec: CacheCodec {
         out: &mut CudaViewMut<'_, u16>,
     ) -> Result<(), GpuError<Self::Error>>;
 
-    /// Waits for the last [`GpuCacheCodec::decode_device`] (synchronises) and checks its status:
-    /// flagged input gets the CPU decoder's error for `encoded`, the bytes the decoder
-    /// was made from.
+    /// Waits for the last [`GpuCacheCodec::decode_device`] (synchronises) and checks its
+    /// status: flagged input gets the CPU decoder's error for the bytes the decoder was
+    /// made from.
     ///
     /// # Errors
     /// [`GpuError::Codec`] with the CPU decoder's error; [`GpuError::Disagreement`];
     /// GPU errors.
-    fn finish_decode(
-        &self,
-        gpu: &GpuContext,
-        decoder: &Self::Decoder,
-        encoded: &[u8],
-    ) -> Result<(), GpuError<Self::Error>>;
+    fn finish_decode(&self, gpu: &GpuContext, decoder: &Self::Decoder) -> Result<(), GpuError<Self::Error>>;
 
     /// Uploads `cache`, encodes it on the GPU and returns the bytes (synchronises).
     ///
     /// # Errors
     /// As [`GpuCacheCodec::device_encoder`] and [`GpuCacheCodec::encode_device`].
-    fn encode_to_vec(&self, gpu: &GpuContext, cache: &KvCache) -> Result<Vec<u8>, GpuError<Self::Error>> {
+    fn gpu_encode_cache(&self, gpu: &GpuContext, cache: &KvCache) -> Result<Vec<u8>, GpuError<Self::Error>> {
         let shape = cache.shape();
         let words = gpu.upload(&cache.words_in(self.word_order()))?;
         let mut encoder = self.device_encoder(gpu, shape)?;
@@ -110,7 +107,7 @@ pub trait GpuCacheCodec: CacheCodec {
     ///
     /// # Errors
     /// The CPU decoder's error for invalid bytes; GPU errors.
-    fn decode_to_cache(
+    fn gpu_decode_cache(
         &self,
         gpu: &GpuContext,
         encoded: &[u8],
@@ -120,7 +117,7 @@ pub trait GpuCacheCodec: CacheCodec {
         let n = shape.total_values();
         let mut out = gpu.zeros::<u16>(n)?;
         self.decode_device(gpu, &mut decoder, &mut out.slice_mut(..n))?;
-        self.finish_decode(gpu, &decoder, encoded)?;
+        self.finish_decode(gpu, &decoder)?;
         let words = gpu.download(&out, n)?;
         Ok(KvCache::from_words(shape, self.word_order(), words).expect("the shape's value count"))
     }

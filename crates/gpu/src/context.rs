@@ -1,7 +1,7 @@
 //! The backend probe and the device context.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice,
@@ -139,14 +139,13 @@ impl std::fmt::Display for DeviceInfo {
     }
 }
 
-/// The state one device's contexts share: the driver context, the loaded modules and
-/// kernels, and the side stream.
+/// The state one device's contexts share: the driver context and the loaded modules and
+/// kernels.
 struct Device {
     ctx: Arc<CudaContext>,
     info: DeviceInfo,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     kernels: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
-    side: OnceLock<Arc<CudaStream>>,
 }
 
 /// A CUDA device and the stream kvcodec's work goes to.
@@ -161,7 +160,13 @@ struct Device {
 ///
 /// cudarc's automatic per-buffer event tracking is off for this context: kvcodec orders
 /// its own work, on one stream or by explicit events that fork from it and join back
-/// into it, so that every launch sequence can be captured in a CUDA graph.
+/// into it, so that every launch sequence can be captured in a CUDA graph. The same holds
+/// for buffers: device memory is allocated and freed in stream order on the stream of the
+/// context that made it. Every kvcodec constructor that allocates (workspaces, decoders,
+/// status words) waits for its allocations before it returns, so a buffer can be used
+/// on any stream of the device; dropping one is ordered on its own stream, so drop it
+/// only once the stream of its last use has passed that use (synchronise it, or order
+/// the streams with an event).
 #[derive(Clone)]
 pub struct GpuContext {
     device: Arc<Device>,
@@ -232,7 +237,6 @@ impl GpuContext {
             info,
             modules: Mutex::new(HashMap::new()),
             kernels: Mutex::new(HashMap::new()),
-            side: OnceLock::new(),
         });
         let gpu = GpuContext { device, stream };
         for module in registered_modules() {
@@ -258,15 +262,30 @@ impl GpuContext {
 
     /// A context for the same device whose launches go on a stream another library owns
     /// (PyTorch's `torch.cuda.current_stream().cuda_stream`, say): kvcodec's work is then
-    /// ordered with that library's work on the stream, with no event or synchronisation.
+    /// ordered with that library's work on the stream, with no host synchronisation. A
+    /// null handle is the legacy default stream, which works but cannot be captured in a
+    /// CUDA graph.
+    ///
+    /// # Errors
+    /// [`Error::Buffer`] if the stream belongs to another CUDA context (another device);
+    /// [`Error::Cuda`] if the driver does not know the handle.
     ///
     /// # Safety
-    /// `stream` must be a valid stream of this device's primary context, and stay alive
-    /// while the returned context (or a clone) is used.
-    pub unsafe fn with_raw_stream(&self, stream: sys::CUstream) -> Self {
-        // SAFETY: forwarded to the caller.
+    /// `stream` must be null or a live stream handle, and stay alive while the returned
+    /// context (or a clone of it) is used.
+    pub unsafe fn with_raw_stream(&self, stream: sys::CUstream) -> Result<Self> {
+        if !stream.is_null() {
+            let mut owner: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: `stream` is a live stream (the caller's promise); the call writes
+            // one context handle through a valid pointer.
+            unsafe { sys::cuStreamGetCtx(stream, &mut owner) }.result()?;
+            if owner != self.device.ctx.cu_ctx() {
+                return Err(Error::Buffer { what: "stream", why: "belongs to another CUDA context".into() });
+            }
+        }
+        // SAFETY: forwarded to the caller; the stream belongs to this device's context.
         let stream = unsafe { self.device.ctx.wrap_borrowed_stream(stream) };
-        GpuContext { device: self.device.clone(), stream }
+        Ok(GpuContext { device: self.device.clone(), stream })
     }
 
     /// The driver context (the device's primary context).
@@ -287,21 +306,6 @@ impl GpuContext {
     /// Streaming multiprocessors of the device.
     pub fn multiprocessors(&self) -> u32 {
         self.device.info.multiprocessors
-    }
-
-    /// A second stream of this device for work that overlaps [`GpuContext::stream`]'s
-    /// (created on first use, shared by every context of the device). Callers order it
-    /// explicitly: `side.join(main)` before, `main.join(side)` after (both record an event
-    /// and wait on it; both can be captured in a graph).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`] if the stream cannot be created.
-    pub fn side_stream(&self) -> Result<&Arc<CudaStream>> {
-        if let Some(s) = self.device.side.get() {
-            return Ok(s);
-        }
-        let created = self.device.ctx.new_stream()?;
-        Ok(self.device.side.get_or_init(|| created))
     }
 
     /// `module`, loaded on first use in this device's context.
@@ -348,6 +352,15 @@ impl GpuContext {
         } else {
             Ok(self.stream.clone_htod(values)?)
         }
+    }
+
+    /// Waits until [`GpuContext::stream`] has passed all work queued on it: what every
+    /// allocating constructor calls last, so that its buffers are ready on any stream.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
     }
 
     /// A zeroed device buffer of `len` elements (at least one).
@@ -397,10 +410,13 @@ impl GpuContext {
             return Err(Error::Buffer { what: "pinned copy source", why: "is empty".into() });
         }
         // SAFETY: the allocation is uninitialised until the copy below overwrites all of
-        // it; nothing reads it before. The size cannot overflow: `src` already occupies it.
+        // it, through a raw pointer, before any reference to it exists. The size cannot
+        // overflow: `src` already occupies it.
         let mut pinned = unsafe { self.device.ctx.alloc_pinned_with_flags::<T>(src.len(), 0) }?;
-        // No work was recorded on the slice, so this waits for nothing.
-        pinned.as_mut_slice()?.copy_from_slice(src);
+        let dst = pinned.as_mut_ptr()?;
+        // SAFETY: `dst` starts a live allocation of `src.len()` elements that cannot
+        // overlap `src` (it was just allocated).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
         Ok(pinned)
     }
 

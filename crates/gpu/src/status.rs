@@ -83,7 +83,9 @@ impl DeviceStatus {
     /// # Errors
     /// [`crate::Error::Cuda`].
     pub fn new(gpu: &GpuContext) -> Result<Self> {
-        Ok(DeviceStatus { word: gpu.zeros(1)? })
+        let word = gpu.zeros(1)?;
+        gpu.synchronize()?;
+        Ok(DeviceStatus { word })
     }
 
     /// Queues a zeroing of the word on `gpu`'s stream.

@@ -29,7 +29,7 @@ impl Kernel for TimingKernel {
     }
 }
 
-/// How long `bf16_field_hold` keeps the stream busy before each timed run, in
+/// How long the hold kernel keeps the stream busy before each timed run, in
 /// nanoseconds: far longer than the host takes to enqueue any operation benchmarked in
 /// this workspace (a few launches, tens of microseconds).
 const HOLD_NS: u64 = 2_000_000;
@@ -101,14 +101,8 @@ impl GpuContext {
         }
         self.stream().synchronize().map_err(driver)?;
         let mut times = Vec::with_capacity(runs);
-        let hold = self.function(TimingKernel::Hold)?;
-        let one_thread = launch_config(1, 1, 0);
         for i in 0..runs {
-            let mut launch = self.stream().launch_builder(&hold);
-            launch.arg(&HOLD_NS);
-            // SAFETY: kvcodec_hold(ns: u64) touches no memory and returns after `ns`
-            // nanoseconds of the GPU's global timer.
-            unsafe { launch.launch(one_thread) }.map_err(driver)?;
+            self.hold(HOLD_NS)?;
             start.record(self.stream()).map_err(driver)?;
             op(warmup + i)?;
             end.record(self.stream()).map_err(driver)?;
@@ -116,6 +110,22 @@ impl GpuContext {
             times.push(f64::from(start.elapsed_ms(&end).map_err(driver)?));
         }
         Ok(Timing::from_runs(times))
+    }
+
+    /// Queues a kernel that keeps this context's stream busy for `ns` nanoseconds of the
+    /// GPU's global timer ([`TimingKernel::Hold`]): work queued after it waits, which is
+    /// what timing and stream-ordering tests need.
+    ///
+    /// # Errors
+    /// [`crate::Error::Cuda`].
+    pub fn hold(&self, ns: u64) -> Result<()> {
+        let hold = self.function(TimingKernel::Hold)?;
+        let mut launch = self.stream().launch_builder(&hold);
+        launch.arg(&ns);
+        // SAFETY: kvcodec_hold(ns: u64) touches no memory and returns after `ns`
+        // nanoseconds of the GPU's global timer (or as many loop iterations).
+        unsafe { launch.launch(launch_config(1, 1, 0)) }?;
+        Ok(())
     }
 
     /// Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written,

@@ -25,10 +25,16 @@ fn a_missing_device_is_unavailable_with_its_ordinal() {
     }
 }
 
-/// Splits on `gpu`'s stream and checks the bytes against the CPU.
+/// Splits on `gpu`'s stream and checks the bytes against the CPU. The input is written
+/// on that stream behind a 20 ms hold, so a split launched on any other stream would
+/// read the stale zeros instead.
 fn split_matches_cpu(gpu: &GpuContext, words: &[u16]) {
     let n = words.len();
-    let d_words = gpu.upload(words).unwrap();
+    let fresh = gpu.upload(words).unwrap();
+    let mut d_words = gpu.zeros::<u16>(n).unwrap();
+    gpu.synchronize().unwrap();
+    gpu.hold(20_000_000).unwrap();
+    gpu.stream().memcpy_dtod(&fresh, &mut d_words).unwrap();
     let (mut e, mut sf) = (gpu.zeros::<u8>(n).unwrap(), gpu.zeros::<u8>(n).unwrap());
     split(gpu, &d_words.slice(..n), &mut e.slice_mut(..n), &mut sf.slice_mut(..n)).unwrap();
     let (cpu_e, cpu_sf) = bf16_field::split_to_vec(words);
@@ -48,7 +54,7 @@ fn launches_go_to_a_callers_stream() {
     // A raw CUstream owned by "another library" (here: the stream above).
     // SAFETY: `theirs` is a live stream of this device's primary context and outlives
     // the wrapped context.
-    let raw = unsafe { gpu.with_raw_stream(theirs.cu_stream()) };
+    let raw = unsafe { gpu.with_raw_stream(theirs.cu_stream()) }.unwrap();
     assert_eq!(raw.stream().cu_stream(), theirs.cu_stream());
     split_matches_cpu(&raw, &words);
     // Both share the device's loaded modules and report the same device.

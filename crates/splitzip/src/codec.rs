@@ -8,7 +8,7 @@ use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext, device_address};
 use crate::gpu::{DECODE_STATUS, EncodeWorkspace, GpuError, decode_device, encode_device};
 use crate::{Codebook, CodebookError, DecodeError, EncodeError, Error, PayloadHeader, max_encoded_len};
 
-/// SplitZip over a whole cache: two payloads back to back (spec §6), the first of every
+/// SplitZip over a whole cache: two payloads back to back (spec §9), the first of every
 /// layer's K in layer order with the K codebook, the second of every layer's V with the
 /// V codebook (K and V exponents differ, so each kind has its own top 16).
 ///
@@ -18,9 +18,9 @@ use crate::{Codebook, CodebookError, DecodeError, EncodeError, Error, PayloadHea
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SplitzipCodec {
     /// The codebook of the K payload.
-    pub keys: Codebook,
+    pub k_codebook: Codebook,
     /// The codebook of the V payload.
-    pub values: Codebook,
+    pub v_codebook: Codebook,
     /// Values per chunk (spec §3), [`crate::DEFAULT_CHUNK_SIZE`] by default.
     pub chunk_size: u32,
 }
@@ -33,26 +33,47 @@ impl SplitzipCodec {
     pub fn calibrate(calibration: &KvCache) -> Result<Self, CodebookError> {
         let kind = |kind: KvKind| -> Vec<&[u16]> { calibration.tensors_of(kind).collect() };
         Ok(SplitzipCodec {
-            keys: Codebook::calibrate(&kind(KvKind::K))?,
-            values: Codebook::calibrate(&kind(KvKind::V))?,
+            k_codebook: Codebook::calibrate(&kind(KvKind::K))?,
+            v_codebook: Codebook::calibrate(&kind(KvKind::V))?,
             chunk_size: crate::DEFAULT_CHUNK_SIZE,
         })
     }
 
     fn codebooks(&self) -> [Codebook; 2] {
-        [self.keys, self.values]
+        [self.k_codebook, self.v_codebook]
     }
 }
 
-/// The two payloads of a cache encoding: `(K payload, V payload)`.
-fn split_payloads(encoded: &[u8]) -> Result<[&[u8]; 2], DecodeError> {
-    // parse() checked that the length fits usize.
-    let k_len = PayloadHeader::parse(encoded)?.encoded_len() as usize;
-    if encoded.len() < k_len {
-        return Err(DecodeError::Truncated { needed: k_len as u64, got: encoded.len() as u64 });
+/// `L T H D`, the values of one kind, after checking the shape.
+fn values_per_kind(shape: KvShape) -> Result<usize, Error> {
+    shape.validate().map_err(|_| Error::InvalidShape {
+        layers: shape.layers,
+        kv_heads: shape.kv_heads,
+        head_dim: shape.head_dim,
+        tokens: shape.tokens,
+    })?;
+    Ok(shape.total_values() / 2)
+}
+
+/// The two payloads of a cache encoding and their headers, after the checks of spec §9
+/// that need no decoding: both headers valid, each payload holding `per_kind` values,
+/// and nothing before, between or after them.
+fn split_payloads(encoded: &[u8], per_kind: usize) -> Result<[(&[u8], PayloadHeader); 2], DecodeError> {
+    let k = PayloadHeader::parse(encoded)?;
+    check_count(&k, per_kind)?;
+    // parse() checked that the lengths fit usize.
+    let k_len = k.encoded_len() as usize;
+    let rest = encoded.get(k_len..).unwrap_or_default();
+    let v = PayloadHeader::parse(rest)?;
+    check_count(&v, per_kind)?;
+    let v_len = v.encoded_len() as usize;
+    if rest.len() < v_len {
+        return Err(DecodeError::Truncated { needed: v_len as u64, got: rest.len() as u64 });
     }
-    let (k, v) = encoded.split_at(k_len);
-    Ok([k, v])
+    if rest.len() > v_len {
+        return Err(DecodeError::TrailingBytes { extra: (rest.len() - v_len) as u64 });
+    }
+    Ok([(&encoded[..k_len], k), (rest, v)])
 }
 
 /// Checks that a payload holds `expected` values (one kind of the caller's shape).
@@ -75,57 +96,71 @@ impl CacheCodec for SplitzipCodec {
     }
 
     fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
-        let per_kind = shape.total_values() / 2;
-        if words.len() != shape.total_values() {
-            return Err(
-                EncodeError::WordCountMismatch { got: words.len(), expected: shape.total_values() }.into()
-            );
+        let per_kind = values_per_kind(shape)?;
+        if words.len() != 2 * per_kind {
+            return Err(EncodeError::WordCountMismatch { got: words.len(), expected: 2 * per_kind }.into());
         }
         let (k, v) = words.split_at(per_kind);
-        let mut out = vec![0u8; max_encoded_len(per_kind, self.chunk_size) * 2];
-        let k_len = crate::encode_into(k, &self.keys, self.chunk_size, &mut out)?;
-        let v_len = crate::encode_into(v, &self.values, self.chunk_size, &mut out[k_len..])?;
+        let mut out = crate::encode(k, &self.k_codebook, self.chunk_size)?;
+        let k_len = out.len();
+        out.resize(k_len + max_encoded_len(per_kind, self.chunk_size), 0);
+        let v_len = crate::encode_into(v, &self.v_codebook, self.chunk_size, &mut out[k_len..])?;
         out.truncate(k_len + v_len);
         Ok(out)
     }
 
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
-        let per_kind = shape.total_values() / 2;
-        if out.len() != 2 * per_kind {
+        let per_kind = values_per_kind(shape)?;
+        let [(k, _), (v, _)] = split_payloads(encoded, per_kind)?;
+        if out.len() < 2 * per_kind {
             return Err(
                 DecodeError::OutputTooSmall { needed: 2 * per_kind as u64, got: out.len() as u64 }.into()
             );
         }
-        let [k, v] = split_payloads(encoded)?;
-        check_count(&PayloadHeader::parse(k)?, per_kind)?;
-        check_count(&PayloadHeader::parse(v)?, per_kind)?;
-        let (k_out, v_out) = out.split_at_mut(per_kind);
+        let (k_out, v_out) = out[..2 * per_kind].split_at_mut(per_kind);
         crate::decode_into(k, k_out)?;
         crate::decode_into(v, v_out)?;
         Ok(())
     }
 }
 
-/// One kind's half of a device cache: its encoder scratch and output, and an aligned
-/// copy of its input when the half does not start 16-byte aligned.
-struct Half {
+/// One kind's half of a device cache encoding: its encoder scratch and output, and an
+/// aligned copy of its input when the half does not start 16-byte aligned (`L T H D` not
+/// a multiple of 8: the kernels move 16-byte vectors).
+struct EncoderHalf {
     workspace: EncodeWorkspace,
     out: CudaSlice<u8>,
-    staging: Option<CudaSlice<u16>>,
+    aligned_input: Option<CudaSlice<u16>>,
 }
 
-/// [`SplitzipCodec`]'s device encoder state: one [`Half`] per kind.
+/// [`SplitzipCodec`]'s device encoder state: one [`EncoderHalf`] per kind.
 pub struct SplitzipEncoder {
-    halves: [Half; 2],
+    halves: [EncoderHalf; 2],
     per_kind: usize,
 }
 
-/// [`SplitzipCodec`]'s device decoder state: both payloads on the device, their headers,
-/// one status word each, and aligned scratch for a V half that does not start aligned.
+/// One payload of a cache encoding on the device, with its header and status word.
+struct DecoderHalf {
+    payload: CudaSlice<u8>,
+    len: usize,
+    header: PayloadHeader,
+    status: DeviceStatus,
+}
+
+/// [`SplitzipCodec`]'s device decoder state: both payloads on the device, the host bytes
+/// the CPU decoder reruns on when a kernel flags them, and aligned scratch for a V half
+/// that does not start 16-byte aligned.
 pub struct SplitzipDecoder {
-    payloads: [(CudaSlice<u8>, usize, PayloadHeader, DeviceStatus); 2],
-    staging: Option<CudaSlice<u16>>,
+    halves: [DecoderHalf; 2],
+    encoded: Vec<u8>,
+    aligned_output: Option<CudaSlice<u16>>,
     per_kind: usize,
+}
+
+/// Whether the second half of a device cache of `2 * per_kind` words starts off a
+/// 16-byte boundary (the first half starts where the buffer does).
+fn second_half_misaligned(per_kind: usize) -> bool {
+    !(2 * per_kind).is_multiple_of(16)
 }
 
 impl GpuCacheCodec for SplitzipCodec {
@@ -133,15 +168,17 @@ impl GpuCacheCodec for SplitzipCodec {
     type Decoder = SplitzipDecoder;
 
     fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<SplitzipEncoder, GpuError> {
-        let per_kind = shape.total_values() / 2;
-        let half = || -> Result<Half, GpuError> {
-            Ok(Half {
+        let per_kind = values_per_kind(shape)?;
+        let half = |aligned: bool| -> Result<EncoderHalf, GpuError> {
+            Ok(EncoderHalf {
                 workspace: EncodeWorkspace::new(gpu, per_kind)?,
                 out: gpu.zeros(max_encoded_len(per_kind, self.chunk_size))?,
-                staging: None,
+                aligned_input: if aligned { Some(gpu.zeros(per_kind)?) } else { None },
             })
         };
-        Ok(SplitzipEncoder { halves: [half()?, half()?], per_kind })
+        let halves = [half(false)?, half(second_half_misaligned(per_kind))?];
+        gpu.synchronize()?;
+        Ok(SplitzipEncoder { halves, per_kind })
     }
 
     fn encode_device(
@@ -154,31 +191,20 @@ impl GpuCacheCodec for SplitzipCodec {
         kvcodec_gpu::check_len("words", words.len(), 2 * n, "values")?;
         for (i, (half, codebook)) in encoder.halves.iter_mut().zip(self.codebooks()).enumerate() {
             let input = words.slice(i * n..(i + 1) * n);
-            // A half that starts off a 16-byte boundary (L T H D not a multiple of 8) is
-            // copied to aligned scratch first; the kernels move 16-byte vectors.
-            if device_address(&input, gpu.stream()) % 16 != 0 {
-                let staging = match &mut half.staging {
-                    Some(s) => s,
-                    slot => slot.insert(gpu.zeros(n)?),
-                };
-                gpu.stream().memcpy_dtod(&input, &mut staging.slice_mut(..n))?;
-                encode_device(
-                    gpu,
-                    &staging.slice(..n),
-                    &codebook,
-                    self.chunk_size,
-                    &mut half.out.as_view_mut(),
-                    &mut half.workspace,
-                )?;
-            } else {
-                encode_device(
-                    gpu,
-                    &input,
-                    &codebook,
-                    self.chunk_size,
-                    &mut half.out.as_view_mut(),
-                    &mut half.workspace,
-                )?;
+            let out = &mut half.out.as_view_mut();
+            match &mut half.aligned_input {
+                Some(aligned) => {
+                    gpu.stream().memcpy_dtod(&input, &mut aligned.slice_mut(..n))?;
+                    encode_device(
+                        gpu,
+                        &aligned.slice(..n),
+                        &codebook,
+                        self.chunk_size,
+                        out,
+                        &mut half.workspace,
+                    )?;
+                }
+                None => encode_device(gpu, &input, &codebook, self.chunk_size, out, &mut half.workspace)?,
             }
         }
         Ok(())
@@ -199,16 +225,16 @@ impl GpuCacheCodec for SplitzipCodec {
         encoded: &[u8],
         shape: KvShape,
     ) -> Result<SplitzipDecoder, GpuError> {
-        let per_kind = shape.total_values() / 2;
-        let halves = split_payloads(encoded)?;
-        let mut payloads = Vec::with_capacity(2);
-        for payload in halves {
-            let header = PayloadHeader::parse(payload)?;
-            check_count(&header, per_kind)?;
-            payloads.push((gpu.upload(payload)?, payload.len(), header, DeviceStatus::new(gpu)?));
-        }
-        let payloads = payloads.try_into().unwrap_or_else(|_| unreachable!("two payloads"));
-        Ok(SplitzipDecoder { payloads, staging: None, per_kind })
+        let per_kind = values_per_kind(shape)?;
+        let [k, v] = split_payloads(encoded, per_kind)?;
+        let half = |(payload, header): (&[u8], PayloadHeader)| -> Result<DecoderHalf, GpuError> {
+            let status = DeviceStatus::new(gpu)?;
+            Ok(DecoderHalf { payload: gpu.upload(payload)?, len: payload.len(), header, status })
+        };
+        let halves = [half(k)?, half(v)?];
+        let aligned_output = if second_half_misaligned(per_kind) { Some(gpu.zeros(per_kind)?) } else { None };
+        gpu.synchronize()?;
+        Ok(SplitzipDecoder { halves, encoded: encoded.to_vec(), aligned_output, per_kind })
     }
 
     fn decode_device(
@@ -219,32 +245,41 @@ impl GpuCacheCodec for SplitzipCodec {
     ) -> Result<(), GpuError> {
         let n = decoder.per_kind;
         kvcodec_gpu::check_len("out", out.len(), 2 * n, "values")?;
-        for (i, (payload, len, header, status)) in decoder.payloads.iter_mut().enumerate() {
-            let payload = payload.slice(..*len);
+        let SplitzipDecoder { halves, aligned_output, .. } = decoder;
+        for (i, half) in halves.iter_mut().enumerate() {
+            let payload = half.payload.slice(..half.len);
             let mut target = out.slice_mut(i * n..(i + 1) * n);
-            if device_address(&target, gpu.stream()) % 16 != 0 {
-                let staging = match &mut decoder.staging {
-                    Some(s) => s,
-                    slot => slot.insert(gpu.zeros(n)?),
-                };
-                decode_device(gpu, &payload, header, &mut staging.slice_mut(..n), status)?;
-                gpu.stream().memcpy_dtod(&staging.slice(..n), &mut target)?;
-            } else {
-                decode_device(gpu, &payload, header, &mut target, status)?;
+            match aligned_output {
+                Some(aligned) if device_address(&target, gpu.stream()) % 16 != 0 => {
+                    decode_device(
+                        gpu,
+                        &payload,
+                        &half.header,
+                        &mut aligned.slice_mut(..n),
+                        &mut half.status,
+                    )?;
+                    gpu.stream().memcpy_dtod(&aligned.slice(..n), &mut target)?;
+                }
+                _ => decode_device(gpu, &payload, &half.header, &mut target, &mut half.status)?,
             }
         }
         Ok(())
     }
 
-    fn finish_decode(
-        &self,
-        gpu: &GpuContext,
-        decoder: &SplitzipDecoder,
-        encoded: &[u8],
-    ) -> Result<(), GpuError> {
-        let halves = split_payloads(encoded)?;
-        for ((_, _, _, status), payload) in decoder.payloads.iter().zip(halves) {
-            status.check(gpu, &DECODE_STATUS, || crate::decode(payload).map_err(Error::from))?;
+    fn finish_decode(&self, gpu: &GpuContext, decoder: &SplitzipDecoder) -> Result<(), GpuError> {
+        for half in &decoder.halves {
+            let status = half.status.read(gpu)?;
+            if status != 0 {
+                // The CPU decoder on the whole cache, so that its first error is reported.
+                let mut scratch = vec![0u16; 2 * decoder.per_kind];
+                let cpu = || {
+                    let [(k, _), (v, _)] = split_payloads(&decoder.encoded, decoder.per_kind)?;
+                    let (k_out, v_out) = scratch.split_at_mut(decoder.per_kind);
+                    crate::decode_into(k, k_out)?;
+                    crate::decode_into(v, v_out).map_err(Error::from)
+                };
+                return Err(kvcodec_gpu::cpu_verdict(status, &DECODE_STATUS, cpu));
+            }
         }
         Ok(())
     }

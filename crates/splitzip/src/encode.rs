@@ -65,7 +65,7 @@ pub fn encode_into(
     }
     let cs = chunk_size as usize;
     let n = words.len();
-    let table = flag_table(codebook);
+    let table = codebook.code_table();
     let parallel = n >= PARALLEL_MIN_VALUES;
     let min_chunks_per_task = (PARALLEL_TASK_VALUES / cs).max(1);
 
@@ -197,12 +197,10 @@ fn take_section<'a>(rest: &mut &'a mut [u8], cursor: &mut usize, section: Sectio
 /// escaped: [`Codebook::code_table`].
 type FlagTable = [u8; 256];
 
-/// The shift that turns a [`FlagTable`] entry into 1 for an escape, 0 for a code.
+/// The shift that turns a [`FlagTable`] entry into 1 for an escape, 0 for a code. The
+/// code bits of [`NO_CODE`] are the escape's code, so a table entry is written as is.
 const ESCAPE_SHIFT: u32 = NO_CODE.trailing_zeros();
-
-fn flag_table(codebook: &Codebook) -> FlagTable {
-    codebook.code_table()
-}
+const _: () = assert!(NO_CODE & CODE_MASK == ESCAPE_CODE && NO_CODE >> ESCAPE_SHIFT == 1);
 
 /// The number of escaped values in `words`.
 fn count_escapes(table: &FlagTable, words: &[u16]) -> u32 {
@@ -354,7 +352,7 @@ mod tests {
     #[test]
     fn codes_and_counts_match_the_reference() {
         let codebook = Codebook::new((0x70..0x80).collect::<Vec<u8>>().try_into().unwrap()).unwrap();
-        let table = flag_table(&codebook);
+        let table = codebook.code_table();
         let reference = codebook.code_table();
         for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 33, 1000, 1025] {
             for rare_bits in [0, 1, 3] {

@@ -13,6 +13,19 @@ pub enum Error {
     /// The payload is invalid, or does not hold the values the caller expects.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// A cache shape with a zero dimension, or whose value count overflows `usize`
+    /// ([`crate::SplitzipCodec`]).
+    #[error("invalid cache shape {layers} layers x {kv_heads} heads x {head_dim} head_dim x {tokens} tokens")]
+    InvalidShape {
+        /// L.
+        layers: usize,
+        /// H.
+        kv_heads: usize,
+        /// D.
+        head_dim: usize,
+        /// T.
+        tokens: usize,
+    },
 }
 
 /// Errors of [`crate::Codebook`] construction, calibration and JSON I/O.
@@ -262,7 +275,7 @@ pub enum DecodeError {
         code: u8,
     },
     /// A cache's payload holds another number of values than the caller's cache shape
-    /// has per kind (`L T H D`) ([`crate::SplitzipCodec`], spec §6).
+    /// has per kind (`L T H D`) ([`crate::SplitzipCodec`], spec §9).
     #[error("payload holds {found} values, the cache shape has {expected} per kind")]
     CacheShapeMismatch {
         /// `L T H D` of the caller's shape.

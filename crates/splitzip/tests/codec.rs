@@ -19,8 +19,8 @@ fn a_cache_is_its_k_payload_then_its_v_payload() {
     assert_eq!(k_len + v.encoded_len() as usize, bytes.len());
     let per_kind = cache.shape().total_values() as u64 / 2;
     assert_eq!((k.value_count, v.value_count), (per_kind, per_kind));
-    assert_eq!(k.codebook, codec.keys);
-    assert_eq!(v.codebook, codec.values);
+    assert_eq!(k.codebook, codec.k_codebook);
+    assert_eq!(v.codebook, codec.v_codebook);
 }
 
 #[test]
@@ -55,4 +55,31 @@ fn the_decoder_rejects_other_shapes_and_damaged_framing() {
         codec.encode_words(&[0u16; 7], shape),
         Error::Encode(EncodeError::WordCountMismatch { got: 7, expected: 160 })
     );
+}
+
+#[test]
+fn the_framing_is_checked_before_any_body() {
+    // A damaged K body and a V payload one byte short: the framing error comes first, so
+    // the CPU and the GPU (whose host side checks the framing) agree on it.
+    let cache = kv_like(2, 2, 16, 20, 7);
+    let codec = codec();
+    let mut bytes = codec.encode(&cache).unwrap();
+    let k = PayloadHeader::parse(&bytes).unwrap();
+    let splitzip::Layout::Coded(layout) = k.layout else { panic!("coded") };
+    bytes[layout.escape_offsets.offset as usize] = 0xff;
+    bytes.pop();
+    assert_rejects!(codec.decode(&bytes, cache.shape()), Error::Decode(DecodeError::Truncated { .. }));
+}
+
+#[test]
+fn invalid_shapes_are_errors_not_panics() {
+    let codec = codec();
+    let bytes = codec.encode(&kv_like(1, 1, 8, 4, 2)).unwrap();
+    for shape in [
+        KvShape { layers: 0, kv_heads: 1, head_dim: 8, tokens: 4 },
+        KvShape { layers: usize::MAX, kv_heads: 2, head_dim: 8, tokens: 4 },
+    ] {
+        assert_rejects!(codec.decode(&bytes, shape), Error::InvalidShape { .. });
+        assert_rejects!(codec.encode_words(&[], shape), Error::InvalidShape { .. });
+    }
 }

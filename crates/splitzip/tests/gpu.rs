@@ -21,11 +21,7 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
         ("empty".to_string(), vec![], cb_code),
         ("one".to_string(), vec![0x3f80], cb_code),
         ("zeros-1001".to_string(), vec![0; 1001], cb_code),
-        (
-            "specials".to_string(),
-            [0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001, 0x807f, 0x7f7f, 0xffff].repeat(1000),
-            cb_code,
-        ),
+        ("specials".to_string(), kvcodec_testkit::special_words().repeat(1000), cb_code),
         ("random-raw".to_string(), Rng(7).words(100_003), cb_code),
         ("fixture-prefix-odd".to_string(), fixtures[0].1[..123_457].to_vec(), cb_prose),
     ];
@@ -201,4 +197,11 @@ fn whole_cache_rejections_match_the_cpu() {
         cache.shape(),
         "truncated",
     );
+    // A damaged K body and a V payload one byte short: the framing error first, both ways.
+    let mut both = bytes.clone();
+    let k = splitzip::PayloadHeader::parse(&bytes).unwrap();
+    let splitzip::Layout::Coded(k_layout) = k.layout else { panic!("fixture payloads are coded") };
+    both[k_layout.escape_offsets.offset as usize + 4] = 0xff;
+    both.pop();
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &both, cache.shape(), "K body and V length");
 }

@@ -176,7 +176,7 @@ where
     assert!(back == *cache, "{name} {what}: CPU round trip differs");
     if let Some(gpu) = gpu {
         let gpu_bytes =
-            codec.encode_to_vec(gpu, cache).unwrap_or_else(|e| panic!("{name} {what}: GPU encode: {e}"));
+            codec.gpu_encode_cache(gpu, cache).unwrap_or_else(|e| panic!("{name} {what}: GPU encode: {e}"));
         if gpu_bytes != bytes {
             let first = gpu_bytes.iter().zip(&bytes).position(|(a, b)| a != b);
             panic!(
@@ -186,7 +186,7 @@ where
             );
         }
         let gpu_back = codec
-            .decode_to_cache(gpu, &bytes, shape)
+            .gpu_decode_cache(gpu, &bytes, shape)
             .unwrap_or_else(|e| panic!("{name} {what}: GPU decode: {e}"));
         assert!(gpu_back == *cache, "{name} {what}: GPU decode of the CPU's bytes differs");
         let cpu_back = codec.decode(&gpu_bytes, shape).unwrap_or_else(|e| panic!("{name} {what}: {e}"));
@@ -211,7 +211,7 @@ where
     C::Error: PartialEq + std::fmt::Debug,
 {
     let cpu = codec.decode(bad, shape).map(|_| ()).expect_err(what);
-    match codec.decode_to_cache(gpu, bad, shape) {
+    match codec.gpu_decode_cache(gpu, bad, shape) {
         Err(kvcodec_gpu::GpuError::Codec(e)) if e == cpu => cpu,
         other => panic!("{what}: the CPU says {cpu:?}, the GPU {:?}", other.map(|_| ())),
     }
@@ -247,8 +247,9 @@ macro_rules! assert_rejects {
 /// ```
 #[macro_export]
 macro_rules! corrupt_input {
-    ($name:ident: $base:expr => $mutate:expr; $($decode:expr),+ => $expected:expr) => {
+    ($(#[$meta:meta])* $name:ident: $base:expr => $mutate:expr; $($decode:expr),+ => $expected:expr) => {
         #[test]
+        $(#[$meta])*
         fn $name() {
             let mut bytes: Vec<u8> = $base;
             let mutate: fn(&mut Vec<u8>) = $mutate;
@@ -359,5 +360,62 @@ pub fn replay_in_graph(
         reset();
         graph.launch().expect("graph launch");
         check(replay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hexdump_collapses_repeated_lines_and_ends_with_the_length() {
+        let mut bytes: Vec<u8> = (0..20).collect();
+        bytes.extend([0u8; 48]);
+        let dump = hexdump(&bytes);
+        assert_eq!(
+            dump,
+            "00000000  00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f\n\
+             00000010  10 11 12 13 00 00 00 00  00 00 00 00 00 00 00 00\n\
+             00000020  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00\n\
+             *\n\
+             00000040  00 00 00 00\n\
+             00000044\n"
+        );
+    }
+
+    #[test]
+    fn doc_blocks_are_found_after_their_marker() {
+        let doc =
+            "intro\n<!-- example:a -->\n\n```text\nfirst\n```\n<!-- example:b -->\n```\nsecond\nline\n```\n";
+        assert_eq!(&doc[doc_block(doc, "a")], "first\n");
+        assert_eq!(&doc[doc_block(doc, "b")], "second\nline\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "marker <!-- example:c --> missing")]
+    fn a_missing_doc_block_is_reported() {
+        doc_block("no markers here", "c");
+    }
+
+    fn decode_first_byte(bytes: &[u8]) -> Result<u8, &'static str> {
+        match bytes.first() {
+            Some(0) => Err("zero"),
+            Some(&b) => Ok(b),
+            None => Err("empty"),
+        }
+    }
+
+    corrupt_input!(corrupt_input_checks_the_error: vec![1u8, 2] => |b| b[0] = 0; decode_first_byte => "zero");
+
+    corrupt_input!(
+        #[should_panic(expected = "decode_first_byte on corrupt_input_fails_on_another_error")]
+        corrupt_input_fails_on_another_error: vec![1u8] => |b| b.clear(); decode_first_byte => "zero"
+    );
+
+    #[test]
+    fn assert_rejects_matches_patterns_and_guards() {
+        assert_rejects!(decode_first_byte(&[0]), "zero");
+        let other = std::panic::catch_unwind(|| assert_rejects!(decode_first_byte(&[3]), "zero"));
+        assert!(other.is_err(), "Ok must fail assert_rejects!");
     }
 }

@@ -103,12 +103,10 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(b) => b.parse::<BackendChoice>()?,
         None => BackendChoice::from_env()?,
     };
-    // KVCODEC_REQUIRE_GPU=1 turns a silent CPU fallback into an error on a GPU machine.
-    let choice = if std::env::var("KVCODEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-        BackendChoice::Cuda
-    } else {
-        choice
-    };
+    // KVCODEC_REQUIRE_GPU=1 turns a silent CPU fallback into an error on a GPU machine;
+    // an explicit --backend still wins.
+    let required = std::env::var("KVCODEC_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let choice = if required && args.backend.is_none() { BackendChoice::Cuda } else { choice };
     let backend = Backend::probe(choice, args.device)?;
     eprintln!("[bench] backend: {backend}");
     let method = Method { runs: args.runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes, tile: args.tile };
@@ -257,7 +255,7 @@ fn gpu_row<C: GpuCacheCodec>(
         codec.decode_device(gpu, &mut decoders[i % 2], &mut out.slice_mut(..n))
     })?;
     for d in &decoders {
-        codec.finish_decode(gpu, d, &cpu_bytes)?;
+        codec.finish_decode(gpu, d)?;
     }
     ensure!(gpu.download(&out, n)? == words, "{}: GPU round trip differs", ctx.name);
     let measured = Measured {

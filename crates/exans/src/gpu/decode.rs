@@ -6,7 +6,7 @@
 //! words taken step-major in ascending lane order with ballot/popc (spec §6.2) from a
 //! per-partition word ring that `cp.async` fills ahead, and each symbol joined with its
 //! sign+mantissa byte and written straight into the cache's `[T, H, D]` tensors
-//! (concatenated in block order, [`bf16_field::WordOrder::Block`]).
+//! (concatenated in block order, [`bf16_field::WordOrder::LayerMajor`]).
 //!
 //! **Validation.** [`DeviceIndex::new`] runs the CPU parser over the container index and
 //! every record (all the checks of spec §8 and §10 that need no decoding) before
@@ -26,7 +26,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
 use kvcodec_gpu::{DeviceStatus, GpuContext, check_aligned, device_address, launch_config};
 
 use super::{DECODE_STATUS, ExansKernel, GpuError, THREADS};
-use crate::container::{ContainerInfo, container_info, decode_cache};
+use crate::container::{ContainerInfo, checked_info, decode_cache};
 use crate::format::{MAX_PRECISION, PARTITIONS};
 use crate::{Error, inspect_record};
 
@@ -52,11 +52,7 @@ pub(super) fn cpu_error(container: &[u8], status: u32) -> GpuError {
 /// the allocation bound, each record's shape against the container's, and every record
 /// check of spec §10 except the three decode-time ones.
 fn validate(container: &[u8]) -> Result<ContainerInfo, Error> {
-    let info = container_info(container)?;
-    let s = info.shape;
-    if s.total_values() > container.len() {
-        return Err(Error::Truncated { needed: s.total_values(), got: container.len() });
-    }
+    let info = checked_info(container)?;
     for i in 0..info.blocks() {
         let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
         let record = info.shaped_record(container, i)?;
@@ -95,12 +91,14 @@ impl DeviceIndex {
     pub fn new(gpu: &GpuContext, container: &[u8]) -> Result<Self, GpuError> {
         let info = match validate(container) {
             Ok(info) => info,
-            // decode_cache decodes blocks in parallel; re-running it keeps its error (and
-            // its choice among several bad blocks) exactly.
+            // The CPU decoder's own run gives its exact error: it reports the lowest
+            // failing block, where a decode-time error of an earlier block comes before a
+            // header error of a later one.
             Err(_) => return Err(cpu_error(container, 0)),
         };
         let offsets: Vec<u64> = info.offsets.iter().map(|&o| o as u64).collect();
         let offsets = gpu.upload(&offsets)?;
+        gpu.synchronize()?;
         Ok(DeviceIndex { info, offsets, container_len: container.len() })
     }
 
@@ -122,7 +120,7 @@ impl DeviceIndex {
 
 /// Decodes the device container `container` (the bytes [`DeviceIndex::new`] validated,
 /// 16-byte aligned) into `out`, the cache's `2L` tensors `[T, H, D]` in block order
-/// ([`WordOrder::Block`]), in one kernel launch on the context's stream, without
+/// ([`WordOrder::LayerMajor`]), in one kernel launch on the context's stream, without
 /// synchronising. `status` is cleared, then left nonzero (flags of [`DECODE_STATUS`]) if
 /// a record failed a check in the kernel; `out` is then unspecified.
 /// [`decode_to_cache`] and [`super::PendingDecode::finish`] turn a nonzero status into
@@ -238,5 +236,5 @@ pub fn decode_to_cache(gpu: &GpuContext, container: &[u8]) -> Result<KvCache, Gp
     )?;
     status.check(gpu, &DECODE_STATUS, || decode_cache(container))?;
     let words = gpu.download(&out, values)?;
-    Ok(KvCache::from_words(index.info.shape, WordOrder::Block, words).expect("the index's shape"))
+    Ok(KvCache::from_words(index.info.shape, WordOrder::LayerMajor, words).expect("the index's shape"))
 }

@@ -236,7 +236,7 @@ impl EncodeWorkspace {
         let encode_blocks = gpu.function(ExansKernel::EncodeBlocks)?;
         let per_multiprocessor =
             encode_blocks.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
-        Ok(EncodeWorkspace {
+        let workspace = EncodeWorkspace {
             gain: gpu.upload(&gain_table())?,
             centers: gpu.zeros(centers)?,
             freqs: gpu.zeros(blocks * MAX_SYMBOLS)?,
@@ -252,7 +252,9 @@ impl EncodeWorkspace {
             chunk_blocks: None,
             wave: per_multiprocessor.max(1) as usize * gpu.multiprocessors().max(1) as usize,
             pipeline: Pipeline::new(gpu)?,
-        })
+        };
+        gpu.synchronize()?;
+        Ok(workspace)
     }
 
     /// The length in bytes of the container the last [`encode_device`] wrote

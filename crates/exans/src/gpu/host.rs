@@ -3,7 +3,7 @@
 //! (the offload use case of the ExANS paper: a KV cache kept compressed in host memory).
 //!
 //! The records are cut into chunks of about [`HostDecodeOptions::chunk_bytes`]
-//! ([`plan_chunks`]). Chunk `i` is copied on the context's side stream into a device copy
+//! ([`plan_chunks`]). Chunk `i` is copied on the decoder's copy stream into a device copy
 //! of the container, an event is recorded, and one of [`HostDecodeOptions::streams`]
 //! decode streams (the context's stream first) waits on it and launches
 //! `exans_decode_records` on the chunk's records; the kernel joins each symbol with its
@@ -137,6 +137,9 @@ pub enum HostContainer<'a> {
 /// thread and reuse it.
 pub struct HostDecoder {
     options: HostDecodeOptions,
+    /// The stream the chunks are copied on (this decoder's own, so that decoders on one
+    /// device never share a stream, nor pull one into another caller's graph capture).
+    copy: Arc<CudaStream>,
     /// Decode streams besides the context's stream (`streams - 1`).
     decode_streams: Vec<Arc<CudaStream>>,
     /// The device copy of the container being decoded (16-byte aligned: a fresh
@@ -166,9 +169,9 @@ impl HostDecoder {
     /// A decoder on `gpu`; every later call must pass the same context, since the
     /// streams, event and buffers created here belong to it and are ordered only with
     /// that context's streams (not checked: with another context the order of the
-    /// copies, kernels and buffer reuse is not guaranteed). Creates
-    /// `streams - 1` streams, an event and the status word. The container buffer and the
-    /// staging slots are allocated on first use.
+    /// copies, kernels and buffer reuse is not guaranteed). Creates a copy stream,
+    /// `streams - 1` decode streams, an event and the status word. The container buffer
+    /// and the staging slots are allocated on first use.
     ///
     /// # Errors
     /// [`kvcodec_gpu::Error::InvalidArgument`] for `chunk_bytes == 0` or `streams`
@@ -186,6 +189,7 @@ impl HostDecoder {
             (1..options.streams).map(|_| gpu.context().new_stream()).collect::<Result<Vec<_>, _>>()?;
         Ok(HostDecoder {
             options,
+            copy: gpu.context().new_stream()?,
             decode_streams,
             container: None,
             status: DeviceStatus::new(gpu)?,
@@ -225,13 +229,12 @@ impl HostDecoder {
         check_buffers(index, container.len(), out.len())?;
         let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
         let main = gpu.stream();
-        let copy = gpu.side_stream()?;
         let f = gpu.function(ExansKernel::DecodeRecords)?;
         if staged {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
             self.ensure_staging(gpu, largest)?;
         }
-        let HostDecoder { decode_streams, container: device, status, edge, staging, .. } = self;
+        let HostDecoder { copy, decode_streams, container: device, status, edge, staging, .. } = self;
         let device = match device {
             Some(d) if d.len() >= container.len() => d,
             // The old buffer is freed in order on the main stream, which joined every stream

@@ -2,12 +2,11 @@
 //! round-trip checker over every block-level encoder and decoder path; the generic
 //! helpers come from `kvcodec-testkit`.
 
-#![allow(dead_code, unreachable_pub, unused_imports)]
+#![allow(dead_code, unreachable_pub)]
 
 use bf16_field::KvCache;
 use exans::{BlockShape, EncodeOptions, RawPolicy};
-
-pub use kvcodec_testkit::{Rng, bf16, cache_from, fixtures as fixture_caches, hexdump, kv_like};
+use kvcodec_testkit::{Rng, cache_from, kv_like};
 
 /// Encodes every block of `cache` with `policy`, decodes it with both block decoders,
 /// and the whole cache with the container; returns the records.

@@ -41,8 +41,8 @@ pub fn decode_device(
     match header.layout {
         Layout::Raw { words } => {
             let src = payload.slice(words.offset as usize..words.end() as usize);
-            // SAFETY: 2n bytes viewed as n u16 words; the source offset (128) keeps the
-            // 2-byte alignment of the allocation.
+            // SAFETY: 2n bytes viewed as n u16 words (a byte copy follows, which needs no
+            // alignment).
             let src = unsafe { src.transmute::<u16>(n) }.ok_or_else(|| kvcodec_gpu::Error::Buffer {
                 what: "payload",
                 why: "its raw section does not view as words".into(),

@@ -41,12 +41,14 @@ impl EncodeWorkspace {
     pub fn new(gpu: &GpuContext, capacity: usize) -> Result<Self, GpuError> {
         let tiles = capacity.div_ceil(TILE_VALUES);
         let slots = tiles * TILE_VALUES;
-        Ok(EncodeWorkspace {
+        let workspace = EncodeWorkspace {
             words: gpu.zeros(workspace_words(tiles))?,
             scratch_positions: gpu.zeros(slots)?,
             scratch_exponents: gpu.zeros(slots)?,
             capacity,
-        })
+        };
+        gpu.synchronize()?;
+        Ok(workspace)
     }
 
     /// The length in bytes of the payload the last [`encode_device`] wrote (synchronises

@@ -34,6 +34,12 @@ use crate::{DecodeError, EncodeError};
 /// disagreement with the CPU decoder.
 pub type GpuError = kvcodec_gpu::GpuError<crate::Error>;
 
+impl From<crate::Error> for GpuError {
+    fn from(e: crate::Error) -> Self {
+        GpuError::Codec(e)
+    }
+}
+
 impl From<DecodeError> for GpuError {
     fn from(e: DecodeError) -> Self {
         GpuError::Codec(e.into())
