@@ -13,18 +13,28 @@ use anyhow::Context;
 pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
     let root = crate::project_root();
     let out = if out.is_absolute() { out.to_path_buf() } else { root.join(out) };
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(out.join("tests"))?;
-    std::fs::create_dir_all(out.join("fixtures"))?;
+    // Only an earlier bundle (or an empty folder) is replaced: anything else is the
+    // user's, and --out . would otherwise empty the working tree.
+    let is_empty = std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_none());
+    anyhow::ensure!(
+        !out.exists() || is_empty || out.join("build-info.json").is_file(),
+        "{} exists and is not an earlier GPU bundle (no build-info.json): choose another --out",
+        crate::shown(&out)
+    );
     // Binaries are taken where cargo says it built them (its JSON messages), so a
-    // CARGO_TARGET_DIR or a config file's target dir is followed.
+    // CARGO_TARGET_DIR or a config file's target dir is followed. Both builds run
+    // before the old bundle is removed, so a failed build leaves it in place.
     let xtask = executables(&root, &["build", "--release", "-p", "xtask"], false)?
         .into_iter()
         .find(|exe| exe.file_stem().is_some_and(|s| s == "xtask"))
         .context("cargo build reported no xtask binary")?;
+    let test_binaries = executables(&root, &["test", "--workspace", "--release", "--no-run"], true)?;
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(out.join("tests"))?;
+    std::fs::create_dir_all(out.join("fixtures"))?;
     std::fs::copy(&xtask, out.join("xtask"))?;
     let mut tests = Vec::new();
-    for exe in executables(&root, &["test", "--workspace", "--release", "--no-run"], true)? {
+    for exe in test_binaries {
         let name = exe.file_name().context("test binary name")?;
         std::fs::copy(&exe, out.join("tests").join(name))?;
         tests.push(name.to_string_lossy().into_owned());
@@ -62,7 +72,15 @@ for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
 ./xtask-bench.sh \"$@\"\n";
     std::fs::write(out.join("run.sh"), script)?;
     // The bench reads fixtures relative to the bundle, not the workspace.
-    let bench = "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\nexport KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\nfor f in fixtures/*.safetensors; do ./xtask bench --backend cuda --input \"$f\" \"$@\"; done\n";
+    let bench = "#!/usr/bin/env bash\n\
+# The GPU bench on every fixture; each fixture's JSON goes to results/<fixture>.json.\n\
+set -euo pipefail\n\
+cd \"$(dirname \"$0\")\"\n\
+export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\n\
+mkdir -p results\n\
+for f in fixtures/*.safetensors; do\n\
+  ./xtask bench --backend cuda --input \"$f\" --json \"results/$(basename \"$f\" .safetensors).json\" \"$@\"\n\
+done\n";
     std::fs::write(out.join("xtask-bench.sh"), bench)?;
     for s in ["run.sh", "xtask-bench.sh"] {
         crate::venv::run(Command::new("chmod").arg("+x").arg(out.join(s)))?;
@@ -73,9 +91,10 @@ for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
         tests.len(),
         crate::fixture_files()?.len()
     );
+    let name = out.file_name().unwrap_or_default().to_string_lossy();
+    println!("copy the folder to a GPU machine (x86-64 Linux, glibc 2.34+, CUDA 13 driver R580+), then:");
     println!(
-        "run there:  bash {}/run.sh   (GPU tests, then the GPU bench; KVCODEC_REQUIRE_GPU=1)",
-        out.file_name().unwrap_or_default().to_string_lossy()
+        "  bash {name}/run.sh   # every test with KVCODEC_REQUIRE_GPU=1, then the bench: {name}/results/*.json"
     );
     Ok(())
 }

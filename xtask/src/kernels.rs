@@ -112,10 +112,15 @@ fn check_lock(root: &Path) -> anyhow::Result<()> {
         std::fs::read_to_string(root.join(LOCK_PATH)).with_context(|| format!("{LOCK_PATH}: {FIX}"))?;
     let lock: Lock = serde_json::from_str(&text).with_context(|| format!("{LOCK_PATH} does not parse"))?;
     ensure!(lock.flags == flags(), "nvcc flags changed since the PTX was built: {FIX}");
-    ensure!(
-        lock.sources == source_hashes(root)?,
-        "a kernel source or header changed since the PTX was built: {FIX}"
-    );
+    let sources = source_hashes(root)?;
+    if lock.sources != sources {
+        let changed: Vec<&String> = sources
+            .keys()
+            .chain(lock.sources.keys())
+            .filter(|k| sources.get(*k) != lock.sources.get(*k))
+            .collect();
+        bail!("kernel sources changed since the PTX was built ({changed:?}): {FIX}");
+    }
     let expected: Vec<String> = kernel_units(root)?.iter().map(|(_, o)| rel(root, o)).collect();
     let locked: Vec<String> = lock.outputs.keys().cloned().collect();
     ensure!(expected == locked, "kernel set changed ({expected:?} vs locked {locked:?}): {FIX}");

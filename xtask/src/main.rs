@@ -14,7 +14,6 @@ mod venv;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -63,14 +62,24 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
-        /// Output folder (replaced: an existing one is deleted first).
+        /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
         #[arg(long, default_value = "gpu-bundle")]
         out: PathBuf,
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Errors print as one `error: ...` line with their causes, no backtrace.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Kernels { check } => kernels::run(check),
         Command::Fixtures { tokens } => fixtures::run(tokens),
@@ -85,9 +94,9 @@ fn main() -> anyhow::Result<()> {
 /// "Codec API": calibrate on separate data of the same model) over one KV file.
 fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(codec == "splitzip", "--codec {codec}: the calibrated codecs are: splitzip");
-    let cache = bf16_field::io::read_kv_cache(input).with_context(|| shown(input))?;
+    let cache = read_cache(input)?;
     let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
-    std::fs::write(out, serde_json::to_string_pretty(&calibrated)? + "\n").with_context(|| shown(out))?;
+    calibrated.save(out)?;
     for (kind, codebook) in
         [(bf16_field::KvKind::K, calibrated.k_codebook), (bf16_field::KvKind::V, calibrated.v_codebook)]
     {
@@ -99,7 +108,11 @@ fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
             100.0 * codebook.coverage(&words)
         );
     }
-    println!("-> {}", shown(out));
+    println!(
+        "-> {} (use it with `cargo xtask bench --calibration {}`, or SplitzipCodec::load)",
+        shown(out),
+        shown(out)
+    );
     Ok(())
 }
 
@@ -124,6 +137,18 @@ fn fixture_files() -> anyhow::Result<Vec<PathBuf>> {
     files.sort();
     anyhow::ensure!(!files.is_empty(), "no .safetensors in {} (run `cargo xtask fixtures`)", shown(&dir));
     Ok(files)
+}
+
+/// A KV cache from a safetensors file, with errors that name the file once and say
+/// what a KV file must hold.
+fn read_cache(path: &Path) -> anyhow::Result<bf16_field::KvCache> {
+    bf16_field::io::read_kv_cache(path).map_err(|e| match e {
+        bf16_field::Error::Io { source, .. } => anyhow::anyhow!("{}: {source}", shown(path)),
+        other => anyhow::anyhow!(
+            "{}: {other} (a KV file holds BF16 tensors layer.{{i}}.k and layer.{{i}}.v of shape [T, H, D])",
+            shown(path)
+        ),
+    })
 }
 
 /// A path as a user reads it: relative to the current folder when it lies below it,

@@ -9,7 +9,7 @@ use bf16_field::{KvCache, KvKind, exponent_of};
 
 pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
     for path in crate::inputs(input)? {
-        let cache = bf16_field::io::read_kv_cache(&path)?;
+        let cache = crate::read_cache(&path)?;
         let s = cache.shape();
         println!(
             "{}: {} layers x {{K,V}} x {} KV heads x head_dim {} x {} tokens = {} values",

@@ -42,6 +42,46 @@ impl SplitzipCodec {
     fn codebooks(&self) -> [Codebook; 2] {
         [self.k_codebook, self.v_codebook]
     }
+
+    /// The codec as JSON: `{"k_codebook": {"exponents": [...]}, "v_codebook": ...,
+    /// "chunk_size": 1024}` (what `cargo xtask calibrate --codec splitzip` writes).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a codec always serializes")
+    }
+
+    /// Parses [`SplitzipCodec::to_json`]'s output.
+    ///
+    /// # Errors
+    /// [`CodebookError::Json`] for malformed JSON, a codebook with a duplicate or of
+    /// another length; [`CodebookError::ChunkSize`] for an invalid chunk size.
+    pub fn from_json(json: &str) -> Result<Self, CodebookError> {
+        let codec: SplitzipCodec = serde_json::from_str(json)?;
+        if !crate::format::chunk_size_is_valid(codec.chunk_size) {
+            return Err(CodebookError::ChunkSize { chunk_size: codec.chunk_size });
+        }
+        Ok(codec)
+    }
+
+    /// Writes [`SplitzipCodec::to_json`] to `path`.
+    ///
+    /// # Errors
+    /// [`CodebookError::Io`].
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<(), CodebookError> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_json() + "\n")
+            .map_err(|source| CodebookError::Io { path: path.display().to_string(), source })
+    }
+
+    /// Reads a codec written by [`SplitzipCodec::save`].
+    ///
+    /// # Errors
+    /// [`CodebookError::Io`], then as [`SplitzipCodec::from_json`].
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self, CodebookError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| CodebookError::Io { path: path.display().to_string(), source })?;
+        Self::from_json(&text)
+    }
 }
 
 /// `L T H D`, the values of one kind, after checking the shape.

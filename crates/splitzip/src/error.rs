@@ -44,6 +44,12 @@ pub enum CodebookError {
     /// The JSON form could not be parsed (malformed, wrong entry count, or a duplicate).
     #[error("codebook JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A codec's chunk size is not a power of two in `32..=32768` values.
+    #[error("chunk size {chunk_size} values: must be a power of two in 32..=32768")]
+    ChunkSize {
+        /// The chunk size given.
+        chunk_size: u32,
+    },
     /// Reading or writing a codebook file failed.
     #[error("{path}: {source}")]
     Io {

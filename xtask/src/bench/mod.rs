@@ -30,8 +30,9 @@ pub(crate) struct BenchArgs {
     /// A KV safetensors file; default: every fixture.
     #[arg(long)]
     input: Option<PathBuf>,
-    /// A KV file of the same model to calibrate codebooks on (SplitZip). Default: another
-    /// fixture of the input's model, else the input itself.
+    /// What calibrated codecs (SplitZip) learn from: a KV file of the same model, or the
+    /// JSON `cargo xtask calibrate` wrote. Default: another fixture of the input's model
+    /// (other text), else the input itself.
     #[arg(long)]
     calibration: Option<PathBuf>,
     /// cpu, cuda or auto (default: KVCODEC_BACKEND, else auto).
@@ -46,9 +47,9 @@ pub(crate) struct BenchArgs {
     /// Also write the table as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Timed runs per measurement (median reported).
-    #[arg(long, default_value_t = 20)]
-    runs: usize,
+    /// Timed runs per measurement (median reported), at least 1.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// Only these codecs (repeat the flag or give a comma list): field-split and the
     /// names in the codec list; default: all.
     #[arg(long = "codec", value_delimiter = ',')]
@@ -64,13 +65,39 @@ pub(crate) struct BenchArgs {
     tile: TileAxis,
 }
 
-/// What a codec's entry gets: the input, its calibration, how to measure, and the GPU.
+/// What a codec's entry gets: the input, how to measure, the GPU, and (on first use) the
+/// calibration.
 pub(crate) struct Ctx<'a> {
     name: &'a str,
+    path: &'a Path,
     cache: &'a KvCache,
-    calibration: &'a KvCache,
+    calibration_arg: Option<&'a Path>,
+    /// SplitZip's codebooks and where they came from, made on first use.
+    splitzip: std::cell::OnceCell<(SplitzipCodec, String)>,
     method: Method,
     gpu: Option<(&'a GpuContext, &'a CopyRoofline)>,
+}
+
+impl Ctx<'_> {
+    /// SplitZip calibrated as `--calibration` says (or by [`calibration_for`]'s default),
+    /// and where its codebooks came from.
+    fn splitzip(&self) -> anyhow::Result<&(SplitzipCodec, String)> {
+        if let Some(done) = self.splitzip.get() {
+            return Ok(done);
+        }
+        let made = match self.calibration_arg {
+            Some(json) if json.extension().is_some_and(|e| e == "json") => {
+                let codec = SplitzipCodec::load(json).with_context(|| crate::shown(json))?;
+                (codec, crate::shown(json))
+            }
+            given => {
+                let (cache, source) = calibration_for(self.path, given, self.cache)?;
+                (SplitzipCodec::calibrate(&cache)?, source)
+            }
+        };
+        eprintln!("[bench] {}: splitzip codebooks from {}", self.name, made.1);
+        Ok(self.splitzip.get_or_init(|| made))
+    }
 }
 
 /// A codec's line in the bench: its name and how to make its rows.
@@ -81,7 +108,15 @@ struct Entry {
 
 /// Every codec the bench runs, in table order.
 const CODECS: &[Entry] = &[
-    Entry { name: "splitzip", rows: |ctx| codec_rows(ctx, &SplitzipCodec::calibrate(ctx.calibration)?) },
+    Entry {
+        name: "splitzip",
+        rows: |ctx| {
+            let (codec, source) = ctx.splitzip()?;
+            let mut rows = codec_rows(ctx, codec)?;
+            rows.iter_mut().for_each(|r| r.calibrated_on = Some(source.clone()));
+            Ok(rows)
+        },
+    },
     Entry {
         name: "exans",
         rows: |ctx| {
@@ -109,15 +144,21 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let choice = if required && args.backend.is_none() { BackendChoice::Cuda } else { choice };
     let backend = Backend::probe(choice, args.device)?;
     eprintln!("[bench] backend: {backend}");
-    let method = Method { runs: args.runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes, tile: args.tile };
+    // Fail before measuring, not after, when the JSON cannot be written.
+    if let Some(json) = &args.json {
+        std::fs::write(json, "").with_context(|| format!("--json {}", crate::shown(json)))?;
+    }
+    if let Some(calibration) = &args.calibration {
+        std::fs::metadata(calibration)
+            .with_context(|| format!("--calibration {}", crate::shown(calibration)))?;
+    }
+    let runs = args.runs as usize;
+    let method = Method { runs, warmup: args.warmup, gpu_bytes: args.gpu_bytes, tile: args.tile };
     let paths = crate::inputs(args.input.clone())?;
     let copy = match backend.gpu() {
         Some(gpu) => {
-            let c = gpu.copy_bandwidth(args.gpu_bytes, 2, args.runs)?;
-            eprintln!(
-                "[bench] device-to-device copy: {:.0} GB/s (read+write), median of {}",
-                c.gb_per_s, args.runs
-            );
+            let c = gpu.copy_bandwidth(args.gpu_bytes, 2, runs)?;
+            eprintln!("[bench] device-to-device copy: {:.0} GB/s (read+write), median of {runs}", c.gb_per_s);
             Some(c)
         }
         None => None,
@@ -125,12 +166,13 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for path in &paths {
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        let cache = bf16_field::io::read_kv_cache(path).with_context(|| crate::shown(path))?;
-        let calibration = calibration_for(path, args.calibration.as_deref(), &cache)?;
+        let cache = crate::read_cache(path)?;
         let ctx = Ctx {
             name: &name,
+            path,
             cache: &cache,
-            calibration: &calibration,
+            calibration_arg: args.calibration.as_deref(),
+            splitzip: std::cell::OnceCell::new(),
             method,
             gpu: backend.gpu().zip(copy.as_ref()),
         };
@@ -161,36 +203,36 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The cache a calibrated codec learns from for `input`: `--calibration` if given; else
-/// another fixture of the input's model (the SplitZip paper's protocol: calibrate on
-/// separate data of the same model); else the input itself, said on stderr. Never
-/// another model's cache: a codebook from another model escapes many more values.
-fn calibration_for(input: &Path, given: Option<&Path>, cache: &KvCache) -> anyhow::Result<KvCache> {
+/// The cache a calibrated codec learns from for `input`, and where it came from:
+/// `--calibration` if given; else another fixture of the input's model over other text
+/// (the SplitZip paper's protocol: calibrate on separate data of the same model); else
+/// the input itself, said on stderr. Never another model's cache: a codebook from another
+/// model escapes many more values.
+fn calibration_for(input: &Path, given: Option<&Path>, cache: &KvCache) -> anyhow::Result<(KvCache, String)> {
     if let Some(path) = given {
-        eprintln!("[bench] {}: calibrating on {}", crate::shown(input), crate::shown(path));
-        return bf16_field::io::read_kv_cache(path).with_context(|| crate::shown(path));
+        return Ok((crate::read_cache(path)?, crate::shown(path)));
     }
-    let model = |p: &Path| bf16_field::io::read_kv_metadata(p).ok().and_then(|m| m.get("model").cloned());
-    let own = input.canonicalize().ok();
-    if let Some(input_model) = model(input) {
-        let same_model = crate::fixture_files()
-            .unwrap_or_default()
-            .into_iter()
-            .find(|f| f.canonicalize().ok() != own && model(f).as_ref() == Some(&input_model));
-        if let Some(other) = same_model {
-            eprintln!(
-                "[bench] {}: calibrating on {} (same model)",
-                crate::shown(input),
-                crate::shown(&other)
-            );
-            return bf16_field::io::read_kv_cache(&other).with_context(|| crate::shown(&other));
+    let meta = |p: &Path| bf16_field::io::read_kv_metadata(p).unwrap_or_default();
+    let input_meta = meta(input);
+    let input_bytes = std::fs::read(input).unwrap_or_default();
+    if let Some(model) = input_meta.get("model") {
+        let other_text = |candidate: &Path| {
+            let m = meta(candidate);
+            let same_text = m.get("text_sha256").is_some_and(|h| Some(h) == input_meta.get("text_sha256"));
+            m.get("model") == Some(model)
+                && !same_text
+                && std::fs::read(candidate).ok().as_deref() != Some(input_bytes.as_slice())
+        };
+        if let Some(other) = crate::fixture_files().unwrap_or_default().into_iter().find(|f| other_text(f)) {
+            let cache = crate::read_cache(&other)?;
+            return Ok((cache, format!("{} (same model, other text)", crate::shown(&other))));
         }
     }
     eprintln!(
-        "[bench] {}: no other KV file of its model (pass --calibration): calibrating on the input itself",
+        "[bench] {}: no other KV file of its model over other text (pass --calibration): calibrating on the input itself",
         crate::shown(input)
     );
-    Ok(cache.clone())
+    Ok((cache.clone(), format!("{} itself", crate::shown(input))))
 }
 
 /// A codec's CPU row and, with a GPU, its device-resident GPU row.

@@ -29,6 +29,8 @@ pub(crate) struct Row {
     /// `h2d_bw x ratio` (host-to-device rows: the link carrying compressed bytes).
     pub(crate) decode_roofline: Option<f64>,
     pub(crate) runs: usize,
+    /// Where a calibrated codec's tables came from (SplitZip rows).
+    pub(crate) calibrated_on: Option<String>,
 }
 
 /// What one measurement found; [`Row::cpu`] and [`Row::gpu`] derive the rest.
@@ -68,6 +70,7 @@ impl Row {
             encode_roofline: None,
             decode_roofline: None,
             runs: m.runs,
+            calibrated_on: None,
         }
     }
 
@@ -123,31 +126,45 @@ pub(crate) fn print_table(rows: &[Row], warmup: usize) {
         );
     }
     let runs = rows.first().map_or(0, |r| r.runs);
+    let warmups = if warmup == 1 { "warm-up" } else { "warm-ups" };
     println!();
-    println!("ratio     BF16 bytes / encoded bytes, every header, table and index counted");
-    println!("GB/s      10^9 bytes of uncompressed BF16 per second, encode and decode alike;");
-    println!("          median of {runs} runs after {warmup} warm-ups; every round trip checked bit for bit");
-    println!("cpu/Nt    the CPU reference on N threads (rayon; --threads or RAYON_NUM_THREADS)");
+    println!("ratio        BF16 bytes / encoded bytes, every header, table and index counted");
+    println!("GB/s         10^9 bytes of uncompressed BF16 per second, encode and decode alike;");
+    println!(
+        "             median of {runs} runs after {warmup} {warmups}; every round trip checked bit for bit"
+    );
+    println!(
+        "field-split  no compression: the exponent / sign+mantissa split and merge every codec builds on"
+    );
+    println!("cpu/Nt       the CPU reference on N threads (rayon; --threads or RAYON_NUM_THREADS)");
+    println!(
+        "roof         GB/s over copy_bw / (1 + 1/ratio): the rate of a codec that reads and writes each"
+    );
     if let Some(c) = rows.iter().find_map(|r| r.copy_gb_s) {
         println!(
-            "cuda      the input tiled to >= 1 GiB (xN), two copies alternated so L2 cannot serve them,"
+            "             byte once; copy_bw = {c:.0} GB/s, a device-to-device copy (read + write) of this run"
         );
         println!(
-            "          CUDA events, each run queued behind a 2 ms hold kernel; GPU bytes checked equal to the CPU's"
+            "cuda         the input tiled to >= 1 GiB (xN), two copies alternated so L2 cannot serve them,"
         );
         println!(
-            "roof      GB/s over copy_bw / (1 + 1/ratio): the rate of a codec that reads and writes each byte once;"
-        );
-        println!(
-            "          copy_bw = {c:.0} GB/s, a device-to-device copy (read + write) measured in this run"
+            "             CUDA events, each run queued behind a 2 ms hold kernel; GPU bytes equal to the CPU's"
         );
     } else {
-        println!("roof      '-': rooflines are measured on a GPU only (--backend cuda)");
+        println!("             byte once; measured on a GPU only, so '-' here (--backend cuda)");
     }
     if rows.iter().any(|r| r.h2d_gb_s.is_some()) {
         println!(
-            "h2d-*     uncompressed bytes landed in device memory per second from page-locked host memory\n          \
-             (timed without the hold: the host drives these); roof: h2d_bw x ratio, the link carrying the compressed bytes"
+            "h2d-raw      a page-locked host-to-device copy of the uncompressed cache; h2d-exans: of the container"
+        );
+        println!(
+            "exans-h2d-*  the container decoded into device memory while it arrives from page-locked host memory,"
+        );
+        println!(
+            "             in 2, 8 or 32 MiB chunks, or staged from pageable memory; GB/s of BF16 landed, timed"
+        );
+        println!(
+            "             without the hold (the host drives these); roof: h2d_bw x ratio, the link's bound"
         );
     }
 }
@@ -169,17 +186,18 @@ pub(crate) struct Report {
     pub(crate) rows: Vec<Row>,
 }
 
-/// The host CPU's model name and rayon's thread count.
+/// The host CPU's model name, its hardware threads, and the threads the CPU rows used.
 pub(crate) fn host_cpu() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
+    let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("model name"))
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
-        .unwrap_or_else(|| "unknown".into())
-        + &format!(", {} threads", rayon::current_num_threads())
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} hardware threads, {} used by the CPU rows", rayon::current_num_threads())
 }
 
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed for one line).
