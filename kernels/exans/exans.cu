@@ -116,9 +116,13 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     auto u8_at = [&](int off) { return (h[off / 4] >> (8 * (off % 4))) & 0xffu; };
     const unsigned long long record_len = h[EXANS_HEADER_RECORD_LEN / 4];
     if (record_len < EXANS_HEADER_LEN || record_len > slot_end - slot_start) return false;
-    if (h[EXANS_HEADER_MAGIC / 4] != EXANS_RECORD_MAGIC || u16_at(EXANS_HEADER_VERSION) != EXANS_VERSION) return false;
+    const uint32_t version = u16_at(EXANS_HEADER_VERSION);
+    if (h[EXANS_HEADER_MAGIC / 4] != EXANS_RECORD_MAGIC || (version != EXANS_VERSION && version != EXANS_VERSION_2))
+        return false;
+    // The checksum (flag bit 1, version 3) is verified after the decode, from the output.
     const uint32_t flags = u16_at(EXANS_HEADER_FLAGS);
-    if ((flags & ~EXANS_FLAG_RAW) != 0) return false;
+    const uint32_t known = version == EXANS_VERSION ? EXANS_FLAG_RAW | EXANS_FLAG_CHECKSUM : EXANS_FLAG_RAW;
+    if ((flags & ~known) != 0) return false;
     // The shape must be the one the container implies (it fixes where the output goes).
     const unsigned long long first_token = rec * (unsigned long long)block_tokens;
     if (first_token >= tokens) return false;

@@ -58,6 +58,7 @@
 //      16 bytes per store; the sign+mantissa plane copied from the one step 1 wrote
 //      when H D is a multiple of 8 and words is 16-byte aligned (1 byte per value read
 //      instead of the 2-byte words: this kernel is DRAM-bound), else from the words.
+#include "../common/adler.cuh"
 #include "../common/bf16_field.cuh"
 #include "tiles.cuh"
 
@@ -70,7 +71,7 @@ static_assert(EXANS_HEADER_VERSION % 4 == 0 && EXANS_HEADER_VERSION + 2 == EXANS
                   EXANS_HEADER_HEAD_DIM + 2 == EXANS_HEADER_TOKENS && EXANS_HEADER_PRECISION % 4 == 0 &&
                   EXANS_HEADER_PARTITIONS == EXANS_HEADER_PRECISION + 1 &&
                   EXANS_HEADER_LANES == EXANS_HEADER_PRECISION + 2 &&
-                  EXANS_HEADER_RESERVED0 == EXANS_HEADER_PRECISION + 3 && EXANS_HEADER_RESERVED1 % 4 == 0,
+                  EXANS_HEADER_RESERVED0 == EXANS_HEADER_PRECISION + 3 && EXANS_HEADER_CHECKSUM % 4 == 0,
               "record header packing");
 static_assert(EXANS_CONTAINER_HEADER_VERSION % 4 == 0 &&
                   EXANS_CONTAINER_HEADER_VERSION + 2 == EXANS_CONTAINER_HEADER_FLAGS &&
@@ -732,6 +733,12 @@ __device__ __forceinline__ uint32_t ee_next(EeCursor& c, u64 thd, u64 per_group)
     return w;
 }
 
+// The Adler-32 of block `blk`'s n values from its sums, or 0 without them.
+__device__ __noinline__ uint32_t ee_checksum(const unsigned long long* record_sums, uint32_t blk, unsigned long long n) {
+    if (!record_sums) return 0;
+    return kv_adler_from_sums(2 * n, record_sums[2 * (unsigned long long)blk], record_sums[2 * (unsigned long long)blk + 1]);
+}
+
 // At most 48 registers (5 CTAs per SM), as before the plane copy: left alone, ptxas
 // takes 56 for it, and this kernel lives on bytes in flight.
 extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_records(
@@ -739,7 +746,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
     uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const uint8_t* __restrict__ centers_in,
     const uint16_t* __restrict__ freqs_in, const uint32_t* __restrict__ dir_in, const u64* __restrict__ lens,
     const u64* __restrict__ offsets, const uint16_t* __restrict__ scratch, const uint8_t* __restrict__ sgnman_in,
-    uint8_t* __restrict__ out) {
+    const u64* __restrict__ record_sums, uint8_t* __restrict__ out) {
     __shared__ uint32_t s_entry[256];  // symbol | freq << 8, by rank
     __shared__ uint32_t s_warp[EE_WARPS];
     __shared__ uint32_t s_k;
@@ -762,11 +769,14 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
         const bool raw = len == raw_len;
         uint8_t* rec = out + offsets[blk];
         uint32_t* rec32 = (uint32_t*)rec;  // the record start is 16-byte aligned
+        // The block's checksum (spec 3), from the sums kv_adler_records added before this
+        // kernel; record_sums is null without the checksum option.
+        const uint32_t checksum_flag = record_sums ? EXANS_FLAG_CHECKSUM : 0u;
 
         if (raw) {
             if (tid == 0) {
                 rec32[EXANS_HEADER_MAGIC / 4] = EXANS_RECORD_MAGIC;
-                rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION | (EXANS_FLAG_RAW << 16);  // version, flags
+                rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION | ((EXANS_FLAG_RAW | checksum_flag) << 16);  // version, flags
                 rec32[EXANS_HEADER_LAYERS / 4] = layers | (kv_heads << 16);
                 rec32[EXANS_HEADER_HEAD_DIM / 4] = head_dim | ((uint32_t)bt << 16);
                 rec32[EXANS_HEADER_VALUES / 4] = (uint32_t)n;
@@ -775,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
                 rec32[EXANS_HEADER_MODEL_OFFSET / 4] = rec32[EXANS_HEADER_DIRECTORY_OFFSET / 4] =
                     rec32[EXANS_HEADER_WORDS_OFFSET / 4] = rec32[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] =
                         (uint32_t)EXANS_HEADER_LEN;
-                rec32[EXANS_HEADER_RESERVED1 / 4] = 0;
+                rec32[EXANS_HEADER_CHECKSUM / 4] = ee_checksum(record_sums, blk, n);
             }
             // 8 words per 16-byte chunk; the last chunk's tail is the gap to the next
             // record (48 + 16 ceil(n / 8) = align16(48 + 2n)).
@@ -822,7 +832,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
 
         if (tid == 0) {
             rec32[EXANS_HEADER_MAGIC / 4] = EXANS_RECORD_MAGIC;
-            rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION;  // version, flags 0
+            rec32[EXANS_HEADER_VERSION / 4] = EXANS_VERSION | (checksum_flag << 16);  // version, flags
             rec32[EXANS_HEADER_LAYERS / 4] = layers | (kv_heads << 16);
             rec32[EXANS_HEADER_HEAD_DIM / 4] = head_dim | ((uint32_t)bt << 16);
             rec32[EXANS_HEADER_VALUES / 4] = (uint32_t)n;
@@ -832,7 +842,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
             rec32[EXANS_HEADER_DIRECTORY_OFFSET / 4] = (uint32_t)directory;
             rec32[EXANS_HEADER_WORDS_OFFSET / 4] = (uint32_t)words_off;
             rec32[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] = (uint32_t)sgnman_off;
-            rec32[EXANS_HEADER_RESERVED1 / 4] = 0;
+            rec32[EXANS_HEADER_CHECKSUM / 4] = ee_checksum(record_sums, blk, n);
         }
         // Centers.
         const uint8_t* centers = centers_in + (u64)blk * groups;

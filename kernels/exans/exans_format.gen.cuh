@@ -3,10 +3,12 @@
 // this file differs from what they give.
 #pragma once
 
-#define EXANS_VERSION 2u                                 // record and container format version (spec 3, 8)
+#define EXANS_VERSION 3u                                 // record and container format version (spec 3, 8)
 #define EXANS_RECORD_MAGIC 0x4158564bu                   // "KVXA" read as a little-endian u32
 #define EXANS_CONTAINER_MAGIC 0x4358564bu                // "KVXC" read as a little-endian u32
+#define EXANS_VERSION_2 2u                               // the previous version, still read (spec 3)
 #define EXANS_FLAG_RAW 1u                                // record flag: stored raw (spec 7)
+#define EXANS_FLAG_CHECKSUM 2u                           // record flag: the header holds the block's Adler-32 (spec 3)
 #define EXANS_HEADER_LEN 48ull                           // bytes of a record header (spec 3)
 #define EXANS_CONTAINER_HEADER_LEN 32ull                 // bytes of the container header (spec 8)
 #define EXANS_DIRECTORY_LEN 1056ull                      // bytes of a record's directory (spec 4)
@@ -36,7 +38,7 @@
 #define EXANS_HEADER_DIRECTORY_OFFSET 32
 #define EXANS_HEADER_WORDS_OFFSET 36
 #define EXANS_HEADER_SIGN_MANTISSA_OFFSET 40
-#define EXANS_HEADER_RESERVED1 44
+#define EXANS_HEADER_CHECKSUM 44
 #define EXANS_CONTAINER_HEADER_MAGIC 0                   // container header field offsets (spec 8)
 #define EXANS_CONTAINER_HEADER_VERSION 4
 #define EXANS_CONTAINER_HEADER_FLAGS 6
@@ -62,3 +64,4 @@
 #define EXANS_STATUS_FINAL_STATE 16u                     // a final rANS state other than 2^16
 #define EXANS_STATUS_UNCONSUMED 32u                      // words left over
 #define EXANS_STATUS_LAUNCH 64u                          // a launch with another block shape or less dynamic shared memory than the kernel needs
+#define EXANS_STATUS_CHECKSUM 128u                       // a record's decoded values do not give its checksum (set by the host)

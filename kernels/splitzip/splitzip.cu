@@ -7,7 +7,9 @@
 // to SPLITZIP_TILE_VALUES are supported on the GPU), one CTA of SPLITZIP_THREADS threads per tile;
 // each thread owns groups of 8 values (16 bytes of words, 4 bytes of codes, 8 bytes of
 // sign+mantissa).
+#include "../common/adler.cuh"
 #include "../common/bf16_field.cuh"
+#include "../common/crc32c.cuh"
 #include "splitzip_format.gen.cuh"
 
 #define SZ_GROUPS_PER_THREAD (SPLITZIP_TILE_VALUES / SPLITZIP_GROUP_VALUES / SPLITZIP_THREADS)  // 4
@@ -87,12 +89,14 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
 // streaming kernel never waits on another tile (an earlier single-kernel version with a
 // decoupled look-back serialised the tiles on it: docs/perf/splitzip-gpu.md).
 //
-// Workspace (u64 words): [0] encoded length, [1] total escapes, then one sum per
-// superblock, then one count per tile. Scratch: per tile SPLITZIP_TILE_VALUES u16 positions
-// and SPLITZIP_TILE_VALUES u8 exponents.
+// Workspace (u64 words): [0] encoded length, [1] total escapes, [2, 3] the Adler-32 sums
+// of the input (with the checksum), then one sum per superblock, then one count per
+// tile. Scratch: per tile SPLITZIP_TILE_VALUES u16 positions and SPLITZIP_TILE_VALUES u8
+// exponents.
 #define SZ_WS_LEN 0
 #define SZ_WS_TOTAL 1
-static_assert(SZ_WS_TOTAL + 1 == SPLITZIP_WORKSPACE_HEADER_WORDS, "the superblock sums follow the two header words");
+#define SZ_WS_ADLER 2
+static_assert(SZ_WS_ADLER + 2 == SPLITZIP_WORKSPACE_HEADER_WORDS, "the superblock sums follow the four header words");
 
 // Exponent -> code (0-15), or SPLITZIP_NO_CODE for an exponent outside the codebook:
 // code 0 with bit 7 set, so coding is branch-free. Passed by value as a kernel parameter.
@@ -147,18 +151,37 @@ __device__ __forceinline__ uint32_t sz_lookup4(const uint8_t* table, uint32_t e4
     return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
 }
 
-extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_ENCODE_CTAS_PER_SM)
-splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
-                      const SzCodeTable code_table_param, uint8_t* __restrict__ out,
-                      uint16_t* __restrict__ scratch_positions, uint8_t* __restrict__ scratch_exponents,
-                      unsigned long long* __restrict__ workspace) {
+// The Adler-32 sums of one tile's input words, for a payload that is raw whatever the
+// data (tiny n), where the tile code below does not run. All threads of the CTA call it.
+__device__ __noinline__ void sz_sum_tile(const uint16_t* __restrict__ words, unsigned long long n,
+                                         unsigned long long* __restrict__ sums) {
+    __shared__ unsigned long long scratch[2 * SPLITZIP_THREADS / 32];
+    const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
+    const unsigned long long end = base + SPLITZIP_TILE_VALUES < n ? base + SPLITZIP_TILE_VALUES : n;
+    unsigned long long s = 0, ws = 0;
+    for (unsigned long long v = base + threadIdx.x; v < end; v += SPLITZIP_THREADS) kv_adler_add_word(words[v], 2 * v, s, ws);
+    kv_adler_cta_flush(s, ws, scratch, sums);
+}
+
+// The tile kernel; kSums also adds the tile's Adler-32 sums to the workspace (the
+// encoder's checksum option), in a kernel of its own so that the default one keeps its
+// registers.
+template <bool kSums>
+__device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n,
+                                                unsigned chunk_size, const SzCodeTable& code_table_param,
+                                                uint8_t* __restrict__ out, uint16_t* __restrict__ scratch_positions,
+                                                uint8_t* __restrict__ scratch_exponents,
+                                                unsigned long long* __restrict__ workspace) {
     __shared__ uint8_t code_table[256];
     __shared__ unsigned long long warp_sums[SPLITZIP_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
     // When the sections of fixed place alone exceed the raw size (tiny n), the payload
     // is raw: write nothing (the workspace was zeroed, so E reads as 0 and the finish
     // kernel writes the raw form). Every write below is then inside 128 + 2n bytes.
-    if (lay.escape_positions > SPLITZIP_HEADER_LEN + 2 * n) return;
+    if (lay.escape_positions > SPLITZIP_HEADER_LEN + 2 * n) {
+        if (kSums) sz_sum_tile(words, n, workspace + SZ_WS_ADLER);
+        return;
+    }
     for (int i = threadIdx.x; i < 256; i += SPLITZIP_THREADS) code_table[i] = code_table_param.code[i];
     __syncthreads();
     const unsigned long long tile = blockIdx.x;
@@ -177,6 +200,13 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
             for (int k = 0; k < 8; ++k) t[k] = v0 + k < n ? words[v0 + k] : 0;
             w[u] = make_uint4(t[0] | (t[1] << 16), t[2] | (t[3] << 16), t[4] | (t[5] << 16), t[6] | (t[7] << 16));
         }
+    }
+    unsigned long long adler_s = 0, adler_ws = 0;
+    if (kSums) {
+#pragma unroll
+        for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u)  // values past n were loaded as 0
+            kv_adler_add16(w[u], 2 * (base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES),
+                           adler_s, adler_ws);
     }
     uint32_t esc_mask[SZ_GROUPS_PER_THREAD];
     unsigned long long packed_counts = 0;
@@ -233,6 +263,28 @@ splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, 
         sz_tile_counts(workspace, n)[tile] = pass_base;
         if (pass_base) atomicAdd(workspace + SPLITZIP_WORKSPACE_HEADER_WORDS + tile / SPLITZIP_SUPER_TILES, (unsigned long long)pass_base);
     }
+    if (kSums) {
+        __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
+        kv_adler_cta_flush(adler_s, adler_ws, adler_scratch, workspace + SZ_WS_ADLER);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_ENCODE_CTAS_PER_SM)
+splitzip_encode_tiles(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
+                      const SzCodeTable code_table_param, uint8_t* __restrict__ out,
+                      uint16_t* __restrict__ scratch_positions, uint8_t* __restrict__ scratch_exponents,
+                      unsigned long long* __restrict__ workspace) {
+    sz_encode_tiles<false>(words, n, chunk_size, code_table_param, out, scratch_positions, scratch_exponents,
+                           workspace);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_ENCODE_CTAS_PER_SM)
+splitzip_encode_tiles_checksum(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
+                               const SzCodeTable code_table_param, uint8_t* __restrict__ out,
+                               uint16_t* __restrict__ scratch_positions, uint8_t* __restrict__ scratch_exponents,
+                               unsigned long long* __restrict__ workspace) {
+    sz_encode_tiles<true>(words, n, chunk_size, code_table_param, out, scratch_positions, scratch_exponents,
+                          workspace);
 }
 
 __device__ __forceinline__ unsigned long long sz_warp_sum(unsigned long long v) {
@@ -295,11 +347,13 @@ __device__ void sz_put(uint8_t* p, unsigned long long v, int bytes) {
 }
 
 // Header and padding of a coded payload, or the whole raw payload. Grid-stride; block 0
-// thread 0 writes the header.
+// thread 0 writes the header, with the values' checksum when `checksum` is 1 (from the
+// sums splitzip_encode_tiles_checksum left in the workspace), and last the header's CRC.
 #define SZ_FINISH_THREADS SPLITZIP_THREADS
 extern "C" __global__ void __launch_bounds__(SZ_FINISH_THREADS)
 splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
-                       uint4 codebook, uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace) {
+                       uint4 codebook, uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace,
+                       unsigned checksum) {
     __shared__ unsigned long long scratch[SZ_FINISH_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
     const unsigned long long supers = (sz_tiles(n) + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
@@ -324,7 +378,9 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
     for (int i = 0; i < SPLITZIP_HEADER_LEN; ++i) h[i] = 0;
     sz_put(h + SPLITZIP_HEADER_MAGIC, SPLITZIP_MAGIC, 4);
     sz_put(h + SPLITZIP_HEADER_VERSION, SPLITZIP_VERSION, 2);
-    sz_put(h + SPLITZIP_HEADER_FLAGS, raw ? SPLITZIP_FLAG_RAW : 0, 2);
+    sz_put(h + SPLITZIP_HEADER_FLAGS, (raw ? SPLITZIP_FLAG_RAW : 0) | (checksum ? SPLITZIP_FLAG_CHECKSUM : 0), 2);
+    if (checksum)
+        sz_put(h + SPLITZIP_HEADER_CHECKSUM, kv_adler_from_sums(2 * n, workspace[SZ_WS_ADLER], workspace[SZ_WS_ADLER + 1]), 4);
     sz_put(h + SPLITZIP_HEADER_VALUE_COUNT, n, 8);
     sz_put(h + SPLITZIP_HEADER_CHUNK_SIZE, chunk_size, 4);
     const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
@@ -333,6 +389,7 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
     workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
     if (raw) {
         sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, raw_len, 8);
+        sz_put(h + SPLITZIP_HEADER_CRC, kv_crc32c_skip(h, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC), 4);
         workspace[SZ_WS_LEN] = raw_len;
         return;
     }
@@ -344,6 +401,7 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
     sz_put(h + SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
     sz_put(h + SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
     sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, coded_len, 8);
+    sz_put(h + SPLITZIP_HEADER_CRC, kv_crc32c_skip(h, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC), 4);
     // Zero padding before each section, and the spare nibble of an odd n.
     for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) out[i] = 0;
     for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) out[i] = 0;
@@ -430,10 +488,15 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 // hardware has been seen to dispatch CTAs in index order, so they mostly fill the SMs the
 // last wave of tiles leaves idle; correctness does not depend on any order.
 // ---------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
-splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
-                      unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
-                      uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
+//
+// kSums (splitzip_decode_tiles_checksum) also adds the Adler-32 sums of the words it
+// writes to sums[0, 1], for the host to compare with the header's checksum.
+template <bool kSums>
+__device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
+                                                unsigned chunk_size, unsigned long long escapes,
+                                                unsigned long long exponents_at, uint4 codebook,
+                                                uint16_t* __restrict__ out, unsigned tiles,
+                                                unsigned* __restrict__ status, unsigned long long* __restrict__ sums) {
     if (blockIdx.x >= tiles) {  // CTA-uniform
         const unsigned long long check_thread = (unsigned long long)(blockIdx.x - tiles) * SPLITZIP_THREADS + threadIdx.x;
         const unsigned long long check_threads = (unsigned long long)(gridDim.x - tiles) * SPLITZIP_THREADS;
@@ -447,6 +510,7 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
     const uint8_t* esc_exponents = payload + exponents_at;
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
+    unsigned long long adler_s = 0, adler_ws = 0;
     // Load every group's codes and sign+mantissa first, then rebuild and store.
     uint32_t codes[SZ_GROUPS_PER_THREAD];
     uint2 sf[SZ_GROUPS_PER_THREAD];
@@ -494,11 +558,36 @@ splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
         if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             __stcs(reinterpret_cast<uint4*>(out + v0), make_uint4(lo4.x, lo4.y, hi4.x, hi4.y));
+            if (kSums) kv_adler_add16(make_uint4(lo4.x, lo4.y, hi4.x, hi4.y), 2 * v0, adler_s, adler_ws);
         } else {
             const uint32_t q[4] = {lo4.x, lo4.y, hi4.x, hi4.y};
 #pragma unroll
-            for (int k = 0; k < SPLITZIP_GROUP_VALUES; ++k)
-                if (v0 + k < n) out[v0 + k] = (uint16_t)(q[k / 2] >> (16 * (k % 2)));
+            for (int k = 0; k < SPLITZIP_GROUP_VALUES; ++k) {
+                if (v0 + k < n) {
+                    const uint32_t word = (q[k / 2] >> (16 * (k % 2))) & 0xffffu;
+                    out[v0 + k] = (uint16_t)word;
+                    if (kSums) kv_adler_add_word(word, 2 * (v0 + k), adler_s, adler_ws);
+                }
+            }
         }
     }
+    if (kSums) {
+        __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
+        kv_adler_cta_flush(adler_s, adler_ws, adler_scratch, sums);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
+splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                      unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                      uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
+    sz_decode_tiles<false>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
+splitzip_decode_tiles_checksum(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                               unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                               uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status,
+                               unsigned long long* __restrict__ sums) {
+    sz_decode_tiles<true>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, sums);
 }

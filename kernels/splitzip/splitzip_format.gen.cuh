@@ -4,8 +4,9 @@
 #pragma once
 
 #define SPLITZIP_MAGIC 0x5a53564bu                       // "KVSZ" read as a little-endian u32
-#define SPLITZIP_VERSION 1                               // payload format version (spec 2)
+#define SPLITZIP_VERSION 2                               // payload format version (spec 2)
 #define SPLITZIP_FLAG_RAW 1                              // header flag: stored raw (spec 2, 4)
+#define SPLITZIP_FLAG_CHECKSUM 2                         // header flag: the header holds the values' Adler-32 (spec 2)
 #define SPLITZIP_HEADER_LEN 128                          // bytes of the header (spec 2)
 #define SPLITZIP_SECTION_ALIGN 16ull                     // every section starts at a multiple of this (spec 3)
 #define SPLITZIP_CODEBOOK_LEN 16                         // codebook entries, one per 4-bit code
@@ -24,12 +25,14 @@
 #define SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET 72
 #define SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET 80
 #define SPLITZIP_HEADER_ENCODED_LEN 88
+#define SPLITZIP_HEADER_CRC 96
+#define SPLITZIP_HEADER_CHECKSUM 100
 #define SPLITZIP_TILE_VALUES 8192                        // values per GPU tile; the largest GPU chunk size
 #define SPLITZIP_THREADS 256                             // threads per CTA of the tile and finish kernels
 #define SPLITZIP_GROUP_VALUES 8                          // values a thread owns at once
 #define SPLITZIP_SUPER_TILES 256                         // tiles per superblock of the encoder's workspace
 #define SPLITZIP_PLACE_THREADS 256                       // threads per CTA of the placement kernel
-#define SPLITZIP_WORKSPACE_HEADER_WORDS 2                // workspace words before the superblock sums
+#define SPLITZIP_WORKSPACE_HEADER_WORDS 4                // workspace words before the superblock sums
 
 // Device status values: the first problem's code (atomicCAS from 0).
 #define SPLITZIP_STATUS_BAD_OFFSETS 1u                   // escape offsets out of order or out of range
@@ -37,3 +40,4 @@
 #define SPLITZIP_STATUS_BAD_ESCAPED_EXPONENT 3u          // an escaped exponent is in the codebook
 #define SPLITZIP_STATUS_BAD_ESCAPE_CODE 4u               // an escaped value's code is not 0
 #define SPLITZIP_STATUS_BAD_PADDING 5u                   // a padding byte is not zero
+#define SPLITZIP_STATUS_CHECKSUM 6u                      // the decoded values' Adler-32 differs from the header's checksum (set by the host)

@@ -55,7 +55,19 @@ pub(crate) fn headers() -> Vec<Header> {
                     "u",
                     "\"KVXC\" read as a little-endian u32",
                 ),
+                d(
+                    "EXANS_VERSION_2",
+                    ef::VERSION_2 as usize,
+                    "u",
+                    "the previous version, still read (spec 3)",
+                ),
                 d("EXANS_FLAG_RAW", ef::FLAG_RAW as usize, "u", "record flag: stored raw (spec 7)"),
+                d(
+                    "EXANS_FLAG_CHECKSUM",
+                    ef::FLAG_CHECKSUM as usize,
+                    "u",
+                    "record flag: the header holds the block's Adler-32 (spec 3)",
+                ),
                 d("EXANS_HEADER_LEN", ef::HEADER_LEN, "ull", "bytes of a record header (spec 3)"),
                 d(
                     "EXANS_CONTAINER_HEADER_LEN",
@@ -115,7 +127,7 @@ pub(crate) fn headers() -> Vec<Header> {
                 d("EXANS_HEADER_DIRECTORY_OFFSET", ef::header::DIRECTORY_OFFSET, "", ""),
                 d("EXANS_HEADER_WORDS_OFFSET", ef::header::WORDS_OFFSET, "", ""),
                 d("EXANS_HEADER_SIGN_MANTISSA_OFFSET", ef::header::SIGN_MANTISSA_OFFSET, "", ""),
-                d("EXANS_HEADER_RESERVED1", ef::header::RESERVED1, "", ""),
+                d("EXANS_HEADER_CHECKSUM", ef::header::CHECKSUM, "", ""),
                 d(
                     "EXANS_CONTAINER_HEADER_MAGIC",
                     ef::container_header::MAGIC,
@@ -177,6 +189,12 @@ pub(crate) fn headers() -> Vec<Header> {
                 d("SPLITZIP_MAGIC", magic(sf::MAGIC), "u", "\"KVSZ\" read as a little-endian u32"),
                 d("SPLITZIP_VERSION", sf::VERSION as usize, "", "payload format version (spec 2)"),
                 d("SPLITZIP_FLAG_RAW", sf::FLAG_RAW as usize, "", "header flag: stored raw (spec 2, 4)"),
+                d(
+                    "SPLITZIP_FLAG_CHECKSUM",
+                    sf::FLAG_CHECKSUM as usize,
+                    "",
+                    "header flag: the header holds the values' Adler-32 (spec 2)",
+                ),
                 d("SPLITZIP_HEADER_LEN", sf::HEADER_LEN, "", "bytes of the header (spec 2)"),
                 d(
                     "SPLITZIP_SECTION_ALIGN",
@@ -205,6 +223,8 @@ pub(crate) fn headers() -> Vec<Header> {
                 d("SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET", sf::field::ESCAPE_POSITIONS_OFFSET, "", ""),
                 d("SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET", sf::field::ESCAPE_EXPONENTS_OFFSET, "", ""),
                 d("SPLITZIP_HEADER_ENCODED_LEN", sf::field::ENCODED_LEN, "", ""),
+                d("SPLITZIP_HEADER_CRC", sf::field::HEADER_CRC, "", ""),
+                d("SPLITZIP_HEADER_CHECKSUM", sf::field::CHECKSUM, "", ""),
                 d(
                     "SPLITZIP_TILE_VALUES",
                     splitzip::gpu::TILE_VALUES,

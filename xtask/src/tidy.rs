@@ -54,7 +54,7 @@ mod tests {
                 let end = (i..bytes.len()).find(|&j| !bytes[j].is_ascii_hexdigit()).unwrap_or(bytes.len());
                 let word = &lower[i..end];
                 let bounded = end == bytes.len() || !bytes[end].is_ascii_alphanumeric() && bytes[end] != b'_';
-                let prefixed = i >= 2 && &lower[i - 2..i] == "0x";
+                let prefixed = i >= 2 && &bytes[i - 2..i] == b"0x";
                 if bounded
                     && !prefixed
                     && (7..=40).contains(&word.len())

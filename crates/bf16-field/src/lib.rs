@@ -25,6 +25,7 @@
 mod codec;
 mod error;
 mod field;
+pub mod integrity;
 pub mod io;
 pub mod layout;
 pub mod stats;

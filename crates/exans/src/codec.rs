@@ -3,25 +3,28 @@
 
 use bf16_field::{CacheCodec, KvShape, WordOrder};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
-use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext};
+use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 
 use crate::gpu::{
-    DECODE_STATUS, DeviceIndex, EncodeWorkspace, GpuError, decode_device, encode_device, max_container_len,
+    DecodeChecks, DeviceIndex, EncodeWorkspace, GpuError, decode_device, encode_device, max_container_len,
 };
-use crate::{Error, decode_cache, decode_cache_into, encode_words_with};
+use crate::{Error, decode_cache_into, encode_words_with};
 
 /// ExANS over a whole cache: one container of self-contained block records (spec §8)
-/// with the default options. The GPU path needs nothing but the block size.
+/// at precision 12 with the raw fallback. The GPU path needs nothing but the block size
+/// and whether to checksum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExansCodec {
     /// Tokens per physical KV block (B; the last block may be partial).
     pub block_tokens: usize,
+    /// Store each record's Adler-32 (spec §3), which every decoder verifies.
+    pub checksum: bool,
 }
 
 impl Default for ExansCodec {
-    /// Blocks of [`crate::format::DEFAULT_BLOCK_TOKENS`] tokens.
+    /// Blocks of [`crate::format::DEFAULT_BLOCK_TOKENS`] tokens, no checksum.
     fn default() -> Self {
-        ExansCodec { block_tokens: crate::format::DEFAULT_BLOCK_TOKENS }
+        ExansCodec { block_tokens: crate::format::DEFAULT_BLOCK_TOKENS, checksum: false }
     }
 }
 
@@ -49,7 +52,8 @@ impl CacheCodec for ExansCodec {
     }
 
     fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
-        encode_words_with(words, shape, self.block_tokens, &crate::EncodeOptions::default())
+        let options = crate::EncodeOptions { checksum: self.checksum, ..Default::default() };
+        encode_words_with(words, shape, self.block_tokens, &options)
     }
 
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
@@ -68,12 +72,12 @@ pub struct ExansEncoder {
 
 /// [`ExansCodec`]'s device decoder state: the validated index, the container on the
 /// device, the host bytes the CPU decoder reruns on when the kernel flags them, and the
-/// status word.
+/// checks a decode leaves.
 pub struct ExansDecoder {
     index: DeviceIndex,
     container: CudaSlice<u8>,
     encoded: Vec<u8>,
-    status: DeviceStatus,
+    checks: DecodeChecks,
 }
 
 impl GpuCacheCodec for ExansCodec {
@@ -95,7 +99,7 @@ impl GpuCacheCodec for ExansCodec {
         words: &CudaView<'_, u16>,
     ) -> Result<(), GpuError> {
         let ExansEncoder { workspace, out, shape } = encoder;
-        encode_device(gpu, words, *shape, self.block_tokens, &mut out.as_view_mut(), workspace)
+        encode_device(gpu, words, *shape, self.block_tokens, self.checksum, &mut out.as_view_mut(), workspace)
     }
 
     fn encoded_bytes(&self, gpu: &GpuContext, encoder: &ExansEncoder) -> Result<Vec<u8>, GpuError> {
@@ -114,8 +118,8 @@ impl GpuCacheCodec for ExansCodec {
         check_shape(shape, crate::container_info(encoded)?.shape)?;
         let index = DeviceIndex::new(gpu, encoded)?;
         let container = gpu.upload(encoded)?;
-        let status = DeviceStatus::new(gpu)?;
-        Ok(ExansDecoder { index, container, encoded: encoded.to_vec(), status })
+        let checks = DecodeChecks::new(gpu)?;
+        Ok(ExansDecoder { index, container, encoded: encoded.to_vec(), checks })
     }
 
     fn decode_device(
@@ -124,11 +128,11 @@ impl GpuCacheCodec for ExansCodec {
         decoder: &mut ExansDecoder,
         out: &mut CudaViewMut<'_, u16>,
     ) -> Result<(), GpuError> {
-        let ExansDecoder { index, container, status, .. } = decoder;
-        decode_device(gpu, &container.slice(..index.container_len()), index, out, status)
+        let ExansDecoder { index, container, checks, .. } = decoder;
+        decode_device(gpu, &container.slice(..index.container_len()), index, out, checks)
     }
 
     fn finish_decode(&self, gpu: &GpuContext, decoder: &ExansDecoder) -> Result<(), GpuError> {
-        decoder.status.check(gpu, &DECODE_STATUS, || decode_cache(&decoder.encoded))
+        decoder.checks.verify(gpu, &decoder.encoded)
     }
 }

@@ -4,7 +4,8 @@ use bf16_field::{KvCache, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::format::{
-    CONTAINER_HEADER_LEN, CONTAINER_MAGIC, VERSION, align_up, container_header as ch, header,
+    CONTAINER_HEADER_LEN, CONTAINER_MAGIC, HEADER_LEN, VERSION, VERSION_2, align_up, container_header as ch,
+    header,
 };
 use crate::record::{BlockShape, EncodeOptions, decode_block_into, encode_block_with, record_shape};
 use crate::{Error, Result};
@@ -103,10 +104,10 @@ pub fn container_info(bytes: &[u8]) -> Result<ContainerInfo> {
     }
     let magic: [u8; 4] = bytes[..4].try_into().expect("4 bytes");
     if magic != CONTAINER_MAGIC {
-        return Err(Error::BadMagic { found: magic });
+        return Err(Error::BadMagic { found: magic, expected: "KVXC" });
     }
     let version = u16_at(bytes, ch::VERSION);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_2 {
         return Err(Error::UnsupportedVersion { version });
     }
     let flags = u16_at(bytes, ch::FLAGS);
@@ -158,6 +159,12 @@ pub fn container_info(bytes: &[u8]) -> Result<ContainerInfo> {
     let mut at = first;
     offsets.push(at);
     for i in 0..blocks {
+        // The record's own header checks first: its length field means nothing in a
+        // damaged header (a zeroed one would read as an index error).
+        if let Some(record_header) = bytes.get(at..at + HEADER_LEN) {
+            crate::record::check_header_fields(record_header)
+                .map_err(|e| Error::InBlock { block: i, source: Box::new(e) })?;
+        }
         let len_field = at + header::RECORD_LEN;
         if bytes.len() < len_field + 4 {
             return Err(Error::Truncated { needed: len_field + 4, got: bytes.len() });

@@ -88,12 +88,15 @@ pub enum Error {
         got: usize,
     },
     /// The first four bytes are not `KVXA` (record) or `KVXC` (container).
-    #[error("bad magic {found:02x?}")]
+    #[error("bad magic {found:02x?}, expected \"{expected}\"")]
     BadMagic {
         /// The four bytes found.
         found: [u8; 4],
+        /// The magic expected there: `"KVXA"` for a record, `"KVXC"` for a container.
+        expected: &'static str,
     },
-    /// The version field is not [`crate::format::VERSION`].
+    /// The version field is neither [`crate::format::VERSION`] nor
+    /// [`crate::format::VERSION_2`].
     #[error("unsupported version {version}")]
     UnsupportedVersion {
         /// The version found.
@@ -240,6 +243,17 @@ pub enum Error {
         consumed: usize,
         /// Words stored.
         count: usize,
+    },
+    /// The decoded values' Adler-32 differs from the record's checksum (flag bit 1,
+    /// version 3): the record was corrupted where its structure cannot tell (the
+    /// sign+mantissa bytes, the centers) or in the checksum itself. The block's values
+    /// have been written (they are what the record holds).
+    #[error("checksum {stored:#010x}, the decoded values give {computed:#010x}")]
+    ChecksumMismatch {
+        /// The record's checksum.
+        stored: u32,
+        /// The Adler-32 of the decoded values.
+        computed: u32,
     },
 
     // ----- container (spec §8) ---------------------------------------------------------

@@ -12,12 +12,20 @@
 pub const RECORD_MAGIC: [u8; 4] = *b"KVXA";
 /// Magic of a whole-cache container, the ASCII bytes `KVXC` (spec §8).
 pub const CONTAINER_MAGIC: [u8; 4] = *b"KVXC";
-/// Version of records and containers; a decoder rejects any other (spec §3, §8).
-pub const VERSION: u16 = 2;
+/// Version of records and containers this crate writes (spec §3, §8): 3 adds the
+/// optional checksum of a record's values.
+pub const VERSION: u16 = 3;
+/// The previous version, still read: no checksum flag, bytes 44..48 reserved (spec §3).
+pub const VERSION_2: u16 = 2;
 /// Record flag bit 0: the block is stored raw, BF16 words little-endian (spec §7).
 pub const FLAG_RAW: u16 = 1;
-/// Every record flag bit this version defines; any other set bit is rejected (spec §3).
-pub const KNOWN_FLAGS: u16 = FLAG_RAW;
+/// Record flag bit 1 (version 3): the header holds the Adler-32 of the block's values at
+/// [`header::CHECKSUM`] (spec §3).
+pub const FLAG_CHECKSUM: u16 = 2;
+/// Every record flag bit version 3 defines; any other set bit is rejected (spec §3).
+pub const KNOWN_FLAGS: u16 = FLAG_RAW | FLAG_CHECKSUM;
+/// Every record flag bit version 2 defines.
+pub const KNOWN_FLAGS_V2: u16 = FLAG_RAW;
 
 // ---------------------------------------------------------------------------------------
 // Layout (spec §3, §4).
@@ -72,8 +80,9 @@ pub mod header {
     pub const WORDS_OFFSET: usize = 36;
     /// `u32` offset of the raw sign+mantissa bytes; of the raw BF16 words in a raw record.
     pub const SIGN_MANTISSA_OFFSET: usize = 40;
-    /// `u32` reserved, zero.
-    pub const RESERVED1: usize = 44;
+    /// `u32` (version 3) Adler-32 of the block's N values, little-endian bytes in block
+    /// order, when [`super::FLAG_CHECKSUM`] is set; else zero (reserved in version 2).
+    pub const CHECKSUM: usize = 44;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -228,7 +237,7 @@ mod tests {
             (header::DIRECTORY_OFFSET, 4),
             (header::WORDS_OFFSET, 4),
             (header::SIGN_MANTISSA_OFFSET, 4),
-            (header::RESERVED1, 4),
+            (header::CHECKSUM, 4),
         ];
         let mut at = 0;
         for (offset, width) in fields {

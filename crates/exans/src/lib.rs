@@ -97,8 +97,9 @@ pub use container::{
 pub use error::{Error, Result};
 pub use model::{Model, log2_q32};
 pub use record::{
-    BlockShape, EncodeOptions, RawPolicy, RecordInfo, center_exponent, center_symbol, decode_block,
-    decode_block_into, encode_block, encode_block_with, group_center, inspect_record, record_shape,
+    BlockShape, EncodeOptions, RawPolicy, RecordInfo, block_checksum, center_exponent, center_symbol,
+    decode_block, decode_block_into, encode_block, encode_block_with, group_center, inspect_record,
+    record_shape,
 };
 
 /// The README's library example, compiled as a doctest so it cannot rot.

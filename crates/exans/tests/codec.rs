@@ -7,7 +7,7 @@ use kvcodec_testkit::{assert_rejects, kv_like, round_trip};
 #[test]
 fn a_cache_is_one_container() {
     let cache = kv_like(3, 2, 16, 21, 4);
-    let codec = ExansCodec { block_tokens: 8 };
+    let codec = ExansCodec { block_tokens: 8, checksum: false };
     let bytes = round_trip(&codec, None, "L=3 H=2 D=16 T=21 B=8", &cache);
     assert_eq!(bytes, exans::encode_cache(&cache, 8).unwrap());
     assert_eq!(
@@ -40,13 +40,16 @@ fn the_decoder_rejects_other_shapes() {
 
 #[test]
 fn the_shape_is_checked_before_the_records() {
-    // The caller's shape is wrong and record 0 is damaged: the shape error comes first,
-    // on the CPU and (by the same order of checks) on the GPU.
+    // The caller's shape is wrong and record 0 is damaged (its value count field): the
+    // shape error comes first, on the CPU and (by the same order of checks)
+    // on the GPU. (A damaged record header is a container error, found with the index.)
     let cache = kv_like(2, 1, 8, 5, 6);
     let codec = ExansCodec::default();
     let mut bytes = codec.encode(&cache).unwrap();
     let info = exans::container_info(&bytes).unwrap();
-    bytes[info.offsets[0]] ^= 0xff;
+    bytes[info.offsets[0] + 16] ^= 1;
+    let right = cache.shape();
+    assert_rejects!(codec.decode(&bytes, right), Error::InBlock { block: 0, .. });
     let other = KvShape::new(2, 1, 8, 6).unwrap();
     assert_rejects!(codec.decode(&bytes, other), Error::CacheShapeMismatch { .. });
 }

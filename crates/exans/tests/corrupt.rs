@@ -3,11 +3,11 @@
 //! whose byte map is:
 //!
 //! ```text
-//! 0x000 magic "KVXA"      0x004 version 2      0x006 flags 0
+//! 0x000 magic "KVXA"      0x004 version 3      0x006 flags 0
 //! 0x008 L=1  0x00a H=1  0x00c D=33  0x00e B'=8  0x010 N=528  0x014 record_len=1680
 //! 0x018 precision 12  0x019 partitions 8  0x01a lanes 32  0x01b reserved
 //! 0x01c model_offset 0x32  0x020 directory 0x50  0x024 words 0x470  0x028 sm 0x480
-//! 0x02c reserved u32
+//! 0x02c checksum u32 (0: flag bit 1 clear)
 //! 0x030 centers [127, 126]
 //! 0x032 K=7, entries (sym, freq u16) at 0x034 (67,8) 0x037 (107,8) 0x03a (117,8)
 //!       0x03d (124,8) 0x040 (127,4048) 0x043 (135,8) 0x046 (157,8); padding 0x049..0x050
@@ -34,6 +34,47 @@ macro_rules! rejects {
     };
 }
 
+/// The Adler-32 of the example block (RFC 1950, byte by byte).
+fn example_adler() -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for byte in common::example_block().1.concat().iter().flat_map(|w| w.to_le_bytes()) {
+        a = (a + byte as u32) % 65521;
+        b = (b + a) % 65521;
+    }
+    b << 16 | a
+}
+
+#[test]
+fn version_2_is_still_read() {
+    let mut r = common::example_record();
+    r[4] = 2;
+    assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
+}
+
+#[test]
+fn a_checksum_catches_what_the_structure_cannot() {
+    let words = common::example_block().1.concat();
+    let mut checked = common::example_record();
+    checked[6] = 2;
+    put(&mut checked, 0x2c, &example_adler().to_le_bytes());
+    assert_eq!(decode_block(&checked).unwrap().1, words);
+    // A sign+mantissa bit (0x480 + 100) and a center (0x031) each decode to other values
+    // without the checksum, and fail with it.
+    for at in [0x480 + 100, 0x031] {
+        let mut plain = common::example_record();
+        plain[at] ^= 1;
+        assert_ne!(decode_block(&plain).unwrap().1, words, "byte {at:#x}");
+        let mut guarded = checked.clone();
+        guarded[at] ^= 1;
+        assert!(matches!(decode_block(&guarded), Err(Error::ChecksumMismatch { .. })), "byte {at:#x}");
+    }
+    // The encoder writes the same bytes.
+    let (shape, groups) = common::example_block();
+    let refs: Vec<&[u16]> = groups.iter().map(|g| g.as_slice()).collect();
+    let options = EncodeOptions { raw: RawPolicy::Never, checksum: true, ..Default::default() };
+    assert_eq!(exans::encode_block_with(&refs, shape, &options).unwrap(), checked);
+}
+
 #[test]
 fn the_byte_map_above_is_the_example_record() {
     let r = common::example_record();
@@ -49,10 +90,29 @@ fn the_byte_map_above_is_the_example_record() {
 // ----- header -----------------------------------------------------------------------
 rejects!(truncated_header, |r| r.truncate(47), Error::Truncated { needed: 48, got: 47 });
 rejects!(truncated_body, |r| r.truncate(0x68f), Error::Truncated { needed: 0x690, got: 0x68f });
-rejects!(bad_magic, |r| r[0] = b'X', Error::BadMagic { found: *b"XVXA" });
+rejects!(bad_magic, |r| r[0] = b'X', Error::BadMagic { found: *b"XVXA", expected: "KVXA" });
 rejects!(version_1, |r| r[4] = 1, Error::UnsupportedVersion { version: 1 });
-rejects!(version_3, |r| r[4] = 3, Error::UnsupportedVersion { version: 3 });
-rejects!(unknown_flag_bit_1, |r| r[6] = 2, Error::UnsupportedFlags { flags: 2 });
+rejects!(version_4, |r| r[4] = 4, Error::UnsupportedVersion { version: 4 });
+rejects!(unknown_flag_bit_2, |r| r[6] = 4, Error::UnsupportedFlags { flags: 4 });
+// Version 2 did not define the checksum flag.
+rejects!(
+    checksum_flag_in_version_2,
+    |r| {
+        r[4] = 2;
+        r[6] = 2;
+    },
+    Error::UnsupportedFlags { flags: 2 }
+);
+// The checksum flag with a checksum the values do not give (the example's Adler-32 is
+// computed by its definition, independently of the crate).
+rejects!(
+    checksum_mismatch,
+    |r| {
+        r[6] = 2;
+        put(r, 0x2c, &0x1234_5678u32.to_le_bytes());
+    },
+    Error::ChecksumMismatch { stored: 0x1234_5678, computed: example_adler() }
+);
 rejects!(reserved_byte, |r| r[0x1b] = 1, Error::ReservedNonZero { offset: 0x1b, value: 1 });
 rejects!(reserved_word, |r| r[0x2c] = 5, Error::ReservedNonZero { offset: 0x2c, value: 5 });
 rejects!(
@@ -262,13 +322,13 @@ fn encoder_input_errors() {
         enc(&refs, big),
         Error::ShapeOverflow { layers: 65_535, kv_heads: 65_535, head_dim: 1, tokens: 1 }
     );
-    let options = EncodeOptions { precision: 13, raw: RawPolicy::Auto };
+    let options = EncodeOptions { precision: 13, raw: RawPolicy::Auto, checksum: false };
     assert_eq!(
         exans::encode_block_with(&refs, shape, &options).unwrap_err(),
         Error::UnsupportedPrecisionForEncode { precision: 13, distinct: 0 }
     );
     // 7 distinct symbols do not fit 2^2 slots: an error when raw is not allowed.
-    let options = EncodeOptions { precision: 2, raw: RawPolicy::Never };
+    let options = EncodeOptions { precision: 2, raw: RawPolicy::Never, checksum: false };
     assert_eq!(
         exans::encode_block_with(&refs, shape, &options).unwrap_err(),
         Error::UnsupportedPrecisionForEncode { precision: 2, distinct: 7 }
@@ -320,7 +380,20 @@ container_rejects!(
     |c| c.truncate(0xd00),
     Error::Truncated { needed: 0xd60, got: 0xd00 }
 );
-container_rejects!(container_bad_magic, |c| c[3] = b'A', Error::BadMagic { found: *b"KVXA" });
+// A zeroed record header is the record's error, not an index mismatch.
+container_rejects!(
+    zeroed_record_header,
+    |c| {
+        let at = exans::container_info(c).unwrap().offsets[1];
+        c[at..at + 48].fill(0);
+    },
+    Error::InBlock { block: 1, source: Box::new(Error::BadMagic { found: [0; 4], expected: "KVXA" }) }
+);
+container_rejects!(
+    container_bad_magic,
+    |c| c[3] = b'A',
+    Error::BadMagic { found: *b"KVXA", expected: "KVXC" }
+);
 container_rejects!(container_version, |c| c[4] = 9, Error::UnsupportedVersion { version: 9 });
 container_rejects!(container_flags, |c| c[6] = 1, Error::UnsupportedFlags { flags: 1 });
 container_rejects!(container_reserved, |c| c[28] = 1, Error::ReservedNonZero { offset: 28, value: 1 });

@@ -7,16 +7,16 @@ mod common;
 
 use bf16_field::KvCache;
 use common::{one_raw_block_cache, raw_flags};
-use exans::gpu::{DeviceIndex, GpuError, decode_device, decode_to_cache};
+use exans::gpu::{DecodeChecks, DeviceIndex, GpuError, decode_device, decode_to_cache};
 use exans::{
     EncodeOptions, RawPolicy, container_info, decode_cache, encode_cache, encode_cache_with, inspect_record,
 };
-use kvcodec_gpu::{DeviceStatus, GpuContext};
+use kvcodec_gpu::GpuContext;
 use kvcodec_testkit::gpu_or_skip;
 use kvcodec_testkit::{Rng, cache_from, fixtures, kv_like};
 
 fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
-    EncodeOptions { precision, raw }
+    EncodeOptions { precision, raw, checksum: false }
 }
 
 /// Every value 1.0 or -1.0 (one exponent): every block's model has one symbol (K = 1).
@@ -171,18 +171,18 @@ fn gpu_decode_device_reuses_its_index() {
     assert_eq!(index.values(), cache.shape().total_values());
     let d_container = gpu.upload(&container).unwrap();
     let mut out = gpu.zeros::<u16>(index.values()).unwrap();
-    let mut status = DeviceStatus::new(&gpu).unwrap();
+    let mut checks = DecodeChecks::new(&gpu).unwrap();
     for _ in 0..3 {
-        decode_device(&gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut status).unwrap();
-        assert_eq!(status.read(&gpu).unwrap(), 0);
+        decode_device(&gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut checks).unwrap();
+        assert_eq!(checks.status(&gpu).unwrap(), 0);
         assert_eq!(gpu.download(&out, index.values()).unwrap(), cache.concat_words());
     }
     // A container of another length, or an output that is too small, is refused.
     let short = d_container.slice(..container.len() - 16);
-    let err = decode_device(&gpu, &short, &index, &mut out.as_view_mut(), &mut status).unwrap_err();
+    let err = decode_device(&gpu, &short, &index, &mut out.as_view_mut(), &mut checks).unwrap_err();
     assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "container", .. })), "{err}");
     let mut small = out.slice_mut(..index.values() - 1);
-    let err = decode_device(&gpu, &d_container.as_view(), &index, &mut small, &mut status).unwrap_err();
+    let err = decode_device(&gpu, &d_container.as_view(), &index, &mut small, &mut checks).unwrap_err();
     assert!(matches!(err, GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "out", .. })), "{err}");
 }
 
@@ -337,9 +337,9 @@ fn gpu_decode_writes_to_an_unaligned_output() {
     let index = DeviceIndex::new(&gpu, &container).unwrap();
     let values = index.values();
     let mut out = gpu.zeros::<u16>(values + 1).unwrap();
-    let mut status = DeviceStatus::new(&gpu).unwrap();
-    decode_device(&gpu, &on_device.as_view(), &index, &mut out.slice_mut(1..), &mut status).unwrap();
-    assert_eq!(status.read(&gpu).unwrap(), 0, "status");
+    let mut checks = DecodeChecks::new(&gpu).unwrap();
+    decode_device(&gpu, &on_device.as_view(), &index, &mut out.slice_mut(1..), &mut checks).unwrap();
+    assert_eq!(checks.status(&gpu).unwrap(), 0, "status");
     let got = gpu.download(&out, values + 1).unwrap();
     assert_eq!(got[0], 0, "the value before the output is untouched");
     assert!(got[1..] == cache.concat_words()[..], "unaligned output differs from the cache");
@@ -349,16 +349,26 @@ fn gpu_decode_writes_to_an_unaligned_output() {
 #[test]
 fn whole_caches_round_trip_on_every_path() {
     let gpu = gpu_or_skip("whole_caches_round_trip_on_every_path");
-    for (name, cache) in fixtures() {
-        kvcodec_testkit::round_trip(&exans::ExansCodec::default(), gpu.as_ref(), &name, &cache);
+    for checksum in [false, true] {
+        for (name, cache) in fixtures() {
+            let codec = exans::ExansCodec { checksum, ..Default::default() };
+            kvcodec_testkit::round_trip(
+                &codec,
+                gpu.as_ref(),
+                &format!("{name}, checksum {checksum}"),
+                &cache,
+            );
+        }
+        let codec = exans::ExansCodec { block_tokens: 7, checksum };
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "one raw block", &one_raw_block_cache());
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "L=H=D=T=1", &kv_like(1, 1, 1, 1, 3));
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "H D = 15", &kv_like(2, 3, 5, 30, 4));
     }
-    let codec = exans::ExansCodec { block_tokens: 7 };
-    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "one raw block", &one_raw_block_cache());
-    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "L=H=D=T=1", &kv_like(1, 1, 1, 1, 3));
 }
 
 /// A wrong shape and a damaged record: the GPU path reports the CPU decoder's error
-/// (the shape, checked first by both).
+/// (the shape, checked first by both). With checksums, a flipped sign+mantissa bit or
+/// center of a later record: the CPU's `ChecksumMismatch` of that block.
 #[test]
 fn whole_cache_rejections_match_the_cpu() {
     let Some(gpu) = gpu_or_skip("whole_cache_rejections_match_the_cpu") else { return };
@@ -366,8 +376,21 @@ fn whole_cache_rejections_match_the_cpu() {
     let codec = exans::ExansCodec::default();
     let mut bytes = bf16_field::CacheCodec::encode(&codec, &cache).unwrap();
     let info = container_info(&bytes).unwrap();
-    bytes[info.offsets[0]] ^= 0xff;
+    bytes[info.offsets[0] + 16] ^= 0x01; // record 0's value count
     let other = bf16_field::KvShape::new(2, 2, 64, 41).unwrap();
     kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &bytes, other, "shape and record 0");
     kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &bytes, cache.shape(), "record 0");
+    let checked = exans::ExansCodec { checksum: true, ..codec };
+    let good = bf16_field::CacheCodec::encode(&checked, &cache).unwrap();
+    let info = container_info(&good).unwrap();
+    for (what, at) in [("sign+mantissa", info.offsets[2] - 40), ("center", info.offsets[1] + 48 + 1)] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x01;
+        let cpu = bf16_field::CacheCodec::decode(&checked, &bad, cache.shape()).unwrap_err();
+        assert!(
+            matches!(&cpu, exans::Error::InBlock { source, .. } if matches!(**source, exans::Error::ChecksumMismatch { .. })),
+            "{what}: {cpu}"
+        );
+        kvcodec_testkit::assert_gpu_rejects_like_cpu(&checked, &gpu, &bad, cache.shape(), what);
+    }
 }

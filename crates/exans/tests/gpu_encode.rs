@@ -16,8 +16,14 @@ use kvcodec_testkit::{Rng, cache_from, fixtures, kv_like};
 /// GPU encode == CPU encode, byte for byte, and the GPU container decodes back on the
 /// CPU. Returns the container.
 fn check(gpu: &GpuContext, name: &str, cache: &KvCache, block_tokens: usize) -> Vec<u8> {
-    let want = encode_cache(cache, block_tokens).unwrap();
-    let got = encode_to_vec(gpu, cache, block_tokens)
+    check_with(gpu, name, cache, block_tokens, false)
+}
+
+/// [`check`] with or without the records' checksums.
+fn check_with(gpu: &GpuContext, name: &str, cache: &KvCache, block_tokens: usize, checksum: bool) -> Vec<u8> {
+    let options = exans::EncodeOptions { checksum, ..Default::default() };
+    let want = exans::encode_cache_with(cache, block_tokens, &options).unwrap();
+    let got = encode_to_vec(gpu, cache, block_tokens, checksum)
         .unwrap_or_else(|e| panic!("{name} (B = {block_tokens}): GPU encode: {e}"));
     if got != want {
         let first = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -41,6 +47,28 @@ fn gpu_encode_matches_cpu_on_the_fixtures() {
             assert!(raw_flags(&container).iter().all(|raw| !raw), "{name}: fixture blocks are coded");
         }
     }
+}
+
+/// With the checksum option: the same bytes as the CPU encoder's, on the fixtures (B = 16
+/// and a partial last block), on raw blocks and on shapes whose H D is not a multiple
+/// of 8 (the sums' scalar path).
+#[test]
+fn gpu_encode_with_checksums_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_encode_with_checksums_matches_cpu") else { return };
+    for (name, cache) in fixtures() {
+        for block_tokens in [16, 13] {
+            let container = check_with(&gpu, &name, &cache, block_tokens, true);
+            let info = exans::container_info(&container).unwrap();
+            let record = exans::inspect_record(info.record(&container, 0)).unwrap();
+            assert!(record.checksum.is_some(), "{name}: the records carry checksums");
+        }
+    }
+    for (l, h, d, t, b) in [(1, 1, 1, 1, 16), (2, 1, 3, 5, 2), (3, 2, 64, 17, 16), (1, 3, 5, 40, 16)] {
+        check_with(&gpu, &format!("kv_like L={l} H={h} D={d} T={t}"), &kv_like(l, h, d, t, 9), b, true);
+    }
+    let mut rng = Rng(3);
+    let random = cache_from(2, 2, 16, 40, |_, _, _| rng.words(1)[0]);
+    check_with(&gpu, "random (raw records)", &random, 16, true);
 }
 
 #[test]
@@ -120,7 +148,7 @@ fn gpu_encode_device_reuses_its_workspace_and_ignores_stale_output() {
     for cache in [big.clone(), kv_like(3, 2, 64, 33, 42), big] {
         let s = cache.shape();
         let words = gpu.upload(&cache.concat_words()).unwrap();
-        encode_device(&gpu, &words.as_view(), s, 16, &mut out.as_view_mut(), &mut ws).unwrap();
+        encode_device(&gpu, &words.as_view(), s, 16, false, &mut out.as_view_mut(), &mut ws).unwrap();
         let n = ws.encoded_len(&gpu).unwrap();
         let bytes = gpu.download(&out, len).unwrap();
         assert_eq!(&bytes[..n], &encode_cache(&cache, 16).unwrap()[..], "T = {}", s.tokens);
@@ -151,7 +179,7 @@ impl OnDevice {
     /// Queues the encode on the context's stream.
     fn encode(&mut self, gpu: &GpuContext) {
         let (shape, b) = (self.shape, self.block_tokens);
-        encode_device(gpu, &self.words.as_view(), shape, b, &mut self.out.as_view_mut(), &mut self.ws)
+        encode_device(gpu, &self.words.as_view(), shape, b, false, &mut self.out.as_view_mut(), &mut self.ws)
             .unwrap();
     }
 
@@ -256,7 +284,10 @@ fn gpu_encode_is_ordered_on_a_callers_stream() {
 fn gpu_encode_rejects_what_the_cpu_rejects() {
     let Some(gpu) = gpu_or_skip("gpu_encode_rejects_what_the_cpu_rejects") else { return };
     let cache = kv_like(1, 1, 4, 4, 1);
-    kvcodec_testkit::assert_rejects!(encode_to_vec(&gpu, &cache, 0), GpuError::Codec(Error::ZeroBlockTokens));
+    kvcodec_testkit::assert_rejects!(
+        encode_to_vec(&gpu, &cache, 0, false),
+        GpuError::Codec(Error::ZeroBlockTokens)
+    );
     let shape = KvShape::new(1, 1, 4, 4).unwrap();
     assert!(matches!(
         max_container_len(shape, 70_000),
@@ -266,7 +297,7 @@ fn gpu_encode_rejects_what_the_cpu_rejects() {
     let mut ws = EncodeWorkspace::new(&gpu, KvShape::new(1, 1, 4, 2).unwrap(), 2).unwrap();
     let words = gpu.upload(&cache.concat_words()).unwrap();
     let mut out = gpu.zeros::<u8>(max_container_len(shape, 2).unwrap()).unwrap();
-    let err = encode_device(&gpu, &words.as_view(), shape, 2, &mut out.as_view_mut(), &mut ws);
+    let err = encode_device(&gpu, &words.as_view(), shape, 2, false, &mut out.as_view_mut(), &mut ws);
     kvcodec_testkit::assert_rejects!(
         err,
         GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "workspace", .. })
@@ -280,16 +311,19 @@ fn gpu_encode_stages_partial_chunks_and_unaligned_words() {
     // (8-byte loads of 4 words) and ends inside its last chunk.
     check(&gpu, "partition ends inside a chunk", &kv_like(1, 1, 132, 3, 51), 1);
     // The cache's words one element past an aligned address: no 8- or 16-byte load is
-    // aligned, so the histograms and every staging round go word by word.
+    // aligned, so the histograms, every staging round and the checksum's sums go word
+    // by word.
     let cache = kv_like(3, 2, 64, 70, 53);
-    let want = encode_cache(&cache, 16).unwrap();
+    let want =
+        exans::encode_cache_with(&cache, 16, &exans::EncodeOptions { checksum: true, ..Default::default() })
+            .unwrap();
     let mut host = vec![0u16];
     host.extend(cache.concat_words());
     let words = gpu.upload(&host).unwrap();
     let shape = cache.shape();
     let mut out = gpu.zeros::<u8>(max_container_len(shape, 16).unwrap()).unwrap();
     let mut ws = EncodeWorkspace::new(&gpu, shape, 16).unwrap();
-    encode_device(&gpu, &words.slice(1..), shape, 16, &mut out.as_view_mut(), &mut ws).unwrap();
+    encode_device(&gpu, &words.slice(1..), shape, 16, true, &mut out.as_view_mut(), &mut ws).unwrap();
     let n = ws.encoded_len(&gpu).unwrap();
     assert!(gpu.download(&out, n).unwrap() == want, "words at an odd address: GPU container differs");
 }

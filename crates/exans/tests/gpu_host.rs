@@ -158,6 +158,31 @@ fn check_same_outcome(gpu: &GpuContext, decoder: &mut HostDecoder, what: &str, b
     cpu.is_err()
 }
 
+/// Containers with checksums: host decodes round-trip, and a flipped sign+mantissa bit
+/// of the middle record gives the CPU's `ChecksumMismatch` from every source.
+#[test]
+fn host_decode_verifies_checksums() {
+    let Some(gpu) = gpu_or_skip("host_decode_verifies_checksums") else { return };
+    let (_, cache) = kvcodec_testkit::fixtures().remove(0);
+    let options = exans::EncodeOptions { checksum: true, ..Default::default() };
+    let container = exans::encode_cache_with(&cache, 16, &options).unwrap();
+    let index = DeviceIndex::new(&gpu, &container).unwrap();
+    let mut decoder = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes: 600_000, streams: 2 }).unwrap();
+    for source in [Source::Pinned, Source::Staged] {
+        let got = host_decode(&gpu, &mut decoder, &container, &index, source).unwrap();
+        assert!(got == cache.concat_words(), "{source:?}: checksummed container");
+    }
+    let info = container_info(&container).unwrap();
+    let middle = info.blocks() / 2;
+    let mut bad = container.clone();
+    bad[info.offsets[middle + 1] - 100] ^= 0x01;
+    assert!(check_same_outcome(&gpu, &mut decoder, "middle record's sign+mantissa", &bad));
+    assert!(matches!(
+        decode_cache(&bad),
+        Err(exans::Error::InBlock { source, .. }) if matches!(*source, exans::Error::ChecksumMismatch { .. })
+    ));
+}
+
 #[test]
 fn host_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_or_skip("host_decode_reports_the_cpu_error") else { return };

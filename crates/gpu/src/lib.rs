@@ -14,6 +14,7 @@
 //! * pinned staging ([`GpuContext::pinned_copy`], [`GpuContext::pinned_staging`]);
 //! * event timing with a hold kernel ([`GpuContext::time_runs`], [`timing`]);
 //! * the BF16 field split and merge kernels ([`field`]);
+//! * the Adler-32 of device values, the codecs' optional checksum ([`integrity`]);
 //! * [`GpuCacheCodec`], the GPU counterpart of [`bf16_field::CacheCodec`].
 //!
 //! cudarc is built with `dynamic-loading`: the same binary runs with and without
@@ -23,6 +24,7 @@ mod codec;
 mod context;
 mod error;
 pub mod field;
+pub mod integrity;
 mod registry;
 mod status;
 pub mod timing;

@@ -24,21 +24,28 @@ pub struct Codebook {
     exponents: [u8; CODEBOOK_LEN],
 }
 
+/// The JSON form; a list, not an array, so that a list of another length gets an
+/// error that says so rather than serde's "trailing characters".
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CodebookRepr {
-    exponents: [u8; CODEBOOK_LEN],
+    exponents: Vec<u8>,
 }
 
 impl TryFrom<CodebookRepr> for Codebook {
     type Error = CodebookError;
     fn try_from(r: CodebookRepr) -> Result<Self, CodebookError> {
-        Codebook::new(r.exponents)
+        let exponents: [u8; CODEBOOK_LEN] = r
+            .exponents
+            .as_slice()
+            .try_into()
+            .map_err(|_| CodebookError::Length { got: r.exponents.len() })?;
+        Codebook::new(exponents)
     }
 }
 
 impl From<Codebook> for CodebookRepr {
     fn from(c: Codebook) -> Self {
-        CodebookRepr { exponents: c.exponents }
+        CodebookRepr { exponents: c.exponents.to_vec() }
     }
 }
 
@@ -265,6 +272,13 @@ mod tests {
         assert!(matches!(Codebook::from_json(json), Err(CodebookError::Json(_))));
         let short = r#"{"exponents":[0,1,2]}"#;
         assert!(matches!(Codebook::from_json(short), Err(CodebookError::Json(_))));
+        // The message names the count, for 3 and for 17 entries.
+        let long =
+            format!("{{\"exponents\":[{}]}}", (0..17).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        for (json, got) in [(short.to_string(), 3), (long, 17)] {
+            let message = Codebook::from_json(&json).unwrap_err().to_string();
+            assert!(message.contains(&format!("lists {got} exponents, expected 16")), "{message}");
+        }
     }
 
     #[test]

@@ -3,9 +3,9 @@
 
 use bf16_field::{CacheCodec, KvCache, KvKind, KvShape, WordOrder};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
-use kvcodec_gpu::{DeviceStatus, GpuCacheCodec, GpuContext, device_address};
+use kvcodec_gpu::{GpuCacheCodec, GpuContext, device_address};
 
-use crate::gpu::{DECODE_STATUS, EncodeWorkspace, GpuError, decode_device, encode_device};
+use crate::gpu::{DECODE_STATUS, DecodeChecks, EncodeWorkspace, GpuError, decode_device, encode_device};
 use crate::{Codebook, CodebookError, DecodeError, EncodeError, Error, PayloadHeader, max_encoded_len};
 
 /// SplitZip over a whole cache: two payloads back to back (spec §9), the first of every
@@ -23,6 +23,10 @@ pub struct SplitzipCodec {
     pub v_codebook: Codebook,
     /// Values per chunk (spec §3), [`crate::DEFAULT_CHUNK_SIZE`] by default.
     pub chunk_size: u32,
+    /// Store each payload's Adler-32 (spec §2, flag bit 1), which every decoder then
+    /// verifies; off by default (and when absent from the JSON form).
+    #[serde(default)]
+    pub checksum: bool,
 }
 
 impl SplitzipCodec {
@@ -36,11 +40,16 @@ impl SplitzipCodec {
             k_codebook: Codebook::calibrate(&kind(KvKind::K))?,
             v_codebook: Codebook::calibrate(&kind(KvKind::V))?,
             chunk_size: crate::DEFAULT_CHUNK_SIZE,
+            checksum: false,
         })
     }
 
     fn codebooks(&self) -> [Codebook; 2] {
         [self.k_codebook, self.v_codebook]
+    }
+
+    fn encode_options(&self) -> crate::EncodeOptions {
+        crate::EncodeOptions { chunk_size: self.chunk_size, checksum: self.checksum }
     }
 
     /// The codec as JSON: `{"k_codebook": {"exponents": [...]}, "v_codebook": ...,
@@ -141,10 +150,11 @@ impl CacheCodec for SplitzipCodec {
             return Err(EncodeError::WordCountMismatch { got: words.len(), expected: 2 * per_kind }.into());
         }
         let (k, v) = words.split_at(per_kind);
-        let mut out = crate::encode(k, &self.k_codebook, self.chunk_size)?;
+        let options = self.encode_options();
+        let mut out = crate::encode_with(k, &self.k_codebook, &options)?;
         let k_len = out.len();
         out.resize(k_len + max_encoded_len(per_kind, self.chunk_size), 0);
-        let v_len = crate::encode_into(v, &self.v_codebook, self.chunk_size, &mut out[k_len..])?;
+        let v_len = crate::encode_into_with(v, &self.v_codebook, &options, &mut out[k_len..])?;
         out.truncate(k_len + v_len);
         Ok(out)
     }
@@ -179,12 +189,13 @@ pub struct SplitzipEncoder {
     per_kind: usize,
 }
 
-/// One payload of a cache encoding on the device, with its header and status word.
+/// One payload of a cache encoding on the device, with its header and the checks its
+/// decode leaves.
 struct DecoderHalf {
     payload: CudaSlice<u8>,
     len: usize,
     header: PayloadHeader,
-    status: DeviceStatus,
+    checks: DecodeChecks,
 }
 
 /// [`SplitzipCodec`]'s device decoder state: both payloads on the device, the host bytes
@@ -229,22 +240,16 @@ impl GpuCacheCodec for SplitzipCodec {
     ) -> Result<(), GpuError> {
         let n = encoder.per_kind;
         kvcodec_gpu::check_len("words", words.len(), 2 * n, "values")?;
+        let options = self.encode_options();
         for (i, (half, codebook)) in encoder.halves.iter_mut().zip(self.codebooks()).enumerate() {
             let input = words.slice(i * n..(i + 1) * n);
             let out = &mut half.out.as_view_mut();
             match &mut half.aligned_input {
                 Some(aligned) => {
                     gpu.stream().memcpy_dtod(&input, &mut aligned.slice_mut(..n))?;
-                    encode_device(
-                        gpu,
-                        &aligned.slice(..n),
-                        &codebook,
-                        self.chunk_size,
-                        out,
-                        &mut half.workspace,
-                    )?;
+                    encode_device(gpu, &aligned.slice(..n), &codebook, &options, out, &mut half.workspace)?;
                 }
-                None => encode_device(gpu, &input, &codebook, self.chunk_size, out, &mut half.workspace)?,
+                None => encode_device(gpu, &input, &codebook, &options, out, &mut half.workspace)?,
             }
         }
         Ok(())
@@ -268,8 +273,8 @@ impl GpuCacheCodec for SplitzipCodec {
         let per_kind = values_per_kind(shape)?;
         let [k, v] = split_payloads(encoded, per_kind)?;
         let half = |(payload, header): (&[u8], PayloadHeader)| -> Result<DecoderHalf, GpuError> {
-            let status = DeviceStatus::new(gpu)?;
-            Ok(DecoderHalf { payload: gpu.upload(payload)?, len: payload.len(), header, status })
+            let checks = DecodeChecks::new(gpu)?;
+            Ok(DecoderHalf { payload: gpu.upload(payload)?, len: payload.len(), header, checks })
         };
         let halves = [half(k)?, half(v)?];
         let aligned_output = if second_half_misaligned(per_kind) { Some(gpu.zeros(per_kind)?) } else { None };
@@ -296,11 +301,11 @@ impl GpuCacheCodec for SplitzipCodec {
                         &payload,
                         &half.header,
                         &mut aligned.slice_mut(..n),
-                        &mut half.status,
+                        &mut half.checks,
                     )?;
                     gpu.stream().memcpy_dtod(&aligned.slice(..n), &mut target)?;
                 }
-                _ => decode_device(gpu, &payload, &half.header, &mut target, &mut half.status)?,
+                _ => decode_device(gpu, &payload, &half.header, &mut target, &mut half.checks)?,
             }
         }
         Ok(())
@@ -308,7 +313,7 @@ impl GpuCacheCodec for SplitzipCodec {
 
     fn finish_decode(&self, gpu: &GpuContext, decoder: &SplitzipDecoder) -> Result<(), GpuError> {
         for half in &decoder.halves {
-            let status = half.status.read(gpu)?;
+            let status = half.checks.status(gpu, &half.header)?;
             if status != 0 {
                 // The CPU decoder on the whole cache, so that its first error is reported.
                 let mut scratch = vec![0u16; 2 * decoder.per_kind];

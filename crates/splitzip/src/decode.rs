@@ -19,14 +19,17 @@ use crate::header::PayloadHeader;
 /// Decodes a whole payload into `out[..n]` and returns n, the number of values.
 ///
 /// `payload` must be exactly one payload (its length is the header's encoded length);
-/// `out` must hold at least n values; values past n are left untouched. On error
-/// nothing is written to `out`.
+/// `out` must hold at least n values; values past n are left untouched. A payload with
+/// a checksum (flag bit 1) is verified after its values are written. On error nothing
+/// is written to `out`, but for [`DecodeError::ChecksumMismatch`], which leaves the
+/// values the payload holds.
 ///
 /// # Errors
 /// Any [`DecodeError`]: first those of [`PayloadHeader::parse`], then
 /// [`DecodeError::Truncated`] / [`DecodeError::TrailingBytes`] when the payload length
 /// differs from the declared one, [`DecodeError::OutputTooSmall`], and for a coded
-/// payload the body checks of spec §5 (padding, escape offsets, escapes).
+/// payload the body checks of spec §5 (padding, escape offsets, escapes), then
+/// [`DecodeError::ChecksumMismatch`].
 pub fn decode_into(payload: &[u8], out: &mut [u16]) -> Result<usize, DecodeError> {
     let header = parse_checked(payload)?;
     decode_checked(payload, &header, out)
@@ -108,6 +111,12 @@ fn decode_checked(payload: &[u8], header: &PayloadHeader, out: &mut [u16]) -> Re
         Layout::Coded(layout) => {
             let offsets = validate_coded(payload, header, &layout)?;
             write_values(payload, header, &layout, &offsets, out, parallel);
+        }
+    }
+    if let Some(stored) = header.checksum {
+        let computed = bf16_field::integrity::adler32_words(out);
+        if computed != stored {
+            return Err(DecodeError::ChecksumMismatch { stored, computed });
         }
     }
     Ok(n)

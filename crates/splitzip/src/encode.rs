@@ -19,9 +19,9 @@ use rayon::prelude::*;
 use crate::codebook::Codebook;
 use crate::error::EncodeError;
 use crate::format::{
-    CODE_BITS, CODE_MASK, CodedLayout, ESCAPE_CODE, ESCAPE_EXPONENT_BYTES, ESCAPE_OFFSET_BYTES,
-    ESCAPE_POSITION_BYTES, HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, Section,
-    chunk_size_is_valid,
+    CODE_BITS, CODE_MASK, CodedLayout, DEFAULT_CHUNK_SIZE, ESCAPE_CODE, ESCAPE_EXPONENT_BYTES,
+    ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES, HEADER_LEN, Layout, NO_CODE, PARALLEL_MIN_VALUES,
+    PARALLEL_TASK_VALUES, Section, chunk_size_is_valid,
 };
 use crate::header::PayloadHeader;
 
@@ -38,8 +38,27 @@ pub fn max_encoded_len(value_count: usize, chunk_size: u32) -> usize {
     HEADER_LEN.saturating_add(value_count.saturating_mul(2))
 }
 
+/// Encoder settings beyond the codebook; the decoder needs none of them (everything is
+/// in the header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// Values per chunk: a power of two in `32..=32768`; default [`DEFAULT_CHUNK_SIZE`]
+    /// (the SplitZip paper's `chunk_size=1024`).
+    pub chunk_size: u32,
+    /// Store the Adler-32 of the values in the header (flag bit 1, spec §2), which every
+    /// decoder then verifies; off by default. Costs a pass over the input here.
+    pub checksum: bool,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions { chunk_size: DEFAULT_CHUNK_SIZE, checksum: false }
+    }
+}
+
 /// Encodes `words` (n BF16 values as raw `u16` bits) with `codebook` in chunks of
-/// `chunk_size` values into `out`, and returns the payload length in bytes.
+/// `chunk_size` values into `out`, and returns the payload length in bytes. No checksum
+/// of the values: [`encode_into_with`] can add one.
 ///
 /// The payload is coded (spec §3) unless that would be longer than the raw form, or
 /// needs more than `u32::MAX` chunks or escapes; then it is raw (spec §4). Only the
@@ -60,6 +79,20 @@ pub fn encode_into(
     chunk_size: u32,
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
+    encode_into_with(words, codebook, &EncodeOptions { chunk_size, checksum: false }, out)
+}
+
+/// [`encode_into`] with every encoder setting, the checksum included.
+///
+/// # Errors
+/// As [`encode_into`].
+pub fn encode_into_with(
+    words: &[u16],
+    codebook: &Codebook,
+    options: &EncodeOptions,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let chunk_size = options.chunk_size;
     if !chunk_size_is_valid(chunk_size) {
         return Err(EncodeError::ChunkSizeInvalid { chunk_size });
     }
@@ -112,6 +145,11 @@ pub fn encode_into(
         Some(h) if h.encoded_len() <= raw.encoded_len() => h,
         _ => raw,
     };
+    let header = if options.checksum {
+        header.with_checksum(bf16_field::integrity::adler32_words(words))
+    } else {
+        header
+    };
     let len = header.encoded_len() as usize;
     if out.len() < len {
         return Err(EncodeError::OutputTooSmall { needed: len, got: out.len() });
@@ -133,8 +171,20 @@ pub fn encode_into(
 /// # Errors
 /// [`EncodeError::ChunkSizeInvalid`].
 pub fn encode(words: &[u16], codebook: &Codebook, chunk_size: u32) -> Result<Vec<u8>, EncodeError> {
-    let mut out = vec![0u8; max_encoded_len(words.len(), chunk_size)];
-    let len = encode_into(words, codebook, chunk_size, &mut out)?;
+    encode_with(words, codebook, &EncodeOptions { chunk_size, checksum: false })
+}
+
+/// [`encode_into_with`] into a new vector of exactly the payload's length.
+///
+/// # Errors
+/// [`EncodeError::ChunkSizeInvalid`].
+pub fn encode_with(
+    words: &[u16],
+    codebook: &Codebook,
+    options: &EncodeOptions,
+) -> Result<Vec<u8>, EncodeError> {
+    let mut out = vec![0u8; max_encoded_len(words.len(), options.chunk_size)];
+    let len = encode_into_with(words, codebook, options, &mut out)?;
     out.truncate(len);
     Ok(out)
 }

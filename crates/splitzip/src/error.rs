@@ -38,6 +38,12 @@ pub enum CodebookError {
         /// The repeated exponent.
         exponent: u8,
     },
+    /// A codebook's JSON lists another number of exponents than 16.
+    #[error("codebook lists {got} exponents, expected 16 (one per 4-bit code)")]
+    Length {
+        /// Exponents listed.
+        got: usize,
+    },
     /// Calibration saw no value at all.
     #[error("cannot calibrate a codebook on zero values")]
     EmptyCalibration,
@@ -114,12 +120,13 @@ pub enum DecodeError {
         found: [u8; 4],
     },
     /// A format version this crate does not read.
-    #[error("unsupported format version {version} (this crate reads version 1)")]
+    #[error("unsupported format version {version} (this crate reads versions 1 and 2)")]
     UnsupportedVersion {
         /// The version found.
         version: u16,
     },
-    /// A flag bit other than bit 0 (raw) is set.
+    /// A flag bit the payload's version does not define is set (version 1: bit 0, raw;
+    /// version 2: bits 0 and 1, checksum).
     #[error("unknown flag bits in {flags:#06x}")]
     UnknownFlags {
         /// The whole flags field.
@@ -279,6 +286,25 @@ pub enum DecodeError {
         position: u16,
         /// The stored code.
         code: u8,
+    },
+    /// The header's CRC-32C (version 2) does not match its other 124 bytes: the header
+    /// was corrupted, though every field on its own is valid.
+    #[error("header checksum {stored:#010x}, the header's bytes give {computed:#010x}")]
+    HeaderChecksumMismatch {
+        /// The stored CRC-32C.
+        stored: u32,
+        /// The CRC-32C of the header as received.
+        computed: u32,
+    },
+    /// The decoded values' Adler-32 differs from the header's checksum (flag bit 1): the
+    /// body was corrupted, or the header's checksum. The values have been written to the
+    /// output (they are what the payload holds); every other error writes nothing.
+    #[error("checksum {stored:#010x}, the decoded values give {computed:#010x}")]
+    ChecksumMismatch {
+        /// The header's checksum.
+        stored: u32,
+        /// The Adler-32 of the decoded values.
+        computed: u32,
     },
     /// A cache's payload holds another number of values than the caller's cache shape
     /// has per kind (`L T H D`) ([`crate::SplitzipCodec`], spec §9).

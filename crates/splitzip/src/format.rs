@@ -17,13 +17,22 @@
 
 /// The four magic bytes that open every payload: `b"KVSZ"` (spec §2).
 pub const MAGIC: [u8; 4] = *b"KVSZ";
-/// The only format version this crate writes and reads (spec §2).
-pub const VERSION: u16 = 1;
+/// The format version this crate writes (spec §2): 2 adds the header checksum and the
+/// optional checksum of the values.
+pub const VERSION: u16 = 2;
+/// The first format version, still read: no header checksum, no checksum flag, bytes
+/// 96..128 reserved (spec §2).
+pub const VERSION_1: u16 = 1;
 /// Header flag bit 0: the payload stores the n words raw after the header (spec §2, §4).
 pub const FLAG_RAW: u16 = 1;
-/// Every flag bit this version defines; a payload with any other bit set is rejected
+/// Header flag bit 1 (version 2): the header holds the Adler-32 of the n values as
+/// little-endian bytes at [`field::CHECKSUM`] (spec §2).
+pub const FLAG_CHECKSUM: u16 = 2;
+/// Every flag bit version 2 defines; a payload with any other bit set is rejected
 /// (spec §2).
-pub const KNOWN_FLAGS: u16 = FLAG_RAW;
+pub const KNOWN_FLAGS: u16 = FLAG_RAW | FLAG_CHECKSUM;
+/// Every flag bit version 1 defines.
+pub const KNOWN_FLAGS_V1: u16 = FLAG_RAW;
 /// Bytes in the fixed-size header, so the first section starts 16-byte aligned (spec §2).
 pub const HEADER_LEN: usize = 128;
 /// Every section starts at a multiple of this many bytes from the payload start; the
@@ -82,15 +91,23 @@ pub mod field {
     pub const ESCAPE_EXPONENTS_OFFSET: usize = 80;
     /// `u64` total payload length in bytes, header included.
     pub const ENCODED_LEN: usize = 88;
+    /// `u32` (version 2) CRC-32C of the 128 header bytes with this field read as zero.
+    pub const HEADER_CRC: usize = 96;
+    /// `u32` (version 2) Adler-32 of the values when [`super::FLAG_CHECKSUM`] is set, else 0.
+    pub const CHECKSUM: usize = 100;
     /// First of the reserved bytes, which must be zero up to [`super::HEADER_LEN`].
-    pub const RESERVED: usize = 96;
+    pub const RESERVED: usize = 104;
+    /// First reserved byte of a version 1 header (there, 96..128 are all reserved).
+    pub const RESERVED_V1: usize = 96;
 }
 
 // The constants fit together (checked at compile time).
 const _: () = {
     assert!(HEADER_LEN.is_multiple_of(SECTION_ALIGN), "sections after the header start aligned");
     assert!(field::CODEBOOK + CODEBOOK_LEN == field::CODES_OFFSET);
-    assert!(field::ENCODED_LEN + 8 == field::RESERVED && field::RESERVED < HEADER_LEN);
+    assert!(field::ENCODED_LEN + 8 == field::HEADER_CRC && field::RESERVED_V1 == field::HEADER_CRC);
+    assert!(field::HEADER_CRC + 4 == field::CHECKSUM && field::CHECKSUM + 4 == field::RESERVED);
+    assert!(field::RESERVED < HEADER_LEN);
     // A chunk's codes are whole bytes; a position inside a chunk fits u16.
     assert!(MIN_CHUNK_SIZE.is_power_of_two() && MIN_CHUNK_SIZE.is_multiple_of(2));
     assert!(MAX_CHUNK_SIZE as u64 <= u16::MAX as u64 + 1);

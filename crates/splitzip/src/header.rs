@@ -4,8 +4,8 @@
 use crate::codebook::Codebook;
 use crate::error::DecodeError;
 use crate::format::{
-    CODEBOOK_LEN, CodedLayout, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, Layout, MAGIC, Section, VERSION,
-    chunk_size_is_valid, field, raw_encoded_len,
+    CODEBOOK_LEN, CodedLayout, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, KNOWN_FLAGS_V1, Layout,
+    MAGIC, Section, VERSION, VERSION_1, chunk_size_is_valid, field, raw_encoded_len,
 };
 
 /// The validated header of a payload (spec §2): everything a receiver needs to size its
@@ -27,6 +27,13 @@ pub struct PayloadHeader {
     pub codebook: Codebook,
     /// Coded or raw, with the section offsets.
     pub layout: Layout,
+    /// The Adler-32 of the n values as little-endian bytes, when the payload carries one
+    /// (flag bit 1, version 2; spec §2).
+    pub checksum: Option<u32>,
+    /// The format version read ([`VERSION`] for a header built here; [`VERSION_1`] for
+    /// an old payload, which has no checksums). [`PayloadHeader::to_bytes`] always
+    /// writes [`VERSION`].
+    pub version: u16,
 }
 
 fn rd_u16(b: &[u8], at: usize) -> u16 {
@@ -46,7 +53,15 @@ impl PayloadHeader {
     /// numbers (invalid chunk size, too many chunks, overflow).
     pub fn coded(value_count: u64, chunk_size: u32, escape_count: u64, codebook: Codebook) -> Option<Self> {
         let layout = CodedLayout::new(value_count, chunk_size, escape_count)?;
-        Some(PayloadHeader { value_count, chunk_size, escape_count, codebook, layout: Layout::Coded(layout) })
+        Some(PayloadHeader {
+            value_count,
+            chunk_size,
+            escape_count,
+            codebook,
+            layout: Layout::Coded(layout),
+            checksum: None,
+            version: VERSION,
+        })
     }
 
     /// The header of a raw payload, or `None` for an invalid chunk size or when
@@ -62,7 +77,15 @@ impl PayloadHeader {
             escape_count: 0,
             codebook,
             layout: Layout::Raw { words: Section { offset: HEADER_LEN as u64, len } },
+            checksum: None,
+            version: VERSION,
         })
+    }
+
+    /// This header with `checksum`, the Adler-32 of its values
+    /// ([`bf16_field::integrity::adler32_words`]), stored (flag bit 1).
+    pub fn with_checksum(self, checksum: u32) -> Self {
+        PayloadHeader { checksum: Some(checksum), ..self }
     }
 
     /// Whether the values are stored raw (flag bit 0).
@@ -86,14 +109,17 @@ impl PayloadHeader {
         }
     }
 
-    /// The [`HEADER_LEN`] header bytes (spec §2).
+    /// The [`HEADER_LEN`] header bytes of format [`VERSION`] (spec §2), its CRC-32C
+    /// included.
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
         let mut put = |at: usize, bytes: &[u8]| h[at..at + bytes.len()].copy_from_slice(bytes);
         put(field::MAGIC, &MAGIC);
         put(field::VERSION, &VERSION.to_le_bytes());
-        let flags = if self.is_raw() { FLAG_RAW } else { 0 };
-        put(field::FLAGS, &flags.to_le_bytes());
+        let raw = if self.is_raw() { FLAG_RAW } else { 0 };
+        let checksum = if self.checksum.is_some() { FLAG_CHECKSUM } else { 0 };
+        put(field::FLAGS, &(raw | checksum).to_le_bytes());
+        put(field::CHECKSUM, &self.checksum.unwrap_or(0).to_le_bytes());
         put(field::VALUE_COUNT, &self.value_count.to_le_bytes());
         put(field::CHUNK_SIZE, &self.chunk_size.to_le_bytes());
         put(field::CHUNK_COUNT, &self.chunk_count().to_le_bytes());
@@ -107,6 +133,8 @@ impl PayloadHeader {
             put(field::ESCAPE_EXPONENTS_OFFSET, &l.escape_exponents.offset.to_le_bytes());
         }
         put(field::ENCODED_LEN, &self.encoded_len().to_le_bytes());
+        let crc = bf16_field::integrity::header_crc32c(&h, field::HEADER_CRC);
+        h[field::HEADER_CRC..field::HEADER_CRC + 4].copy_from_slice(&crc.to_le_bytes());
         h
     }
 
@@ -114,13 +142,16 @@ impl PayloadHeader {
     /// `payload` is not read, so a receiver can call this on the header alone to learn
     /// the value count and the encoded length before it has the body.
     ///
-    /// Checks, in this order (spec §5): length >= [`HEADER_LEN`], magic, version, no unknown
-    /// flag, reserved bytes zero, chunk size, codebook entries distinct, `n` fits `usize`
+    /// Checks, in this order (spec §5): length >= [`HEADER_LEN`], magic, version (1 or 2),
+    /// no flag the version does not define, reserved bytes zero (and the checksum field
+    /// without the checksum flag), chunk size, codebook entries distinct, `n` fits `usize`
     /// and `HEADER_LEN + 2n` fits `u64`; then for a raw payload that chunk count, escape
     /// count and section offsets are 0, and for a coded one that the chunk count is
     /// `ceil(n / chunk_size)`, `E <= min(n, u32::MAX)`, every section offset is the one
     /// spec §3 implies; then the encoded length, and that a coded payload is not longer
-    /// than the raw one would be (the encoder never writes such a payload).
+    /// than the raw one would be (the encoder never writes such a payload); last, in
+    /// version 2, the header's CRC-32C, which catches a corrupted field whose value is
+    /// valid on its own (a value count off by one, a codebook byte).
     ///
     /// # Errors
     /// [`DecodeError::Truncated`], [`DecodeError::BadMagic`],
@@ -129,7 +160,7 @@ impl PayloadHeader {
     /// [`DecodeError::CodebookDuplicate`], [`DecodeError::LengthOverflow`],
     /// [`DecodeError::ChunkCountMismatch`], [`DecodeError::EscapeCountOutOfRange`],
     /// [`DecodeError::SectionOffsetMismatch`], [`DecodeError::EncodedLengthMismatch`],
-    /// [`DecodeError::CodedLargerThanRaw`].
+    /// [`DecodeError::CodedLargerThanRaw`], [`DecodeError::HeaderChecksumMismatch`].
     pub fn parse(payload: &[u8]) -> Result<Self, DecodeError> {
         if payload.len() < HEADER_LEN {
             return Err(DecodeError::Truncated { needed: HEADER_LEN as u64, got: payload.len() as u64 });
@@ -140,15 +171,22 @@ impl PayloadHeader {
             return Err(DecodeError::BadMagic { found: magic });
         }
         let version = rd_u16(h, field::VERSION);
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion { version });
-        }
+        let (known_flags, reserved) = match version {
+            VERSION => (KNOWN_FLAGS, field::RESERVED),
+            VERSION_1 => (KNOWN_FLAGS_V1, field::RESERVED_V1),
+            _ => return Err(DecodeError::UnsupportedVersion { version }),
+        };
         let flags = rd_u16(h, field::FLAGS);
-        if flags & !KNOWN_FLAGS != 0 {
+        if flags & !known_flags != 0 {
             return Err(DecodeError::UnknownFlags { flags });
         }
-        if let Some(i) = h[field::RESERVED..].iter().position(|&b| b != 0) {
-            return Err(DecodeError::ReservedNotZero { offset: (field::RESERVED + i) as u64 });
+        if let Some(i) = h[reserved..].iter().position(|&b| b != 0) {
+            return Err(DecodeError::ReservedNotZero { offset: (reserved + i) as u64 });
+        }
+        let stored_checksum = rd_u32(h, field::CHECKSUM);
+        let checksum = (flags & FLAG_CHECKSUM != 0).then_some(stored_checksum);
+        if version == VERSION && checksum.is_none() && stored_checksum != 0 {
+            return Err(DecodeError::ReservedNotZero { offset: field::CHECKSUM as u64 });
         }
         let chunk_size = rd_u32(h, field::CHUNK_SIZE);
         if !chunk_size_is_valid(chunk_size) {
@@ -220,7 +258,14 @@ impl PayloadHeader {
         if !header.is_raw() && expected_len > raw_len {
             return Err(DecodeError::CodedLargerThanRaw { coded: expected_len, raw: raw_len });
         }
-        Ok(header)
+        if version == VERSION {
+            let stored = rd_u32(h, field::HEADER_CRC);
+            let computed = bf16_field::integrity::header_crc32c(h, field::HEADER_CRC);
+            if stored != computed {
+                return Err(DecodeError::HeaderChecksumMismatch { stored, computed });
+            }
+        }
+        Ok(PayloadHeader { checksum, version, ..header })
     }
 
     /// A readable multi-line description (header fields, coverage, ratio, section table),
@@ -231,7 +276,7 @@ impl PayloadHeader {
         let len = self.encoded_len();
         let mut s = String::new();
         let mode = if self.is_raw() { "raw" } else { "coded" };
-        let _ = writeln!(s, "splitzip v{VERSION} payload, {mode}");
+        let _ = writeln!(s, "splitzip v{} payload, {mode}", self.version);
         let _ = writeln!(s, "values:        {n} ({} bytes as BF16)", 2 * n);
         let _ =
             writeln!(s, "chunk size:    {} values, {} chunks stored", self.chunk_size, self.chunk_count());
@@ -246,6 +291,9 @@ impl PayloadHeader {
         }
         let cb: Vec<String> = self.codebook.exponents().iter().map(|e| format!("{e:02x}")).collect();
         let _ = writeln!(s, "codebook:      {}", cb.join(" "));
+        if let Some(checksum) = self.checksum {
+            let _ = writeln!(s, "checksum:      adler32 {checksum:08x}");
+        }
         let ratio = if len == 0 { 0.0 } else { (2 * n) as f64 / len as f64 };
         let bits = if n == 0 { 0.0 } else { 8.0 * len as f64 / n as f64 };
         let _ = writeln!(s, "encoded:       {len} bytes, ratio {ratio:.4}, {bits:.4} bits/value");

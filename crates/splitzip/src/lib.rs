@@ -45,7 +45,10 @@ mod header;
 pub use codebook::Codebook;
 pub use codec::SplitzipCodec;
 pub use decode::{decode, decode_bf16, decode_bf16_into, decode_into};
-pub use encode::{encode, encode_bf16, encode_bf16_into, encode_into, max_encoded_len};
+pub use encode::{
+    EncodeOptions, encode, encode_bf16, encode_bf16_into, encode_into, encode_into_with, encode_with,
+    max_encoded_len,
+};
 pub use error::{CodebookError, DecodeError, EncodeError, Error};
 pub use format::{CodedLayout, DEFAULT_CHUNK_SIZE, HEADER_LEN, Layout, Section};
 pub use header::PayloadHeader;

@@ -3,7 +3,7 @@
 //! spec cannot drift from the implementation.
 
 use kvcodec_testkit::{assert_doc_block as assert_block, format_spec, hexdump};
-use splitzip::{Codebook, PayloadHeader, decode, encode};
+use splitzip::{Codebook, EncodeOptions, PayloadHeader, decode, encode, encode_with};
 
 /// Asserts the spec's block `name` reads `expected` (`KVCODEC_BLESS=1` rewrites it).
 fn assert_doc_block(name: &str, expected: &str) {
@@ -51,11 +51,13 @@ fn coded_example_matches_the_spec() {
 #[test]
 fn raw_example_matches_the_spec() {
     let words = raw_example();
-    let payload = encode(&words, &example_codebook(), 32).unwrap();
+    let options = EncodeOptions { chunk_size: 32, checksum: true };
+    let payload = encode_with(&words, &example_codebook(), &options).unwrap();
     assert_eq!(payload.len(), 134);
     assert_eq!(decode(&payload).unwrap(), words);
     let header = PayloadHeader::parse(&payload).unwrap();
     assert!(header.is_raw());
+    assert_eq!(header.checksum, Some(0x0683_0181), "the spec's worked Adler-32");
     assert_doc_block("raw-hex", &hexdump(&payload));
     assert_doc_block("raw-summary", &header.summary());
     insta::assert_snapshot!("raw_example_summary", header.summary());

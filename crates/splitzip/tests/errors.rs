@@ -2,8 +2,12 @@
 //! `testerrored!` style). Payloads are spelled out field by field from
 //! `docs/formats/splitzip.md`, without the crate's encoder; `base_payloads_are_valid`
 //! shows that the unmodified payloads decode and are exactly what the encoder writes.
+//! Payloads are version 2 with their header CRC-32C recomputed after a change (so a test
+//! reaches the check it names), unless a test says otherwise; version 1 is still read.
 
-use splitzip::{Codebook, DecodeError, PayloadHeader, decode, decode_into, encode};
+use splitzip::{
+    Codebook, DecodeError, EncodeOptions, PayloadHeader, decode, decode_into, encode, encode_with,
+};
 
 /// A payload, field by field. `bytes()` lays it out; tests change one field.
 #[derive(Clone)]
@@ -19,7 +23,12 @@ struct Hand {
     /// codes, sign_mantissa, escape_offsets, escape_positions, escape_exponents.
     section_offsets: [u64; 5],
     encoded_len: u64,
-    reserved: [u8; 32],
+    /// Version 2: the Adler-32 of the values (flag bit 1), else 0.
+    checksum: u32,
+    /// Bytes 104..128 (version 2) or 100..128 minus the checksum (version 1): reserved.
+    reserved: [u8; 24],
+    /// Version 2: write this instead of the CRC-32C the header's bytes give.
+    stale_crc: Option<u32>,
     codes: Vec<u8>,
     sign_mantissa: Vec<u8>,
     escape_offsets: Vec<u32>,
@@ -44,8 +53,14 @@ impl Hand {
             p.extend_from_slice(&o.to_le_bytes()); //                 48..88  5 section offsets
         }
         p.extend_from_slice(&self.encoded_len.to_le_bytes()); //      88..96  encoded length
-        p.extend_from_slice(&self.reserved); //                       96..128 reserved
+        p.extend_from_slice(&[0; 4]); //                              96..100 header CRC (below)
+        p.extend_from_slice(&self.checksum.to_le_bytes()); //         100..104 checksum
+        p.extend_from_slice(&self.reserved); //                       104..128 reserved
         assert_eq!(p.len(), 128);
+        if self.version == 2 {
+            let crc = self.stale_crc.unwrap_or_else(|| crc32c::crc32c(&p));
+            p[96..100].copy_from_slice(&crc.to_le_bytes());
+        }
         if self.flags & 1 == 1 {
             p.extend(self.raw_words.iter().flat_map(|w| w.to_le_bytes())); // 128.. raw words
             return p;
@@ -80,7 +95,7 @@ fn coded(n: u64) -> Hand {
     let code = |i: u64| if ESCAPES.iter().any(|&(at, _)| at == i) { 0 } else { 1 };
     Hand {
         magic: *b"KVSZ",
-        version: 1,
+        version: 2,
         flags: 0,
         value_count: n,
         chunk_size: 32,
@@ -91,7 +106,9 @@ fn coded(n: u64) -> Hand {
         // 3 positions @288 (6 bytes, then 10 zero bytes); 3 exponents @304.
         section_offsets: [128, 176, 272, 288, 304],
         encoded_len: 307,
-        reserved: [0; 32],
+        checksum: 0,
+        reserved: [0; 24],
+        stale_crc: None,
         // Two codes per byte, value 2i in the low nibble; the high nibble past n is 0.
         codes: (0..n).step_by(2).map(|i| code(i) | if i + 1 < n { code(i + 1) << 4 } else { 0 }).collect(),
         sign_mantissa: (0..n).map(|i| i as u8).collect(),
@@ -144,6 +161,67 @@ fn base_payloads_are_valid() {
     let payload = raw().bytes();
     assert_eq!(decode(&payload).unwrap(), [0x3f80, 0xc000, 0x0001]);
     assert_eq!(encode(&[0x3f80, 0xc000, 0x0001], &codebook, 1024).unwrap(), payload);
+    // With the checksum (flag bit 1).
+    for base in [coded(96), raw()] {
+        let words = if base.flags & 1 == 1 { base.raw_words.clone() } else { coded_words(96) };
+        let options = EncodeOptions { chunk_size: base.chunk_size, checksum: true };
+        let hand = Hand { flags: base.flags | 2, checksum: adler(&words), ..base };
+        assert_eq!(decode(&hand.bytes()).unwrap(), words);
+        assert_eq!(encode_with(&words, &codebook, &options).unwrap(), hand.bytes());
+    }
+}
+
+/// Adler-32 of words as little-endian bytes, by its definition (RFC 1950).
+fn adler(words: &[u16]) -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for byte in words.iter().flat_map(|w| w.to_le_bytes()) {
+        a = (a + byte as u32) % 65521;
+        b = (b + a) % 65521;
+    }
+    b << 16 | a
+}
+
+/// `hand` as version 1: no header CRC, no checksum field (bytes 96..128 reserved).
+fn v1(hand: Hand) -> Vec<u8> {
+    Hand { version: 1, ..hand }.bytes()
+}
+
+#[test]
+fn version_1_is_still_read() {
+    for n in [95, 96] {
+        assert_eq!(decode(&v1(coded(n))).unwrap(), coded_words(n));
+    }
+    assert_eq!(decode(&v1(raw())).unwrap(), [0x3f80, 0xc000, 0x0001]);
+    assert_eq!(PayloadHeader::parse(&v1(coded(96))).unwrap().version, 1);
+    // A corrupted value count that version 1 cannot detect (the sections' 16-byte
+    // alignment hides one more value), which version 2's header CRC does.
+    let mut old = v1(coded(95));
+    old[8] = 96;
+    assert_eq!(decode(&old).unwrap().len(), 96);
+    let mut new = coded(95).bytes();
+    new[8] = 96;
+    assert!(matches!(decode(&new), Err(DecodeError::HeaderChecksumMismatch { .. })));
+}
+
+#[test]
+fn checksum_mismatch_reports_both_and_leaves_the_values() {
+    let words = coded_words(96);
+    let good = adler(&words);
+    let payload = Hand { flags: 2, checksum: good ^ 1, ..coded(96) }.bytes();
+    let err = DecodeError::ChecksumMismatch { stored: good ^ 1, computed: good };
+    assert_eq!(decode(&payload), Err(err.clone()));
+    let mut out = vec![0u16; 96];
+    assert_eq!(decode_into(&payload, &mut out), Err(err));
+    assert_eq!(out, words, "the values the payload holds are written");
+    // One flipped sign+mantissa bit (byte 176 + 10) decodes silently without the
+    // checksum, and is caught with it.
+    let checked = Hand { flags: 2, checksum: good, ..coded(96) }.bytes();
+    for mut payload in [coded(96).bytes(), checked] {
+        payload[186] ^= 0x04;
+        let result = decode(&payload);
+        let has_checksum = payload[6] & 2 != 0;
+        assert_eq!(result.is_err(), has_checksum, "{result:?}");
+    }
 }
 
 /// Decodes into an output that must stay untouched when decoding fails.
@@ -196,19 +274,50 @@ testerrored!(
 );
 // Magic "KVSQ".
 testerrored!(bad_magic, coded_with(|h| h.magic = *b"KVSQ"), DecodeError::BadMagic { found: *b"KVSQ" });
-// Version 2.
+// Version 3.
 testerrored!(
     unsupported_version,
-    coded_with(|h| h.version = 2),
-    DecodeError::UnsupportedVersion { version: 2 }
+    coded_with(|h| h.version = 3),
+    DecodeError::UnsupportedVersion { version: 3 }
 );
-// Flags 0x0002: bit 1 is not defined.
-testerrored!(unknown_flags, coded_with(|h| h.flags = 2), DecodeError::UnknownFlags { flags: 2 });
-// Reserved byte 96 + 5 = 101 set.
+// Flags 0x0004: bit 2 is not defined.
+testerrored!(unknown_flags, coded_with(|h| h.flags = 4), DecodeError::UnknownFlags { flags: 4 });
+// Version 1 flags 0x0002: the checksum bit came with version 2.
+testerrored!(unknown_flags_v1, v1(Hand { flags: 2, ..coded(96) }), DecodeError::UnknownFlags { flags: 2 });
+// Reserved byte 104 + 5 = 109 set.
 testerrored!(
     reserved_not_zero,
     coded_with(|h| h.reserved[5] = 1),
+    DecodeError::ReservedNotZero { offset: 109 }
+);
+// A checksum without the checksum flag.
+testerrored!(
+    checksum_without_flag,
+    coded_with(|h| h.checksum = 0x0100),
+    DecodeError::ReservedNotZero { offset: 100 }
+);
+// Version 1: byte 101 is reserved.
+testerrored!(
+    reserved_not_zero_v1,
+    v1(Hand { checksum: 0x0100, ..coded(96) }),
     DecodeError::ReservedNotZero { offset: 101 }
+);
+// n = 95 under the CRC of n = 96: every field is valid on its own (the sections of 95
+// and 96 values lie at the same offsets), only the CRC catches it.
+testerrored!(
+    header_checksum_mismatch,
+    {
+        let stale = u32::from_le_bytes(coded(96).bytes()[96..100].try_into().unwrap());
+        let mut h = coded(96);
+        h.value_count = 95;
+        h.codes[47] &= 0x0f;
+        h.stale_crc = Some(stale);
+        h.bytes()
+    },
+    DecodeError::HeaderChecksumMismatch {
+        stored: u32::from_le_bytes(coded(96).bytes()[96..100].try_into().unwrap()),
+        computed: u32::from_le_bytes(coded(95).bytes()[96..100].try_into().unwrap()),
+    }
 );
 // Chunk size 48: not a power of two.
 testerrored!(

@@ -4,7 +4,9 @@
 use kvcodec_gpu::GpuContext;
 use kvcodec_testkit::{Rng, gpu_or_skip};
 use splitzip::gpu::{GpuError, decode_to_vec, encode_to_vec};
-use splitzip::{Codebook, DEFAULT_CHUNK_SIZE, DecodeError, SplitzipCodec, decode, encode};
+use splitzip::{
+    Codebook, DEFAULT_CHUNK_SIZE, DecodeError, EncodeOptions, SplitzipCodec, decode, encode, encode_with,
+};
 
 /// The real fixtures' words (`KVCODEC_FIXTURES` on the device machine), code then prose.
 fn fixture_words() -> Vec<(String, Vec<u16>)> {
@@ -35,17 +37,20 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
 fn gpu_encode_is_byte_identical_to_cpu() {
     let Some(gpu) = gpu_or_skip("gpu_encode_is_byte_identical_to_cpu") else { return };
     for (name, words, codebook) in cases() {
-        for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
-            let cpu = encode(&words, &codebook, chunk).unwrap();
-            let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, chunk).unwrap();
-            assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, chunk {chunk}: length");
+        for (chunk, checksum) in
+            [(32, false), (DEFAULT_CHUNK_SIZE, false), (8192, false), (1024, true), (32, true)]
+        {
+            let options = EncodeOptions { chunk_size: chunk, checksum };
+            let cpu = encode_with(&words, &codebook, &options).unwrap();
+            let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, &options).unwrap();
+            assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, {options:?}: length");
             assert!(
                 gpu_bytes == cpu,
-                "{name}, chunk {chunk}: bytes differ at {:?}",
+                "{name}, {options:?}: bytes differ at {:?}",
                 gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b)
             );
             // GPU encode -> CPU decode.
-            assert_eq!(decode(&gpu_bytes).unwrap(), words, "{name}, chunk {chunk}");
+            assert_eq!(decode(&gpu_bytes).unwrap(), words, "{name}, {options:?}");
         }
     }
 }
@@ -54,9 +59,43 @@ fn gpu_encode_is_byte_identical_to_cpu() {
 fn gpu_decode_matches_cpu_encode() {
     let Some(gpu) = gpu_or_skip("gpu_decode_matches_cpu_encode") else { return };
     for (name, words, codebook) in cases() {
-        for chunk in [32, DEFAULT_CHUNK_SIZE, 8192] {
-            let payload = encode(&words, &codebook, chunk).unwrap();
-            assert_eq!(decode_to_vec(&gpu, &payload).unwrap(), words, "{name}, chunk {chunk}");
+        for (chunk, checksum) in [(32, false), (DEFAULT_CHUNK_SIZE, false), (8192, false), (1024, true)] {
+            let payload =
+                encode_with(&words, &codebook, &EncodeOptions { chunk_size: chunk, checksum }).unwrap();
+            assert_eq!(decode_to_vec(&gpu, &payload).unwrap(), words, "{name}, chunk {chunk}, {checksum}");
+        }
+    }
+}
+
+/// A flipped sign+mantissa bit (coded) or word bit (raw) passes every structural check;
+/// with the checksum the GPU reports the CPU's `ChecksumMismatch`, without it both
+/// decode the same other values.
+#[test]
+fn gpu_checksum_catches_what_the_cpu_catches() {
+    let Some(gpu) = gpu_or_skip("gpu_checksum_catches_what_the_cpu_catches") else { return };
+    for (name, words, codebook) in cases() {
+        if words.is_empty() {
+            continue;
+        }
+        for checksum in [false, true] {
+            let options = EncodeOptions { chunk_size: DEFAULT_CHUNK_SIZE, checksum };
+            let mut bad = encode_with(&words, &codebook, &options).unwrap();
+            let header = splitzip::PayloadHeader::parse(&bad).unwrap();
+            let at = match header.layout {
+                splitzip::Layout::Coded(l) => l.sign_mantissa.offset + l.sign_mantissa.len / 2,
+                splitzip::Layout::Raw { words } => words.offset + words.len / 2,
+            };
+            bad[at as usize] ^= 0x01;
+            match decode(&bad) {
+                Ok(cpu) => {
+                    assert!(!checksum, "{name}: the checksum missed a flipped bit");
+                    assert_eq!(decode_to_vec(&gpu, &bad).unwrap(), cpu, "{name}");
+                }
+                Err(cpu) => {
+                    assert!(matches!(cpu, DecodeError::ChecksumMismatch { .. }), "{name}: {cpu}");
+                    assert_gpu_reports(&gpu, &bad, &cpu, &name);
+                }
+            }
         }
     }
 }
@@ -147,7 +186,7 @@ fn gpu_encode_replays_from_a_cuda_graph() {
                 &gpu,
                 &d_words.as_view(),
                 &codebook,
-                DEFAULT_CHUNK_SIZE,
+                &EncodeOptions::default(),
                 &mut out.as_view_mut(),
                 &mut ws,
             )
@@ -167,11 +206,14 @@ fn gpu_encode_replays_from_a_cuda_graph() {
 fn whole_caches_round_trip_on_every_path() {
     let gpu = gpu_or_skip("whole_caches_round_trip_on_every_path");
     let fixtures = kvcodec_testkit::fixtures();
-    let codec = SplitzipCodec::calibrate(&fixtures[1].1).unwrap();
-    kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &fixtures[0].0, &fixtures[0].1);
-    for (l, h, d, t) in [(1, 1, 1, 1), (2, 1, 3, 5), (3, 2, 64, 17)] {
-        let cache = kvcodec_testkit::kv_like(l, h, d, t, 5);
-        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &format!("L={l} H={h} D={d} T={t}"), &cache);
+    let plain = SplitzipCodec::calibrate(&fixtures[1].1).unwrap();
+    for codec in [plain, SplitzipCodec { checksum: true, ..plain }] {
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &fixtures[0].0, &fixtures[0].1);
+        for (l, h, d, t) in [(1, 1, 1, 1), (2, 1, 3, 5), (3, 2, 64, 17)] {
+            let cache = kvcodec_testkit::kv_like(l, h, d, t, 5);
+            let name = format!("L={l} H={h} D={d} T={t}, checksum {}", codec.checksum);
+            kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &name, &cache);
+        }
     }
 }
 
@@ -204,4 +246,11 @@ fn whole_cache_rejections_match_the_cpu() {
     both[k_layout.escape_offsets.offset as usize + 4] = 0xff;
     both.pop();
     kvcodec_testkit::assert_gpu_rejects_like_cpu(&codec, &gpu, &both, cache.shape(), "K body and V length");
+    // With the checksum: a flipped V sign+mantissa bit.
+    let checked = SplitzipCodec { checksum: true, ..codec };
+    let mut bad = bf16_field::CacheCodec::encode(&checked, cache).unwrap();
+    let v = splitzip::PayloadHeader::parse(&bad[k_len..]).unwrap();
+    let splitzip::Layout::Coded(layout) = v.layout else { panic!("fixture payloads are coded") };
+    bad[k_len + layout.sign_mantissa.offset as usize + 7] ^= 0x40;
+    kvcodec_testkit::assert_gpu_rejects_like_cpu(&checked, &gpu, &bad, cache.shape(), "V checksum");
 }

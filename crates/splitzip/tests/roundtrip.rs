@@ -5,15 +5,16 @@
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use splitzip::{
-    Codebook, DEFAULT_CHUNK_SIZE, DecodeError, EncodeError, HEADER_LEN, PayloadHeader, decode, decode_bf16,
-    decode_bf16_into, decode_into, encode, encode_bf16, encode_bf16_into, encode_into, max_encoded_len,
+    Codebook, DEFAULT_CHUNK_SIZE, DecodeError, EncodeError, EncodeOptions, HEADER_LEN, PayloadHeader, decode,
+    decode_bf16, decode_bf16_into, decode_into, encode, encode_bf16, encode_bf16_into, encode_into,
+    encode_with, max_encoded_len,
 };
 
 const CHUNK_SIZES: [u32; 11] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768];
 
 /// The spec, implemented as plainly as possible and independently of the crate's
 /// encoder: header fields pushed one by one, sections appended, zero padding to 16.
-fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32) -> Vec<u8> {
+fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32, checksum: bool) -> Vec<u8> {
     let n = words.len();
     let cs = chunk_size as usize;
     let chunks = n.div_ceil(cs);
@@ -28,8 +29,8 @@ fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32) -> Vec<
     let header =
         |p: &mut Vec<u8>, raw: bool, chunk_count: u32, escapes: u64, offsets: [u64; 5], total: u64| {
             p.extend_from_slice(b"KVSZ");
-            p.extend_from_slice(&1u16.to_le_bytes());
-            p.extend_from_slice(&(raw as u16).to_le_bytes());
+            p.extend_from_slice(&2u16.to_le_bytes());
+            p.extend_from_slice(&(raw as u16 | (checksum as u16) << 1).to_le_bytes());
             p.extend_from_slice(&(n as u64).to_le_bytes());
             p.extend_from_slice(&chunk_size.to_le_bytes());
             p.extend_from_slice(&chunk_count.to_le_bytes());
@@ -39,7 +40,13 @@ fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32) -> Vec<
                 p.extend_from_slice(&o.to_le_bytes());
             }
             p.extend_from_slice(&total.to_le_bytes());
+            p.extend_from_slice(&[0; 4]); // the header CRC, below
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let adler = if checksum { adler2::adler32_slice(&bytes) } else { 0 };
+            p.extend_from_slice(&adler.to_le_bytes());
             p.resize(128, 0);
+            let crc = crc32c::crc32c(&p[..128]);
+            p[96..100].copy_from_slice(&crc.to_le_bytes());
         };
 
     // Sections after the header, built in a separate buffer starting at offset 128.
@@ -91,7 +98,15 @@ fn reference_encode(words: &[u16], codebook: &[u8; 16], chunk_size: u32) -> Vec<
 /// Checks one input with one codebook at one chunk size, through every entry point.
 fn check_trip(words: &[u16], codebook: &Codebook, chunk_size: u32) -> Vec<u8> {
     let payload = encode(words, codebook, chunk_size).unwrap();
-    assert_eq!(payload, reference_encode(words, &codebook.exponents(), chunk_size), "reference encoder");
+    assert_eq!(
+        payload,
+        reference_encode(words, &codebook.exponents(), chunk_size, false),
+        "reference encoder"
+    );
+    let options = EncodeOptions { chunk_size, checksum: true };
+    let checked = encode_with(words, codebook, &options).unwrap();
+    assert_eq!(checked, reference_encode(words, &codebook.exponents(), chunk_size, true), "with checksum");
+    assert_eq!(decode(&checked).unwrap(), words);
     assert!(payload.len() <= max_encoded_len(words.len(), chunk_size));
     assert_eq!(decode(&payload).unwrap(), words);
 

@@ -243,7 +243,7 @@ macro_rules! assert_rejects {
 ///
 /// ```ignore
 /// kvcodec_testkit::corrupt_input!(bad_magic: example_record() => |r| r[0] = b'X';
-///     exans::decode_block => Error::BadMagic { found: *b"XVXA" });
+///     exans::decode_block => Error::BadMagic { found: *b"XVXA", expected: "KVXA" });
 /// ```
 #[macro_export]
 macro_rules! corrupt_input {

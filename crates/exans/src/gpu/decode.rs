@@ -23,9 +23,10 @@ use std::sync::Arc;
 
 use bf16_field::{KvCache, WordOrder};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
 use kvcodec_gpu::{DeviceStatus, GpuContext, check_aligned, device_address, launch_config};
 
-use super::{DECODE_STATUS, ExansKernel, GpuError, THREADS};
+use super::{CHECKSUM_STATUS, DECODE_STATUS, ExansKernel, GpuError, THREADS, record_runs};
 use crate::container::{ContainerInfo, checked_info, decode_cache};
 use crate::format::{MAX_PRECISION, PARTITIONS};
 use crate::{Error, inspect_record};
@@ -50,15 +51,17 @@ pub(super) fn cpu_error(container: &[u8], status: u32) -> GpuError {
 
 /// Every check [`decode_cache`] makes before it decodes: the container header and index,
 /// the allocation bound, each record's shape against the container's, and every record
-/// check of spec §10 except the three decode-time ones.
-fn validate(container: &[u8]) -> Result<ContainerInfo, Error> {
+/// check of spec §10 except the decode-time ones. Returns the index and each record's
+/// checksum.
+fn validate(container: &[u8]) -> Result<(ContainerInfo, Vec<Option<u32>>), Error> {
     let info = checked_info(container)?;
+    let mut checksums = Vec::with_capacity(info.blocks());
     for i in 0..info.blocks() {
         let in_block = |e: Error| Error::InBlock { block: i, source: Box::new(e) };
         let record = info.shaped_record(container, i)?;
-        inspect_record(record).map_err(in_block)?;
+        checksums.push(inspect_record(record).map_err(in_block)?.checksum);
     }
-    Ok(info)
+    Ok((info, checksums))
 }
 
 /// A validated container index, with its record offsets on the device: what
@@ -69,6 +72,8 @@ pub struct DeviceIndex {
     /// `blocks + 1` record offsets from the container start (`u64`, spec §8).
     offsets: CudaSlice<u64>,
     container_len: usize,
+    /// Each record's checksum, when it carries one (spec §3).
+    checksums: Vec<Option<u32>>,
 }
 
 impl std::fmt::Debug for DeviceIndex {
@@ -89,8 +94,8 @@ impl DeviceIndex {
     /// [`GpuError::Codec`] with the CPU decoder's exact error for an invalid container;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, container: &[u8]) -> Result<Self, GpuError> {
-        let info = match validate(container) {
-            Ok(info) => info,
+        let (info, checksums) = match validate(container) {
+            Ok(validated) => validated,
             // The CPU decoder's own run gives its exact error: it reports the lowest
             // failing block, where a decode-time error of an earlier block comes before a
             // header error of a later one.
@@ -99,7 +104,17 @@ impl DeviceIndex {
         let offsets: Vec<u64> = info.offsets.iter().map(|&o| o as u64).collect();
         let offsets = gpu.upload(&offsets)?;
         gpu.synchronize()?;
-        Ok(DeviceIndex { info, offsets, container_len: container.len() })
+        Ok(DeviceIndex { info, offsets, container_len: container.len(), checksums })
+    }
+
+    /// Whether any record carries a checksum (then a decode also sums its output).
+    pub fn has_checksums(&self) -> bool {
+        self.checksums.iter().any(Option::is_some)
+    }
+
+    /// Where each record's values land in the decoded cache.
+    fn runs(&self) -> RecordRuns {
+        record_runs(self.info.shape, self.info.block_tokens)
     }
 
     /// The container's header and index.
@@ -118,13 +133,102 @@ impl DeviceIndex {
     }
 }
 
+/// What a decode leaves on the device for the host to judge: the kernel's status word
+/// and, for a container whose records carry checksums, the Adler-32 sums of each
+/// record's decoded values. Reusable across decodes and containers.
+#[derive(Debug)]
+pub struct DecodeChecks {
+    status: DeviceStatus,
+    sums: Option<AdlerSums>,
+    /// Each record of the decode in flight: its bytes and stored checksum.
+    expected: Vec<(u64, Option<u32>)>,
+}
+
+impl DecodeChecks {
+    /// Zeroed checks on `gpu`'s device (the sums are allocated by the first decode of a
+    /// container with checksums).
+    ///
+    /// # Errors
+    /// [`kvcodec_gpu::Error::Cuda`].
+    pub fn new(gpu: &GpuContext) -> Result<Self, GpuError> {
+        Ok(DecodeChecks { status: DeviceStatus::new(gpu)?, sums: None, expected: Vec::new() })
+    }
+
+    /// Clears the status and, for a container with checksums, the sums (grown to its
+    /// record count), on the context's stream; records what the decode must give.
+    pub(super) fn prepare(&mut self, gpu: &GpuContext, index: &DeviceIndex) -> Result<(), GpuError> {
+        self.status.clear(gpu)?;
+        self.expected.clear();
+        if !index.has_checksums() {
+            return Ok(());
+        }
+        let runs = index.runs();
+        self.expected.extend(index.checksums.iter().enumerate().map(|(i, &c)| (runs.record_bytes(i), c)));
+        let blocks = index.info.blocks();
+        match &mut self.sums {
+            Some(sums) if sums.records() >= blocks => sums.clear(gpu)?,
+            slot => *slot = Some(AdlerSums::new(gpu, blocks)?),
+        }
+        Ok(())
+    }
+
+    /// The status word, for a launch.
+    pub(super) fn status_word(&mut self) -> &mut DeviceStatus {
+        &mut self.status
+    }
+
+    /// After the decode kernels (on the context's stream): sums the decoded records when
+    /// the container has checksums.
+    pub(super) fn sum_output(
+        &mut self,
+        gpu: &GpuContext,
+        index: &DeviceIndex,
+        out: &CudaView<'_, u16>,
+    ) -> Result<(), GpuError> {
+        match &mut self.sums {
+            Some(sums) if !self.expected.is_empty() => Ok(add_record_sums(gpu, out, &index.runs(), sums)?),
+            _ => Ok(()),
+        }
+    }
+
+    /// The verdict once the stream has passed the decode (synchronises): 0 when every
+    /// record passed the kernel's checks and every stored checksum matches its decoded
+    /// values; else flags of [`DECODE_STATUS`].
+    ///
+    /// # Errors
+    /// [`kvcodec_gpu::Error::Cuda`].
+    pub fn status(&self, gpu: &GpuContext) -> Result<u32, GpuError> {
+        let status = self.status.read(gpu)?;
+        if status != 0 || self.expected.is_empty() {
+            return Ok(status);
+        }
+        let Some(sums) = &self.sums else { return Ok(status) };
+        let computed = sums.checksums(gpu, |i| self.expected[i].0)?;
+        let mismatch =
+            self.expected.iter().zip(&computed).any(|(&(_, stored), &c)| stored.is_some_and(|s| s != c));
+        Ok(if mismatch { CHECKSUM_STATUS } else { 0 })
+    }
+
+    /// [`DecodeChecks::status`], then for a nonzero status the CPU decoder's exact error
+    /// on `container` (the host bytes), or [`GpuError::Disagreement`].
+    ///
+    /// # Errors
+    /// As described; [`kvcodec_gpu::Error::Cuda`].
+    pub fn verify(&self, gpu: &GpuContext, container: &[u8]) -> Result<(), GpuError> {
+        match self.status(gpu)? {
+            0 => Ok(()),
+            status => Err(cpu_error(container, status)),
+        }
+    }
+}
+
 /// Decodes the device container `container` (the bytes [`DeviceIndex::new`] validated,
 /// 16-byte aligned) into `out`, the cache's `2L` tensors `[T, H, D]` in block order
-/// ([`WordOrder::LayerMajor`]), in one kernel launch on the context's stream, without
-/// synchronising. `status` is cleared, then left nonzero (flags of [`DECODE_STATUS`]) if
-/// a record failed a check in the kernel; `out` is then unspecified.
-/// [`decode_to_cache`] and [`super::PendingDecode::finish`] turn a nonzero status into
-/// the CPU decoder's error.
+/// ([`WordOrder::LayerMajor`]), in one kernel launch on the context's stream (and, for
+/// records with checksums, a second that sums the output), without synchronising.
+/// `checks` is cleared, then holds what [`DecodeChecks::verify`] judges: a record that
+/// failed a check in the kernel (`out` is then unspecified) or whose checksum does not
+/// match turns into the CPU decoder's error.
 ///
 /// # Errors
 /// [`kvcodec_gpu::Error::Buffer`] for a container of the wrong length or alignment, or
@@ -134,14 +238,15 @@ pub fn decode_device(
     container: &CudaView<'_, u8>,
     index: &DeviceIndex,
     out: &mut CudaViewMut<'_, u16>,
-    status: &mut DeviceStatus,
+    checks: &mut DecodeChecks,
 ) -> Result<(), GpuError> {
     check_buffers(index, container.len(), out.len())?;
     let stream = gpu.stream();
     check_aligned("container", device_address(container, stream))?;
-    status.clear(gpu)?;
+    checks.prepare(gpu, index)?;
     let f = gpu.function(ExansKernel::DecodeRecords)?;
-    launch_records(&f, stream, container, index, 0..index.info.blocks(), out, status)
+    launch_records(&f, stream, container, index, 0..index.info.blocks(), out, checks.status_word())?;
+    checks.sum_output(gpu, index, &out.slice(..index.values()))
 }
 
 /// The checks every decoder entry point makes before launching: a container of the
@@ -226,15 +331,15 @@ pub fn decode_to_cache(gpu: &GpuContext, container: &[u8]) -> Result<KvCache, Gp
     let d_container = gpu.upload(container)?;
     let values = index.values();
     let mut out = gpu.zeros::<u16>(values)?;
-    let mut status = DeviceStatus::new(gpu)?;
+    let mut checks = DecodeChecks::new(gpu)?;
     decode_device(
         gpu,
         &d_container.slice(..container.len()),
         &index,
         &mut out.slice_mut(..values),
-        &mut status,
+        &mut checks,
     )?;
-    status.check(gpu, &DECODE_STATUS, || decode_cache(container))?;
+    checks.verify(gpu, container)?;
     let words = gpu.download(&out, values)?;
     Ok(KvCache::from_words(index.info.shape, WordOrder::LayerMajor, words).expect("the index's shape"))
 }

@@ -49,6 +49,7 @@ use bf16_field::{KvCache, KvShape};
 use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, PushKernelArg, sys,
 };
+use kvcodec_gpu::integrity::{AdlerSums, add_record_sums};
 use kvcodec_gpu::{GpuContext, check_aligned, device_address, launch_config};
 
 use super::{ExansKernel, GpuError, THREADS};
@@ -146,6 +147,8 @@ pub struct EncodeWorkspace {
     capacity_centers: usize,
     /// Blocks of the last [`encode_device`]: where its container length is.
     last_blocks: Option<usize>,
+    /// The Adler-32 sums of each block's input, for the checksum option (spec §3).
+    sums: AdlerSums,
     /// Blocks per pipeline chunk if set; else [`balanced_chunk_blocks`] of `wave`.
     chunk_blocks: Option<usize>,
     /// `exans_encode_blocks` CTAs resident at once on the whole GPU (its occupancy per SM
@@ -249,6 +252,7 @@ impl EncodeWorkspace {
             capacity_blocks: blocks,
             capacity_centers: centers,
             last_blocks: None,
+            sums: AdlerSums::new(gpu, blocks)?,
             chunk_blocks: None,
             wave: per_multiprocessor.max(1) as usize * gpu.multiprocessors().max(1) as usize,
             pipeline: Pipeline::new(gpu)?,
@@ -302,11 +306,12 @@ impl EncodeWorkspace {
 
 /// Encodes the device cache `words` (its `2L` tensors `[T, H, D]` concatenated in block
 /// order, as [`KvCache::concat_words`] lays them out, `shape.total_values()` words) in
-/// blocks of `block_tokens` into `out` (16-byte aligned, at least
+/// blocks of `block_tokens`, with each record's checksum when `checksum` is set (a
+/// kernel sums every block's input first), into `out` (16-byte aligned, at least
 /// [`max_container_len`] bytes), ordered on the context's stream (the work forks onto
 /// the workspace's two streams and joins back: see the module docs), without
-/// synchronising. The container is byte-identical to [`crate::encode_cache`]'s whatever
-/// the chunk size; its length is read afterwards with [`EncodeWorkspace::encoded_len`].
+/// synchronising. The container is byte-identical to [`crate::encode_cache_with`]'s (the
+/// default options but `checksum`) whatever the chunk size; its length is read afterwards with [`EncodeWorkspace::encoded_len`].
 /// Bytes of `out` past the container are left as they were. Like any launch the work is
 /// asynchronous: keep `words`, `out` and the workspace allocated (or free them only
 /// through the context's stream) until that stream has passed this call.
@@ -320,6 +325,7 @@ pub fn encode_device(
     words: &CudaView<'_, u16>,
     shape: KvShape,
     block_tokens: usize,
+    checksum: bool,
     out: &mut CudaViewMut<'_, u8>,
     workspace: &mut EncodeWorkspace,
 ) -> Result<(), GpuError> {
@@ -336,17 +342,33 @@ pub fn encode_device(
         write_index: gpu.function(ExansKernel::EncodeIndex)?,
         write_records: gpu.function(ExansKernel::EncodeRecords)?,
     };
+    // The checksum's sums, on the context's stream before the fork: the record writers
+    // (on the writer stream, forked after them) read them.
+    if checksum {
+        workspace.sums.clear(gpu)?;
+        let runs = super::record_runs(shape, block_tokens);
+        add_record_sums(gpu, &words.slice(..shape.total_values()), &runs, &mut workspace.sums)?;
+    }
     // Fork, launch, join. The join comes after a failed launch too: the streams may
     // still hold kernels of earlier chunks that read `words` and write `out` and the
     // workspace, and a caller that frees those after an error, or encodes again, must
     // find them done once the context's stream is (the next call forks after it).
     workspace.pipeline.fork(stream)?;
-    let launched = launch_chunks(gpu, &kernels, words, &g, per_chunk, out, workspace);
+    let plan = ChunkPlan { per_chunk, checksum };
+    let launched = launch_chunks(gpu, &kernels, words, &g, plan, out, workspace);
     let joined = workspace.pipeline.join(stream);
     launched?;
     joined?;
     workspace.last_blocks = Some(g.blocks);
     Ok(())
+}
+
+/// How [`launch_chunks`] runs: blocks per chunk, and whether the record writers add
+/// the checksums (the sums are then in the workspace).
+#[derive(Clone, Copy)]
+struct ChunkPlan {
+    per_chunk: usize,
+    checksum: bool,
 }
 
 /// The encoder's three kernels, loaded.
@@ -365,12 +387,15 @@ fn launch_chunks(
     k: &Kernels,
     words: &CudaView<'_, u16>,
     g: &Geometry,
-    per_chunk: usize,
+    plan: ChunkPlan,
     out: &mut CudaViewMut<'_, u8>,
     workspace: &mut EncodeWorkspace,
 ) -> Result<(), GpuError> {
+    let ChunkPlan { per_chunk, checksum } = plan;
     let stream = gpu.stream();
     let p = &workspace.pipeline;
+    // The record writer's `record_sums`: the sums, or a null pointer without the checksum.
+    const NULL: u64 = 0;
     let cache_args = CacheArgs::new(g);
     let one = launch_config(1, THREADS, 0);
     for c in 0..g.blocks.div_ceil(per_chunk) {
@@ -435,11 +460,18 @@ fn launch_chunks(
             .arg(&workspace.lens)
             .arg(&workspace.offsets)
             .arg(&workspace.scratch)
-            .arg(&workspace.sign_mantissa)
-            .arg(&mut *out);
+            .arg(&workspace.sign_mantissa);
+        if checksum {
+            launch.arg(workspace.sums.counters());
+        } else {
+            launch.arg(&NULL);
+        }
+        launch.arg(&mut *out);
         // SAFETY: the arguments match exans_encode_records(words, layers, kv_heads,
         // head_dim, block_tokens, tokens, blocks, first, end, centers, freqs, dir, lens,
-        // offsets, scratch, sign_mantissa, out).
+        // offsets, scratch, sign_mantissa, record_sums, out); record_sums (null, or two
+        // u64 per block, block < blocks <= the workspace's capacity) is read by thread 0
+        // of a block's CTA only.
         // It reads what exans_encode_blocks wrote for each block of the chunk (the slots
         // above, after the chunk's event; sign_mantissa only under the same H D condition, in
         // 16-byte loads: i B H D 2L is then a multiple of 16, and the 8 bytes past N_i of
@@ -491,19 +523,33 @@ impl CacheArgs {
 }
 
 /// Host cache -> container bytes through the GPU (uploads, encodes, reads back;
-/// synchronises): the same bytes as [`crate::encode_cache`]`(cache, block_tokens)`.
+/// synchronises): the same bytes as [`crate::encode_cache_with`] with the default
+/// options but `checksum`.
 ///
 /// # Errors
 /// [`GpuError::Codec`] with the CPU encoder's error for a block size it rejects;
 /// [`kvcodec_gpu::Error::Cuda`].
-pub fn encode_to_vec(gpu: &GpuContext, cache: &KvCache, block_tokens: usize) -> Result<Vec<u8>, GpuError> {
+pub fn encode_to_vec(
+    gpu: &GpuContext,
+    cache: &KvCache,
+    block_tokens: usize,
+    checksum: bool,
+) -> Result<Vec<u8>, GpuError> {
     let shape = cache.shape();
     let max_len = max_container_len(shape, block_tokens)?;
     let words = gpu.upload(&cache.concat_words())?;
     // A fresh allocation: aligned far beyond 16 bytes.
     let mut out: CudaSlice<u8> = gpu.zeros(max_len)?;
     let mut workspace = EncodeWorkspace::new(gpu, shape, block_tokens)?;
-    encode_device(gpu, &words.as_view(), shape, block_tokens, &mut out.as_view_mut(), &mut workspace)?;
+    encode_device(
+        gpu,
+        &words.as_view(),
+        shape,
+        block_tokens,
+        checksum,
+        &mut out.as_view_mut(),
+        &mut workspace,
+    )?;
     let len = workspace.encoded_len(gpu)?;
     Ok(gpu.download(&out, len)?)
 }

@@ -37,10 +37,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice};
-use kvcodec_gpu::{DeviceStatus, GpuContext};
+use kvcodec_gpu::GpuContext;
 
-use super::decode::{check_buffers, cpu_error, launch_records};
-use super::{DeviceIndex, ExansKernel, GpuError};
+use super::decode::{check_buffers, launch_records};
+use super::{DecodeChecks, DeviceIndex, ExansKernel, GpuError};
 
 /// Default [`HostDecodeOptions::chunk_bytes`]: 8 MiB. Large enough that the per-chunk
 /// driver work (a copy, an event record and wait, a launch: some microseconds) is a
@@ -145,7 +145,7 @@ pub struct HostDecoder {
     /// The device copy of the container being decoded (16-byte aligned: a fresh
     /// allocation); `None` until the first decode.
     container: Option<CudaSlice<u8>>,
-    status: DeviceStatus,
+    checks: DecodeChecks,
     /// Every cross-stream edge (fork, chunk ready, join) records this event and
     /// immediately waits on it: `cuStreamWaitEvent` waits for the record that precedes
     /// it, and a later record does not change an earlier wait, so one event serves all.
@@ -192,7 +192,7 @@ impl HostDecoder {
             copy: gpu.context().new_stream()?,
             decode_streams,
             container: None,
-            status: DeviceStatus::new(gpu)?,
+            checks: DecodeChecks::new(gpu)?,
             edge: gpu.context().new_event(None)?,
             staging: Vec::new(),
         })
@@ -234,7 +234,7 @@ impl HostDecoder {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
             self.ensure_staging(gpu, largest)?;
         }
-        let HostDecoder { copy, decode_streams, container: device, status, edge, staging, .. } = self;
+        let HostDecoder { copy, decode_streams, container: device, checks, edge, staging, .. } = self;
         let device = match device {
             Some(d) if d.len() >= container.len() => d,
             // The old buffer is freed in order on the main stream, which joined every stream
@@ -246,7 +246,7 @@ impl HostDecoder {
         };
 
         let issued = (|| -> Result<(), GpuError> {
-            status.clear(gpu)?;
+            checks.prepare(gpu, index)?;
             // Fork: the copies and every decode stream start after the work already on the main
             // stream (an earlier decode still reading the device buffer, the caller's use of
             // `out`).
@@ -277,7 +277,7 @@ impl HostDecoder {
                 };
                 lane.wait(edge)?;
                 let whole = device.slice(..container.len());
-                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, status)?;
+                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, checks.status_word())?;
             }
             // Join: the main stream waits for every decode stream (and through them for
             // every copy).
@@ -285,7 +285,7 @@ impl HostDecoder {
                 edge.record(lane)?;
                 main.wait(edge)?;
             }
-            Ok(())
+            checks.sum_output(gpu, index, &out.slice(..index.values()))
         })();
         if let Err(e) = issued {
             // Copies already issued may still read `container`, whose borrow ends with
@@ -298,7 +298,7 @@ impl HostDecoder {
             }
             return Err(e);
         }
-        Ok(PendingDecode { gpu, status: &*status, container, finished: false })
+        Ok(PendingDecode { gpu, checks: &*checks, container, finished: false })
     }
 
     /// Makes sure there are [`STAGING_SLOTS`] page-locked slots of at least `bytes`.
@@ -337,7 +337,7 @@ impl Drop for HostDecoder {
 #[must_use = "finish() reports an invalid container; dropping waits for the device and ignores it"]
 pub struct PendingDecode<'a> {
     gpu: &'a GpuContext,
-    status: &'a DeviceStatus,
+    checks: &'a DecodeChecks,
     container: &'a [u8],
     finished: bool,
 }
@@ -353,21 +353,18 @@ impl std::fmt::Debug for PendingDecode<'_> {
 
 impl PendingDecode<'_> {
     /// Waits for the decode (synchronises the context's main stream) and checks the
-    /// status word.
+    /// status word and the records' checksums.
     ///
     /// # Errors
     /// [`GpuError::Codec`] with the CPU decoder's exact error if a record failed a
-    /// decode-time check (`out` is then unspecified); [`GpuError::Disagreement`] if the
-    /// CPU decoder accepts the bytes; [`kvcodec_gpu::Error::Cuda`].
+    /// decode-time check (`out` is then unspecified) or its checksum;
+    /// [`GpuError::Disagreement`] if the CPU decoder accepts the bytes;
+    /// [`kvcodec_gpu::Error::Cuda`].
     pub fn finish(mut self) -> Result<(), GpuError> {
         let stream = self.gpu.stream();
         stream.synchronize()?;
         self.finished = true;
-        let status = self.status.read(self.gpu)?;
-        if status != 0 {
-            return Err(cpu_error(self.container, status));
-        }
-        Ok(())
+        self.checks.verify(self.gpu, self.container)
     }
 }
 

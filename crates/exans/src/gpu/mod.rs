@@ -20,7 +20,7 @@ pub mod host;
 
 use kvcodec_gpu::{Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
 
-pub use decode::{DeviceIndex, decode_device, decode_to_cache};
+pub use decode::{DecodeChecks, DeviceIndex, decode_device, decode_to_cache};
 pub use encode::{EncodeWorkspace, encode_device, encode_to_vec, max_container_len};
 pub use host::{HostContainer, HostDecodeOptions, HostDecoder, PendingDecode};
 
@@ -97,5 +97,31 @@ pub const DECODE_STATUS: StatusCodes = StatusCodes {
             name: "LAUNCH",
             meaning: "a launch with another block shape or less dynamic shared memory than the kernel needs",
         },
+        StatusValue {
+            value: 128,
+            name: "CHECKSUM",
+            meaning: "a record's decoded values do not give its checksum (set by the host)",
+        },
     ],
 };
+
+/// The `CHECKSUM` flag of [`DECODE_STATUS`]: the host's verdict on the output's sums.
+pub(crate) const CHECKSUM_STATUS: u32 = 128;
+
+/// Where each block's values lie in a cache of `shape` (its `2L` tensors `[T, H, D]`
+/// back to back) cut in blocks of `block_tokens`: the runs its checksum covers (spec
+/// §3). `shape` and `block_tokens` are valid (a container's or an encoder's).
+pub(crate) fn record_runs(
+    shape: bf16_field::KvShape,
+    block_tokens: usize,
+) -> kvcodec_gpu::integrity::RecordRuns {
+    let hd = shape.kv_heads * shape.head_dim;
+    let blocks = shape.tokens.div_ceil(block_tokens);
+    kvcodec_gpu::integrity::RecordRuns {
+        groups: 2 * shape.layers,
+        blocks,
+        group_stride: shape.tokens * hd,
+        block_stride: block_tokens * hd,
+        last_block: (shape.tokens - (blocks - 1) * block_tokens) * hd,
+    }
+}

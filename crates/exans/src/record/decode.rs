@@ -18,8 +18,9 @@ use crate::{Error, Result};
 /// [`Error::PartitionPastEnd`], [`Error::StateOutOfRange`],
 /// [`Error::WordStreamExhausted`], [`Error::FinalStateMismatch`],
 /// [`Error::UnconsumedWords`]; [`Error::GroupCountMismatch`] /
-/// [`Error::GroupLengthMismatch`] when `groups` does not match the record's shape.
-/// On error the contents of `groups` are unspecified.
+/// [`Error::GroupLengthMismatch`] when `groups` does not match the record's shape; last,
+/// for a record with a checksum, [`Error::ChecksumMismatch`] (the values are written).
+/// On any other error the contents of `groups` are unspecified.
 pub fn decode_block_into(record: &[u8], groups: &mut [&mut [u16]]) -> Result<BlockShape> {
     decode_parsed(parse(record)?, groups)
 }
@@ -94,6 +95,18 @@ fn join_run(out: &mut [u16], center: u8, symbols: &[u8], sign_mantissa: &[u8]) {
 
 fn decode_parsed(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockShape> {
     check_groups(groups.len(), groups.iter().map(|g| g.len()), &parsed.shape)?;
+    let checksum = parsed.checksum;
+    let shape = decode_values(parsed, groups)?;
+    if let Some(stored) = checksum {
+        let computed = super::block_checksum(groups.iter().map(|g| &**g));
+        if computed != stored {
+            return Err(Error::ChecksumMismatch { stored, computed });
+        }
+    }
+    Ok(shape)
+}
+
+fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockShape> {
     let per_group = parsed.shape.values_per_group();
     match parsed.body {
         Body::Raw { words } => {

@@ -4,7 +4,8 @@ use bf16_field::{exponent_of, sign_mantissa_of};
 
 use super::{BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center};
 use crate::format::{
-    self, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, RECORD_MAGIC, VERSION, align_up, header, partition_range,
+    self, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, RECORD_MAGIC, VERSION, align_up, header,
+    partition_range,
 };
 use crate::model::Model;
 use crate::rans::encode_partition;
@@ -58,6 +59,17 @@ pub fn encode_block(groups: &[&[u16]], shape: BlockShape) -> Result<Vec<u8>> {
 /// `log2` of the block's distinct symbols (with [`RawPolicy::Auto`] that case is stored
 /// raw instead).
 pub fn encode_block_with(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions) -> Result<Vec<u8>> {
+    let mut record = encode_unsealed(groups, shape, options)?;
+    if options.checksum {
+        let flags = u16::from_le_bytes([record[header::FLAGS], record[header::FLAGS + 1]]);
+        put_u16(&mut record, header::FLAGS, flags | FLAG_CHECKSUM);
+        put_u32(&mut record, header::CHECKSUM, super::block_checksum(groups.iter().copied()));
+    }
+    Ok(record)
+}
+
+/// The record without its checksum.
+fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions) -> Result<Vec<u8>> {
     let values = shape.values()?;
     check_groups(groups.len(), groups.iter().map(|g| g.len()), &shape)?;
     if options.raw == RawPolicy::Always {

@@ -31,6 +31,9 @@ pub struct RecordInfo {
     /// `[header, centers, model, directory, words, sign_mantissa]`; for a raw record
     /// `[48, 0, 0, 0, 0, 2N]`.
     pub section_bytes: [usize; 6],
+    /// The block's Adler-32 when the record carries one (flag bit 1, spec §3); not
+    /// verified here (that needs the decoded values).
+    pub checksum: Option<u32>,
 }
 
 /// Parses and validates a record without running the rANS decode (every check of
@@ -42,6 +45,7 @@ pub struct RecordInfo {
 pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
     let parsed = parse(record)?;
     let values = parsed.values;
+    let checksum = parsed.checksum;
     Ok(match parsed.body {
         Body::Raw { .. } => RecordInfo {
             shape: parsed.shape,
@@ -53,6 +57,7 @@ pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
             model: Vec::new(),
             word_counts: [0; PARTITIONS],
             section_bytes: [HEADER_LEN, 0, 0, 0, 0, 2 * values],
+            checksum,
         },
         Body::Coded { centers, model, word_counts, layout, .. } => RecordInfo {
             shape: parsed.shape,
@@ -71,6 +76,7 @@ pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
                 layout.sign_mantissa - layout.words,
                 values,
             ],
+            checksum,
         },
     })
 }
@@ -92,6 +98,9 @@ impl fmt::Display for RecordInfo {
         )?;
         let [h, c, m, d, w, sm] = self.section_bytes;
         writeln!(f, "sections: header={h} centers={c} model={m} directory={d} words={w} sign_mantissa={sm}")?;
+        if let Some(checksum) = self.checksum {
+            writeln!(f, "checksum: adler32 {checksum:08x}")?;
+        }
         if self.raw {
             return Ok(());
         }

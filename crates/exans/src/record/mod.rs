@@ -12,6 +12,7 @@ use bf16_field::exponent_of;
 pub use decode::{decode_block, decode_block_into};
 pub use encode::{encode_block, encode_block_with};
 pub use inspect::{RecordInfo, inspect_record};
+pub(crate) use parse::check_header_fields;
 pub use parse::record_shape;
 
 use crate::format::{
@@ -94,12 +95,22 @@ pub struct EncodeOptions {
     pub precision: u8,
     /// Raw fallback policy; default [`RawPolicy::Auto`].
     pub raw: RawPolicy,
+    /// Store the Adler-32 of each block's values in its record (flag bit 1, spec §3),
+    /// which every decoder then verifies; off by default.
+    pub checksum: bool,
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { precision: PRECISION, raw: RawPolicy::Auto }
+        EncodeOptions { precision: PRECISION, raw: RawPolicy::Auto, checksum: false }
     }
+}
+
+/// The checksum of a block (spec §3): the Adler-32 of its values as little-endian bytes,
+/// group after group in block order.
+pub fn block_checksum<'a>(groups: impl IntoIterator<Item = &'a [u16]>) -> u32 {
+    use bf16_field::integrity::{adler32_combine, adler32_words};
+    groups.into_iter().fold(1, |acc, g| adler32_combine(acc, adler32_words(g), 2 * g.len() as u64))
 }
 
 /// The center of one group: its most frequent exponent, the smallest on a tie (spec §2).

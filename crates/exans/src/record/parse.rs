@@ -3,8 +3,9 @@
 
 use super::{BlockShape, Layout};
 use crate::format::{
-    self, DIRECTORY_LEN, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, LANES, MODEL_COUNT_LEN, MODEL_ENTRY_LEN,
-    PARTITIONS, RECORD_MAGIC, VERSION, WORD_LEN, align_up, header,
+    self, DIRECTORY_LEN, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, KNOWN_FLAGS_V2, LANES,
+    MODEL_COUNT_LEN, MODEL_ENTRY_LEN, PARTITIONS, RECORD_MAGIC, VERSION, VERSION_2, WORD_LEN, align_up,
+    header,
 };
 use crate::model::Model;
 use crate::{Error, Result};
@@ -45,6 +46,8 @@ fn expect_section(section: &'static str, stored: u32, expected: usize) -> Result
 pub(super) struct Parsed<'a> {
     pub(super) shape: BlockShape,
     pub(super) values: usize,
+    /// The Adler-32 of the values, when the record carries one (flag bit 1).
+    pub(super) checksum: Option<u32>,
     pub(super) body: Body<'a>,
 }
 
@@ -66,19 +69,32 @@ pub(super) enum Body<'a> {
     },
 }
 
-/// Reads and validates the 48-byte header's common part; returns the shape and N.
-fn parse_header(record: &[u8]) -> Result<(BlockShape, usize, u16)> {
+/// The 48-byte header's common part, validated.
+struct Header {
+    shape: BlockShape,
+    values: usize,
+    flags: u16,
+    checksum: Option<u32>,
+}
+
+/// The checks of a record header that need only its 48 bytes, not the record's length
+/// (spec §10, rows 1-5): magic, version, flags, reserved fields. Returns the flags and
+/// the checksum. A container runs them on each record before it trusts the record's
+/// length field, so that a damaged header is reported as a record error.
+pub(crate) fn check_header_fields(record: &[u8]) -> Result<(u16, Option<u32>)> {
     get(record, 0, HEADER_LEN)?;
     let magic: [u8; 4] = record[..4].try_into().expect("4 bytes");
     if magic != RECORD_MAGIC {
-        return Err(Error::BadMagic { found: magic });
+        return Err(Error::BadMagic { found: magic, expected: "KVXA" });
     }
     let version = u16_at(record, header::VERSION)?;
-    if version != VERSION {
-        return Err(Error::UnsupportedVersion { version });
-    }
+    let known_flags = match version {
+        VERSION => KNOWN_FLAGS,
+        VERSION_2 => KNOWN_FLAGS_V2,
+        _ => return Err(Error::UnsupportedVersion { version }),
+    };
     let flags = u16_at(record, header::FLAGS)?;
-    if flags & !KNOWN_FLAGS != 0 {
+    if flags & !known_flags != 0 {
         return Err(Error::UnsupportedFlags { flags });
     }
     if record[header::RESERVED0] != 0 {
@@ -87,10 +103,17 @@ fn parse_header(record: &[u8]) -> Result<(BlockShape, usize, u16)> {
             value: record[header::RESERVED0] as u32,
         });
     }
-    let reserved1 = u32_at(record, header::RESERVED1)?;
-    if reserved1 != 0 {
-        return Err(Error::ReservedNonZero { offset: header::RESERVED1, value: reserved1 });
+    let stored_checksum = u32_at(record, header::CHECKSUM)?;
+    let checksum = (flags & FLAG_CHECKSUM != 0).then_some(stored_checksum);
+    if checksum.is_none() && stored_checksum != 0 {
+        return Err(Error::ReservedNonZero { offset: header::CHECKSUM, value: stored_checksum });
     }
+    Ok((flags, checksum))
+}
+
+/// Reads and validates the 48-byte header's common part.
+fn parse_header(record: &[u8]) -> Result<Header> {
+    let (flags, checksum) = check_header_fields(record)?;
     let shape = BlockShape {
         layers: u16_at(record, header::LAYERS)? as usize,
         kv_heads: u16_at(record, header::KV_HEADS)? as usize,
@@ -109,11 +132,11 @@ fn parse_header(record: &[u8]) -> Result<(BlockShape, usize, u16)> {
     if record.len() > record_len {
         return Err(Error::TrailingBytes { extra: record.len() - record_len });
     }
-    Ok((shape, values, flags))
+    Ok(Header { shape, values, flags, checksum })
 }
 
 pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
-    let (shape, values, flags) = parse_header(record)?;
+    let Header { shape, values, flags, checksum } = parse_header(record)?;
     let precision = record[header::PRECISION];
     let (partitions, lanes) = (record[header::PARTITIONS], record[header::LANES]);
     let stored = |field| u32_at(record, field);
@@ -133,7 +156,7 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
             expect_section(section, stored(field)?, HEADER_LEN)?;
         }
         expect_section("record_len", stored(header::RECORD_LEN)?, HEADER_LEN + 2 * values)?;
-        return Ok(Parsed { shape, values, body: Body::Raw { words: &record[HEADER_LEN..] } });
+        return Ok(Parsed { shape, values, checksum, body: Body::Raw { words: &record[HEADER_LEN..] } });
     }
 
     if !(format::MIN_PRECISION..=format::MAX_PRECISION).contains(&precision) {
@@ -207,6 +230,7 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
     Ok(Parsed {
         shape,
         values,
+        checksum,
         body: Body::Coded { centers, model, word_counts, states, streams, sign_mantissa, layout },
     })
 }
@@ -219,5 +243,5 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
 /// [`Error::InvalidShape`], [`Error::ShapeOverflow`], [`Error::ValueCountMismatch`],
 /// [`Error::TrailingBytes`].
 pub fn record_shape(record: &[u8]) -> Result<BlockShape> {
-    parse_header(record).map(|(shape, _, _)| shape)
+    parse_header(record).map(|h| h.shape)
 }

@@ -7,7 +7,7 @@ use super::{
     CodebookArg, GpuError, PLACE_THREADS, SUPER_TILES, SplitzipKernel, THREADS, TILE_VALUES,
     WORKSPACE_HEADER_WORDS, check_gpu_limits,
 };
-use crate::{Codebook, max_encoded_len};
+use crate::{Codebook, EncodeOptions, max_encoded_len};
 
 /// Workspace words for `tiles` tiles: header, one sum per superblock, one count per tile.
 fn workspace_words(tiles: usize) -> usize {
@@ -16,7 +16,8 @@ fn workspace_words(tiles: usize) -> usize {
 
 /// Device scratch for [`encode_device`], reusable across calls of up to `capacity` values.
 pub struct EncodeWorkspace {
-    /// `[encoded length, total escapes, sum per superblock..., escapes per tile...]`.
+    /// `[encoded length, total escapes, Adler-32 S, Adler-32 W, sum per superblock...,
+    /// escapes per tile...]`.
     words: CudaSlice<u64>,
     /// Each tile's escape positions before they move to their section (worst case: every
     /// value of the tile).
@@ -62,8 +63,9 @@ impl EncodeWorkspace {
 }
 
 /// Encodes `words` (n device BF16 words, 16-byte aligned) into `out` (at least
-/// [`max_encoded_len`]`(n, chunk_size)` device bytes, 16-byte aligned) on the context's
-/// stream, without synchronising; the payload is byte-identical to [`crate::encode`]'s.
+/// [`max_encoded_len`]`(n, chunk_size)` device bytes, 16-byte aligned) with `options`
+/// (chunk size, checksum) on the context's stream, without synchronising; the payload
+/// is byte-identical to [`crate::encode_with`]'s.
 /// Its length is read afterwards with [`EncodeWorkspace::encoded_len`]. Keep `words`,
 /// `out` and the workspace alive until the stream has passed the call.
 ///
@@ -76,11 +78,12 @@ pub fn encode_device(
     gpu: &GpuContext,
     words: &CudaView<'_, u16>,
     codebook: &Codebook,
-    chunk_size: u32,
+    options: &EncodeOptions,
     out: &mut CudaViewMut<'_, u8>,
     workspace: &mut EncodeWorkspace,
 ) -> Result<(), GpuError> {
     let n = words.len();
+    let chunk_size = options.chunk_size;
     check_gpu_limits(n, chunk_size)?;
     kvcodec_gpu::check_len("out", out.len(), max_encoded_len(n, chunk_size), "bytes")?;
     kvcodec_gpu::check_len("workspace", workspace.capacity, n, "values")?;
@@ -94,7 +97,9 @@ pub fn encode_device(
     let table = CodeTableArg(codebook.code_table());
     let (n64, cs) = (n as u64, chunk_size);
     if tiles > 0 {
-        let f = gpu.function(SplitzipKernel::EncodeTiles)?;
+        let tiles_kernel =
+            if options.checksum { SplitzipKernel::EncodeTilesChecksum } else { SplitzipKernel::EncodeTiles };
+        let f = gpu.function(tiles_kernel)?;
         let mut launch = stream.launch_builder(&f);
         launch
             .arg(words)
@@ -105,7 +110,8 @@ pub fn encode_device(
             .arg(&mut workspace.scratch_positions)
             .arg(&mut workspace.scratch_exponents)
             .arg(&mut workspace.words);
-        // SAFETY: the signature matches splitzip_encode_tiles; `words` holds n values;
+        // SAFETY: the signature matches splitzip_encode_tiles (and its _checksum twin,
+        // which also adds to workspace words 2 and 3); `words` holds n values;
         // the kernel writes only below the escape positions section, which it checks
         // lies within 128 + 2n <= out.len() bytes; each tile writes at most TILE_VALUES
         // scratch slots of its own, its count and an atomic add to its superblock sum
@@ -129,9 +135,12 @@ pub fn encode_device(
     let codebook_arg = CodebookArg::new(codebook);
     let finish = gpu.function(SplitzipKernel::EncodeFinish)?;
     let mut launch = stream.launch_builder(&finish);
+    let checksum = options.checksum as u32;
     launch.arg(words).arg(&n64).arg(&cs).arg(&codebook_arg).arg(&mut *out).arg(&mut workspace.words);
+    launch.arg(&checksum);
     // SAFETY: writes the header and padding of a coded payload of <= 128 + 2n bytes, or
-    // the raw form of exactly 128 + 2n bytes; `out` holds at least that.
+    // the raw form of exactly 128 + 2n bytes; `out` holds at least that; reads the
+    // workspace's sums, which the memset zeroed and the tiles kernel filled.
     unsafe { launch.launch(gpu.grid_stride_config(n / 8 + 1, THREADS)) }?;
     Ok(())
 }
@@ -154,13 +163,13 @@ pub fn encode_to_vec(
     gpu: &GpuContext,
     words: &[u16],
     codebook: &Codebook,
-    chunk_size: u32,
+    options: &EncodeOptions,
 ) -> Result<Vec<u8>, GpuError> {
     let n = words.len();
     let d_words = gpu.upload(words)?;
-    let mut out: CudaSlice<u8> = gpu.zeros(max_encoded_len(n, chunk_size))?;
+    let mut out: CudaSlice<u8> = gpu.zeros(max_encoded_len(n, options.chunk_size))?;
     let mut ws = EncodeWorkspace::new(gpu, n)?;
-    encode_device(gpu, &d_words.slice(..n), codebook, chunk_size, &mut out.as_view_mut(), &mut ws)?;
+    encode_device(gpu, &d_words.slice(..n), codebook, options, &mut out.as_view_mut(), &mut ws)?;
     let len = ws.encoded_len(gpu)?;
     Ok(gpu.download(&out, len)?)
 }

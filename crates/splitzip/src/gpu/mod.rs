@@ -14,8 +14,15 @@
 //!
 //! **Decode** ([`decode_device`]) takes a header validated on the host; one kernel
 //! rebuilds every word once, with escapes patched in registers, and checks the body
-//! (spec §5) in CTAs of the same launch; a nonzero [`kvcodec_gpu::DeviceStatus`] makes
-//! [`decode_to_vec`] run the CPU decoder to return the exact [`DecodeError`].
+//! (spec §5) in CTAs of the same launch; for a payload with a checksum, a variant of the
+//! kernel also adds the Adler-32 sums of the words it writes. [`DecodeChecks::verify`]
+//! reads the verdict: a nonzero status or a checksum mismatch makes it run the CPU
+//! decoder to return the exact [`DecodeError`].
+//!
+//! **Checksum** (the encoder's option, spec §2): `splitzip_encode_tiles_checksum` adds
+//! each tile's Adler-32 sums of its input to the workspace as it codes the tile, and the
+//! finish kernel writes the checksum into the header; every header gets its CRC-32C
+//! there too.
 //!
 //! GPU limits (the CPU path has none of them): chunk sizes up to [`TILE_VALUES`] values,
 //! at most `u32::MAX` values per payload, device buffers 16-byte aligned.
@@ -25,7 +32,7 @@ mod encode;
 
 use kvcodec_gpu::{Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
 
-pub use decode::{decode_device, decode_to_vec};
+pub use decode::{DecodeChecks, decode_device, decode_to_vec};
 pub use encode::{EncodeWorkspace, encode_device, encode_to_vec};
 
 use crate::{DecodeError, EncodeError};
@@ -61,12 +68,18 @@ kvcodec_gpu::register_module!(MODULE);
 pub enum SplitzipKernel {
     /// Codes, sign+mantissa and escapes of one tile per CTA.
     EncodeTiles,
+    /// [`SplitzipKernel::EncodeTiles`] that also adds the input's Adler-32 sums to the
+    /// workspace (the checksum option).
+    EncodeTilesChecksum,
     /// Escape offsets made absolute, escapes moved to their sections.
     EncodePlace,
     /// Header and padding, or the raw form.
     EncodeFinish,
     /// Values of one tile per CTA, then the body check.
     DecodeTiles,
+    /// [`SplitzipKernel::DecodeTiles`] that also adds the Adler-32 sums of the values it
+    /// writes (a payload with a checksum).
+    DecodeTilesChecksum,
 }
 
 impl Kernel for SplitzipKernel {
@@ -76,9 +89,11 @@ impl Kernel for SplitzipKernel {
     fn symbol(self) -> &'static str {
         match self {
             SplitzipKernel::EncodeTiles => "splitzip_encode_tiles",
+            SplitzipKernel::EncodeTilesChecksum => "splitzip_encode_tiles_checksum",
             SplitzipKernel::EncodePlace => "splitzip_encode_place",
             SplitzipKernel::EncodeFinish => "splitzip_encode_finish",
             SplitzipKernel::DecodeTiles => "splitzip_decode_tiles",
+            SplitzipKernel::DecodeTilesChecksum => "splitzip_decode_tiles_checksum",
         }
     }
 }
@@ -95,12 +110,13 @@ pub const GROUP_VALUES: usize = 8;
 pub const SUPER_TILES: usize = 256;
 /// Threads per CTA of the placement kernel: a warp per tile.
 pub const PLACE_THREADS: u32 = 256;
-/// Workspace words before the superblock sums: the encoded length, then the total
-/// escape count.
-pub const WORKSPACE_HEADER_WORDS: usize = 2;
+/// Workspace words before the superblock sums: the encoded length, the total escape
+/// count, then the two Adler-32 sums of the input (spec §2's checksum).
+pub const WORKSPACE_HEADER_WORDS: usize = 4;
 
 /// What `splitzip_decode_tiles` leaves in its status word: the first problem's code
-/// (spec §5's body checks; the header is checked on the host).
+/// (spec §5's body checks; the header is checked on the host). `CHECKSUM` is the host's
+/// verdict on the sums the checksum kernel leaves, reported the same way.
 pub const DECODE_STATUS: StatusCodes = StatusCodes {
     encoding: StatusEncoding::FirstCode,
     values: &[
@@ -117,6 +133,11 @@ pub const DECODE_STATUS: StatusCodes = StatusCodes {
         },
         StatusValue { value: 4, name: "BAD_ESCAPE_CODE", meaning: "an escaped value's code is not 0" },
         StatusValue { value: 5, name: "BAD_PADDING", meaning: "a padding byte is not zero" },
+        StatusValue {
+            value: 6,
+            name: "CHECKSUM",
+            meaning: "the decoded values' Adler-32 differs from the header's checksum (set by the host)",
+        },
     ],
 };
 
