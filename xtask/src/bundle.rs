@@ -85,17 +85,17 @@ done\n";
     for s in ["run.sh", "xtask-bench.sh"] {
         crate::venv::run(Command::new("chmod").arg("+x").arg(out.join(s)))?;
     }
-    println!(
+    outln!(
         "gpu-bundle: {} ({} test binaries, {} fixtures)",
-        out.display(),
+        crate::shown(&out),
         tests.len(),
         crate::fixture_files()?.len()
-    );
+    )?;
     let name = out.file_name().unwrap_or_default().to_string_lossy();
-    println!("copy the folder to a GPU machine (x86-64 Linux, glibc 2.34+, CUDA 13 driver R580+), then:");
-    println!(
+    outln!("copy the folder to a GPU machine (x86-64 Linux, glibc 2.34+, CUDA 13 driver R580+), then:")?;
+    outln!(
         "  bash {name}/run.sh   # every test with KVCODEC_REQUIRE_GPU=1, then the bench: {name}/results/*.json"
-    );
+    )?;
     Ok(())
 }
 

@@ -44,7 +44,7 @@ pub(crate) fn run(check: bool) -> anyhow::Result<()> {
     let root = crate::project_root();
     if check {
         check_lock(&root)?;
-        println!("kernels: PTX and {LOCK_PATH} are current");
+        outln!("kernels: PTX and {LOCK_PATH} are current")?;
         return Ok(());
     }
     for header in crate::kernel_constants::headers() {
@@ -70,7 +70,7 @@ pub(crate) fn run(check: bool) -> anyhow::Result<()> {
     let lock = Lock { nvcc: version, flags: flags(), sources: source_hashes(&root)?, outputs };
     std::fs::write(root.join(LOCK_PATH), serde_json::to_string_pretty(&lock)? + "\n")?;
     check_lock(&root)?;
-    println!("kernels: wrote {} PTX files and {LOCK_PATH}", lock.outputs.len());
+    outln!("kernels: wrote {} PTX files and {LOCK_PATH}", lock.outputs.len())?;
     Ok(())
 }
 

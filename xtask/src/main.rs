@@ -3,6 +3,9 @@
 //!
 //! Run as `cargo xtask <command>`; `cargo xtask --help` lists the commands.
 
+#[macro_use]
+mod output;
+
 mod bench;
 mod bundle;
 mod fixtures;
@@ -15,6 +18,8 @@ mod venv;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
+
+pub(crate) use output::shown;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "kvcodec maintainer tasks")]
@@ -41,7 +46,8 @@ enum Command {
     },
     /// Exponent / sign+mantissa entropy report of a KV file (default: every fixture).
     Stats {
-        /// A KV safetensors file (layer.{i}.k / layer.{i}.v, bf16 [T, H, D]).
+        /// A KV safetensors file: layer.{i}.k / layer.{i}.v, bf16 [T, H, D], or another
+        /// layout bf16_field::io reads (transformers, vLLM paged).
         #[arg(long)]
         input: Option<PathBuf>,
     },
@@ -68,12 +74,15 @@ enum Command {
     },
 }
 
-/// Errors print as one `error: ...` line with their causes, no backtrace.
+/// Errors print as one `error: ...` line with their causes, no backtrace (whatever
+/// RUST_BACKTRACE says: `one_line` never prints the one anyhow captures). A closed
+/// stdout (`| head -1`) is a success: the reader has what it wanted.
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if output::is_closed_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -96,23 +105,23 @@ fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(codec == "splitzip", "--codec {codec}: the calibrated codecs are: splitzip");
     let cache = read_cache(input)?;
     let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
-    calibrated.save(out)?;
+    calibrated.save(out).map_err(|e| codebook_error("--out", out, e))?;
     for (kind, codebook) in
         [(bf16_field::KvKind::K, calibrated.k_codebook), (bf16_field::KvKind::V, calibrated.v_codebook)]
     {
         let words = cache.tensors_of(kind).collect::<Vec<_>>().concat();
-        println!(
+        outln!(
             "{} codebook {:?}: top-16 coverage {:.4}% of the calibration values",
             kind.suffix().to_uppercase(),
             codebook.exponents(),
             100.0 * codebook.coverage(&words)
-        );
+        )?;
     }
-    println!(
+    outln!(
         "-> {} (use it with `cargo xtask bench --calibration {}`, or SplitzipCodec::load)",
         shown(out),
         shown(out)
-    );
+    )?;
     Ok(())
 }
 
@@ -139,26 +148,23 @@ fn fixture_files() -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// A KV cache from a safetensors file, with errors that name the file once and say
-/// what a KV file must hold.
+/// A KV cache (K and V) from a safetensors file in any layout `bf16_field::io` reads,
+/// strictly (a tensor it does not read is an error); errors name the file once, as
+/// [`shown`] writes it, and say what a KV file must hold.
 fn read_cache(path: &Path) -> anyhow::Result<bf16_field::KvCache> {
     bf16_field::io::read_kv_cache(path).map_err(|e| match e {
+        // Its message names the path as given: name it once, as shown.
         bf16_field::Error::Io { source, .. } => anyhow::anyhow!("{}: {source}", shown(path)),
-        other => anyhow::anyhow!(
-            "{}: {other} (a KV file holds BF16 tensors layer.{{i}}.k and layer.{{i}}.v of shape [T, H, D])",
-            shown(path)
-        ),
+        other => anyhow::anyhow!("{}: {other}", shown(path)),
     })
 }
 
-/// A path as a user reads it: relative to the current folder when it lies below it,
-/// without `..` steps otherwise.
-fn shown(path: &Path) -> String {
-    let absolute = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let cwd = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
-    match cwd.as_deref().and_then(|d| absolute.strip_prefix(d).ok()) {
-        Some(relative) => relative.display().to_string(),
-        None => absolute.display().to_string(),
+/// A SplitZip codebook file error of option `flag` (`--out`, `--calibration`), the path
+/// named once, as [`shown`] writes it.
+fn codebook_error(flag: &str, path: &Path, error: splitzip::CodebookError) -> anyhow::Error {
+    match error {
+        splitzip::CodebookError::Io { source, .. } => anyhow::anyhow!("{flag} {}: {source}", shown(path)),
+        other => anyhow::anyhow!("{flag} {}: {other}", shown(path)),
     }
 }
 

@@ -11,19 +11,26 @@ pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
     for path in crate::inputs(input)? {
         let cache = crate::read_cache(&path)?;
         let s = cache.shape();
-        println!(
+        outln!(
             "{}: {} layers x {{K,V}} x {} KV heads x head_dim {} x {} tokens = {} values",
-            path.display(),
+            crate::shown(&path),
             s.layers,
             s.kv_heads,
             s.head_dim,
             s.tokens,
             s.total_values()
-        );
-        println!(
+        )?;
+        outln!(
             "{:<10} {:>7} {:>7} {:>6} {:>8} {:>7} {:>7} {:>9}",
-            "scope", "H(E)", "2^H(E)", "E seen", "top16 E", "H(SF)", "2^H(SF)", "16/(8+H)"
-        );
+            "scope",
+            "H(E)",
+            "2^H(E)",
+            "E seen",
+            "top16 E",
+            "H(SF)",
+            "2^H(SF)",
+            "16/(8+H)"
+        )?;
         let mut all = FieldStats::default();
         let mut per_kind = [FieldStats::default(), FieldStats::default()];
         let mut per_layer = Vec::new();
@@ -37,16 +44,16 @@ pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
                 per_layer[layer][1] = st;
             }
         }
-        row("all", &all);
+        row("all", &all)?;
         for kind in KvKind::BOTH {
-            row(&format!("all {}", kind.suffix().to_uppercase()), &per_kind[kind as usize]);
+            row(&format!("all {}", kind.suffix().to_uppercase()), &per_kind[kind as usize])?;
         }
         for (layer, [k, v]) in per_layer.iter().enumerate() {
-            row(&format!("L{layer:02} K"), k);
-            row(&format!("L{layer:02} V"), v);
+            row(&format!("L{layer:02} K"), k)?;
+            row(&format!("L{layer:02} V"), v)?;
         }
         exans_bytes(&cache, exans::format::DEFAULT_BLOCK_TOKENS)?;
-        println!();
+        outln!()?;
     }
     Ok(())
 }
@@ -90,36 +97,36 @@ fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
         quantized_bytes += q / 8.0;
     }
     let blocks = info.blocks() as f64;
-    println!(
+    outln!(
         "exans, B = {block_tokens}: {} blocks ({raw_blocks} raw), container {} bytes, ratio {:.4}, per-block entropy bound {:.4}",
         info.blocks(),
         container.len(),
         raw as f64 / container.len() as f64,
         raw as f64 / entropy_bytes
-    );
+    )?;
     let names = ["header", "centers", "model+pad", "directory", "words+pad", "sign_mantissa"];
     let per_block: Vec<String> =
         names.iter().zip(sections).map(|(n, b)| format!("{n} {:.1}", b as f64 / blocks)).collect();
-    println!(
+    outln!(
         "  mean bytes per record: {}; container header and index {:.1}",
         per_block.join(", "),
         (container.len() - record_bytes) as f64 / blocks
-    );
+    )?;
     let ideal_exponent_bytes = entropy_bytes - cache.shape().total_values() as f64;
     let words = sections[4] as f64;
     let states = (4 * exans::format::PARTITIONS * exans::format::LANES) as f64 * blocks;
-    println!(
+    outln!(
         "  against the exponents' entropy: 12-bit quantization {:+.3}%, words {:+.3}%, words and final states {:+.3}%",
         100.0 * (quantized_bytes / ideal_exponent_bytes - 1.0),
         100.0 * (words / ideal_exponent_bytes - 1.0),
         100.0 * ((words + states) / ideal_exponent_bytes - 1.0)
-    );
+    )?;
     Ok(())
 }
 
-fn row(scope: &str, st: &FieldStats) {
+fn row(scope: &str, st: &FieldStats) -> std::io::Result<()> {
     let e: &Histogram = &st.exponent;
-    println!(
+    outln!(
         "{:<10} {:>7.3} {:>7.2} {:>6} {:>7.3}% {:>7.3} {:>7.1} {:>9.4}",
         scope,
         e.entropy_bits(),
@@ -129,5 +136,5 @@ fn row(scope: &str, st: &FieldStats) {
         st.sign_mantissa.entropy_bits(),
         st.sign_mantissa.effective_alphabet(),
         st.exponent_coding_bound()
-    );
+    )
 }

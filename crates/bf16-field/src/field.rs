@@ -77,10 +77,14 @@ pub fn split_to_vec(words: &[u16]) -> (Vec<u8>, Vec<u8>) {
 /// Merges `exponents` and `sign_mantissa` (n bytes each) into `words` (n BF16 values).
 ///
 /// # Errors
-/// [`Error::LengthMismatch`] if the three slices do not have the same length.
+/// [`Error::LengthMismatch`] if the three slices do not have the same length: `what` is
+/// `"sign_mantissa"` when the inputs differ, `"words (output)"` when the output does not
+/// match them.
 pub fn merge(exponents: &[u8], sign_mantissa: &[u8], words: &mut [u16]) -> Result<()> {
-    check_len("exponents", exponents.len(), words.len())?;
-    check_len("sign_mantissa", sign_mantissa.len(), words.len())?;
+    // The inputs are checked against each other first, so that a wrong-size output is
+    // named as the output, not blamed on an input.
+    check_len("sign_mantissa", sign_mantissa.len(), exponents.len())?;
+    check_len("words (output)", words.len(), exponents.len())?;
     let serial = |e: &[u8], sf: &[u8], w: &mut [u16]| {
         for ((&e, &sf), w) in e.iter().zip(sf).zip(w) {
             *w = join(e, sf);
@@ -146,6 +150,11 @@ mod tests {
         assert!(matches!(err, Error::LengthMismatch { what: "exponents", got: 2, expected: 3 }));
         let err = merge(&[0u8; 3], &[0u8; 2], &mut [0u16; 3]).unwrap_err();
         assert!(matches!(err, Error::LengthMismatch { what: "sign_mantissa", got: 2, expected: 3 }));
+        let err = merge(&[0u8; 3], &[0u8; 3], &mut [0u16; 2]).unwrap_err();
+        assert!(
+            matches!(err, Error::LengthMismatch { what: "words (output)", got: 2, expected: 3 }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Shared ground for the kvcodec codecs, on the CPU only (no driver code: the GPU side
 //! is the `kvcodec-gpu` crate): the BF16 field split and merge, entropy statistics, the
-//! KV cache data model ([`KvShape`], [`KvCache`], [`WordOrder`]), safetensors I/O
+//! KV cache data model ([`KvShape`], [`KvCache`], [`WordOrder`], and [`KeysOnlyCache`]
+//! for caches without V), safetensors I/O
 //! ([`io`]) and the [`CacheCodec`] trait every codec implements.
 //!
 //! A BF16 word `w` is `s EEEEEEEE FFFFFFF` (1 sign bit, 8 exponent bits, 7 mantissa
@@ -27,6 +28,7 @@ mod error;
 mod field;
 pub mod integrity;
 pub mod io;
+mod keys_only;
 pub mod layout;
 pub mod stats;
 
@@ -36,4 +38,5 @@ pub use field::{
     PARALLEL_CHUNK_VALUES, PARALLEL_MIN_VALUES, exponent_of, join, merge, merge_to_vec, sign_mantissa_of,
     split, split_to_vec, words_of,
 };
+pub use keys_only::KeysOnlyCache;
 pub use layout::{CacheLayout, KvCache, KvKind, KvShape, WordOrder};

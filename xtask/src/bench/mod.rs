@@ -87,7 +87,8 @@ impl Ctx<'_> {
         }
         let made = match self.calibration_arg {
             Some(json) if json.extension().is_some_and(|e| e == "json") => {
-                let codec = SplitzipCodec::load(json).with_context(|| crate::shown(json))?;
+                let codec =
+                    SplitzipCodec::load(json).map_err(|e| crate::codebook_error("--calibration", json, e))?;
                 (codec, crate::shown(json))
             }
             given => {
@@ -183,7 +184,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             rows.extend((entry.rows)(&ctx).with_context(|| format!("{}: {}", entry.name, name))?);
         }
     }
-    report::print_table(&rows, args.warmup);
+    report::print_table(&rows, args.warmup)?;
     if let Some(json) = &args.json {
         let (commit, dirty) = build_info();
         let report = Report {
@@ -197,8 +198,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             command: std::env::args().collect::<Vec<_>>().join(" "),
             rows,
         };
-        std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")?;
-        eprintln!("[bench] wrote {}", json.display());
+        std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("--json {}", crate::shown(json)))?;
+        eprintln!("[bench] wrote {}", crate::shown(json));
     }
     Ok(())
 }

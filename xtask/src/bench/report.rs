@@ -102,18 +102,25 @@ impl Row {
 }
 
 /// Prints the table and the legend that explains it.
-pub(crate) fn print_table(rows: &[Row], warmup: usize) {
-    println!(
+pub(crate) fn print_table(rows: &[Row], warmup: usize) -> std::io::Result<()> {
+    outln!(
         "{:<26} {:<18} {:<9} {:>8} {:>10} {:>10} {:>9} {:>9}",
-        "input", "codec", "backend", "ratio", "enc GB/s", "dec GB/s", "enc roof", "dec roof"
-    );
+        "input",
+        "codec",
+        "backend",
+        "ratio",
+        "enc GB/s",
+        "dec GB/s",
+        "enc roof",
+        "dec roof"
+    )?;
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
     for r in rows {
         let backend = match r.threads {
             Some(t) => format!("{}/{t}t", r.backend),
             None => r.backend.clone(),
         };
-        println!(
+        outln!(
             "{:<26} {:<18} {:<9} {:>8.4} {:>10} {:>10.2} {:>9} {:>9}",
             r.input,
             r.codec,
@@ -123,50 +130,49 @@ pub(crate) fn print_table(rows: &[Row], warmup: usize) {
             r.decode_gb_s,
             pct(r.encode_roofline),
             pct(r.decode_roofline)
-        );
+        )?;
     }
     let runs = rows.first().map_or(0, |r| r.runs);
     let warmups = if warmup == 1 { "warm-up" } else { "warm-ups" };
-    println!();
-    println!("ratio        BF16 bytes / encoded bytes, every header, table and index counted");
-    println!("GB/s         10^9 bytes of uncompressed BF16 per second, encode and decode alike;");
-    println!(
+    outln!()?;
+    outln!("ratio        BF16 bytes / encoded bytes, every header, table and index counted")?;
+    outln!("GB/s         10^9 bytes of uncompressed BF16 per second, encode and decode alike;")?;
+    outln!(
         "             median of {runs} runs after {warmup} {warmups}; every round trip checked bit for bit"
-    );
-    println!(
+    )?;
+    outln!(
         "field-split  no compression: the exponent / sign+mantissa split and merge every codec builds on"
-    );
-    println!("cpu/Nt       the CPU reference on N threads (rayon; --threads or RAYON_NUM_THREADS)");
-    println!(
-        "roof         GB/s over copy_bw / (1 + 1/ratio): the rate of a codec that reads and writes each"
-    );
+    )?;
+    outln!("cpu/Nt       the CPU reference on N threads (rayon; --threads or RAYON_NUM_THREADS)")?;
+    outln!("roof         GB/s over copy_bw / (1 + 1/ratio): the rate of a codec that reads and writes each")?;
     if let Some(c) = rows.iter().find_map(|r| r.copy_gb_s) {
-        println!(
+        outln!(
             "             byte once; copy_bw = {c:.0} GB/s, a device-to-device copy (read + write) of this run"
-        );
-        println!(
+        )?;
+        outln!(
             "cuda         the input tiled to >= 1 GiB (xN), two copies alternated so L2 cannot serve them,"
-        );
-        println!(
+        )?;
+        outln!(
             "             CUDA events, each run queued behind a 2 ms hold kernel; GPU bytes equal to the CPU's"
-        );
+        )?;
     } else {
-        println!("             byte once; measured on a GPU only, so '-' here (--backend cuda)");
+        outln!("             byte once; measured on a GPU only, so '-' here (--backend cuda)")?;
     }
     if rows.iter().any(|r| r.h2d_gb_s.is_some()) {
-        println!(
+        outln!(
             "h2d-raw      a page-locked host-to-device copy of the uncompressed cache; h2d-exans: of the container"
-        );
-        println!(
+        )?;
+        outln!(
             "exans-h2d-*  the container decoded into device memory while it arrives from page-locked host memory,"
-        );
-        println!(
+        )?;
+        outln!(
             "             in 2, 8 or 32 MiB chunks, or staged from pageable memory; GB/s of BF16 landed, timed"
-        );
-        println!(
+        )?;
+        outln!(
             "             without the hold (the host drives these); roof: h2d_bw x ratio, the link's bound"
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The run's JSON record.
