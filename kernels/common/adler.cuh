@@ -1,18 +1,22 @@
 // Adler-32 on the GPU as two sums over the bytes b_i of BF16 values (little-endian, 2
 // bytes per value): S = sum of b_i and W = sum of i * b_i, i the byte's position in the
-// checksummed run. Any thread adds the bytes it holds, in any order; a CTA reduces its
-// threads' sums modulo 65521 and adds them to a pair of device counters; the host turns
-// the pair into the checksum (bf16_field::integrity::adler32_from_sums). Mirrors
-// crates/bf16-field/src/integrity.rs.
+// checksummed run. Any thread adds the bytes it holds, in any order; a warp or CTA
+// reduces its threads' sums and adds them, modulo 65521, to a pair of device counters;
+// the host turns the pair into the checksum (bf16_field::integrity::adler32_from_sums).
+// Mirrors crates/bf16-field/src/integrity.rs.
 #pragma once
 #include <stdint.h>
 
 #define KV_ADLER_MOD 65521ull
 
-// Adds 16 bytes (8 BF16 words), the first at byte position `pos`: two dot products of
-// four bytes with (1, 1, 1, 1) and with their offsets (0..15) per 32-bit word.
-__device__ __forceinline__ void kv_adler_add16(uint4 w, unsigned long long pos, unsigned long long& s,
-                                               unsigned long long& ws) {
+// Positions are relative to a base the caller fixes (a tile's or a warp's first byte),
+// so that a thread's sums fit 32 bits and cost 32-bit multiply-adds: a thread adds at
+// most a few dozen groups at relative positions below 2^15, so S < 2^20 and W < 2^31.
+// The flush adds base * S.
+
+// Adds 16 bytes (8 BF16 words), the first at relative byte position `rel`: two dot
+// products of four bytes with (1, 1, 1, 1) and with their offsets (0..15) per word.
+__device__ __forceinline__ void kv_adler_add16(uint4 w, uint32_t rel, uint32_t& s, uint32_t& ws) {
     const unsigned ones = 0x01010101u;
     unsigned sum = __dp4a(w.x, ones, 0u);
     sum = __dp4a(w.y, ones, sum);
@@ -23,35 +27,54 @@ __device__ __forceinline__ void kv_adler_add16(uint4 w, unsigned long long pos, 
     offs = __dp4a(w.z, 0x0b0a0908u, offs);
     offs = __dp4a(w.w, 0x0f0e0d0cu, offs);
     s += sum;
-    ws += pos * sum + offs;
+    ws += rel * sum + offs;
 }
 
-// Adds one BF16 word whose low byte is at byte position `pos`.
-__device__ __forceinline__ void kv_adler_add_word(uint32_t word, unsigned long long pos, unsigned long long& s,
-                                                  unsigned long long& ws) {
-    const unsigned lo = word & 0xffu, hi = (word >> 8) & 0xffu;
+// Adds one BF16 word whose low byte is at relative byte position `rel`.
+__device__ __forceinline__ void kv_adler_add_word(uint32_t word, uint32_t rel, uint32_t& s, uint32_t& ws) {
+    const uint32_t lo = word & 0xffu, hi = (word >> 8) & 0xffu;
     s += lo + hi;
-    ws += pos * (lo + hi) + hi;
+    ws += rel * (lo + hi) + hi;
 }
 
-// Reduces every thread's (s, ws) over the CTA and adds the CTA's sums, modulo 65521, to
-// sums[0] and sums[1]. Every thread of the CTA must call it (it has barriers);
-// `scratch` holds 2 * (blockDim.x / 32) words. A thread's ws stays below 2^64: positions
-// are below 2^34 bytes and a thread adds at most a few thousand bytes.
-__device__ __forceinline__ void kv_adler_cta_flush(unsigned long long s, unsigned long long ws,
-                                                   unsigned long long* scratch, unsigned long long* sums) {
-    s %= KV_ADLER_MOD;
-    ws %= KV_ADLER_MOD;
+// Adds a run's sums (S, W relative to byte position `base`) to the counters, modulo
+// 65521: W + base * S.
+__device__ __forceinline__ void kv_adler_commit(unsigned long long s, unsigned long long ws,
+                                                unsigned long long base, unsigned long long* sums) {
+    if ((s | ws) == 0) return;
+    const unsigned long long m = KV_ADLER_MOD;
+    s %= m;
+    atomicAdd(sums, s);
+    atomicAdd(sums + 1, (ws % m + base % m * s) % m);
+}
+
+// Sums every lane's (s, ws) over the warp and commits them (lane 0). All 32 lanes call it.
+__device__ __forceinline__ void kv_adler_warp_flush(uint32_t s, uint32_t ws, unsigned long long base,
+                                                    unsigned long long* sums) {
+    unsigned long long s64 = s, ws64 = ws;
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) {
-        s += __shfl_down_sync(0xffffffffu, s, d);
-        ws += __shfl_down_sync(0xffffffffu, ws, d);
+        s64 += __shfl_down_sync(0xffffffffu, s64, d);
+        ws64 += __shfl_down_sync(0xffffffffu, ws64, d);
+    }
+    if (threadIdx.x % 32 == 0) kv_adler_commit(s64, ws64, base, sums);
+}
+
+// Sums every thread's (s, ws) over the CTA and commits them (thread 0). Every thread of
+// the CTA calls it (it has barriers); `scratch` holds 2 * (blockDim.x / 32) words.
+__device__ __forceinline__ void kv_adler_cta_flush(uint32_t s, uint32_t ws, unsigned long long base,
+                                                   unsigned long long* scratch, unsigned long long* sums) {
+    unsigned long long s64 = s, ws64 = ws;
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+        s64 += __shfl_down_sync(0xffffffffu, s64, d);
+        ws64 += __shfl_down_sync(0xffffffffu, ws64, d);
     }
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     __syncthreads();  // scratch may still be read by a previous flush
     if (lane == 0) {
-        scratch[2 * warp] = s;
-        scratch[2 * warp + 1] = ws;
+        scratch[2 * warp] = s64;
+        scratch[2 * warp + 1] = ws64;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -60,10 +83,7 @@ __device__ __forceinline__ void kv_adler_cta_flush(unsigned long long s, unsigne
             cs += scratch[2 * w];
             cws += scratch[2 * w + 1];
         }
-        if (cs | cws) {
-            atomicAdd(sums, cs % KV_ADLER_MOD);
-            atomicAdd(sums + 1, cws % KV_ADLER_MOD);
-        }
+        kv_adler_commit(cs, cws, base, sums);
     }
 }
 

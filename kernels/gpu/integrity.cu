@@ -5,40 +5,44 @@
 // A record is `groups` runs of values; run g of record i starts at value
 // g * group_stride + i * block_stride and holds block_stride values (last_block for the
 // last record), and the record's bytes are its runs in group order: ExANS's blocks in a
-// cache of 2L tensors [T, H, D] (spec §3), or one contiguous run. One CTA per span of up
-// to KV_ADLER_SPAN values of one run: every thread adds 16 bytes at a time (4 bytes
-// when the span is not 16-byte aligned), then the CTA adds its sums, modulo 65521, to
-// the record's pair of counters.
+// cache of 2L tensors [T, H, D] (spec §3), or one contiguous run. The work items are
+// spans of up to KV_ADLER_SPAN values of one run, one per warp at a time (grid-stride):
+// each lane adds 16 bytes at a time (2 when the span is not 16-byte aligned), then the
+// warp adds its sums to the record's pair of counters. A warp per item, not a CTA: runs
+// are a few thousand values, and a CTA-wide reduction per run (two barriers) left the
+// loads of too few runs in flight.
 #include "../common/adler.cuh"
 
 #define KV_ADLER_THREADS 256
-#define KV_ADLER_SPAN 16384ull
+#define KV_ADLER_SPAN 4096ull
 
 extern "C" __global__ void __launch_bounds__(KV_ADLER_THREADS)
 kv_adler_records(const uint16_t* __restrict__ words, unsigned long long group_stride,
                  unsigned long long block_stride, unsigned long long last_block, unsigned groups,
-                 unsigned blocks, unsigned spans, unsigned long long* __restrict__ sums) {
-    __shared__ unsigned long long scratch[2 * KV_ADLER_THREADS / 32];
-    const unsigned span = blockIdx.x % spans;
-    const unsigned long long run = blockIdx.x / spans;
-    const unsigned g = (unsigned)(run % groups);
-    const unsigned long long rec = run / groups;
-    if (rec >= blocks) return;  // CTA-uniform
-    const unsigned long long len = rec + 1 == blocks ? last_block : block_stride;
-    const unsigned long long lo = (unsigned long long)span * KV_ADLER_SPAN;
-    if (lo >= len) return;  // CTA-uniform
-    const unsigned long long hi = lo + KV_ADLER_SPAN < len ? lo + KV_ADLER_SPAN : len;
-    const uint16_t* src = words + g * group_stride + rec * block_stride;
-    const unsigned long long base = (unsigned long long)g * len;  // the run's first value in its record
-    unsigned long long s = 0, ws = 0;
-    unsigned long long v = lo;
-    if (((size_t)(src + lo) & 15u) == 0) {
-        const unsigned long long whole = lo + (hi - lo) / 8 * 8;
-        for (unsigned long long at = lo + 8ull * threadIdx.x; at < whole; at += 8ull * KV_ADLER_THREADS)
-            kv_adler_add16(__ldcs(reinterpret_cast<const uint4*>(src + at)), 2 * (base + at), s, ws);
-        v = whole;
+                 unsigned blocks, unsigned long long spans, unsigned long long items,
+                 unsigned long long* __restrict__ sums) {
+    const unsigned lane = threadIdx.x % 32;
+    const unsigned long long warps = (unsigned long long)gridDim.x * (KV_ADLER_THREADS / 32);
+    for (unsigned long long item = (unsigned long long)blockIdx.x * (KV_ADLER_THREADS / 32) + threadIdx.x / 32;
+         item < items; item += warps) {
+        const unsigned long long span = item % spans, run = item / spans;
+        const unsigned long long g = run % groups, rec = run / groups;
+        const unsigned long long len = rec + 1 == blocks ? last_block : block_stride;
+        const unsigned long long lo = span * KV_ADLER_SPAN;
+        if (lo >= len) continue;  // warp-uniform
+        const unsigned long long hi = lo + KV_ADLER_SPAN < len ? lo + KV_ADLER_SPAN : len;
+        const uint16_t* src = words + g * group_stride + rec * block_stride;
+        uint32_t s = 0, ws = 0;
+        unsigned long long v = lo;
+        if (((size_t)(src + lo) & 15u) == 0) {
+            const unsigned long long whole = lo + (hi - lo) / 8 * 8;
+#pragma unroll 4
+            for (unsigned long long at = lo + 8ull * lane; at < whole; at += 8ull * 32)
+                kv_adler_add16(__ldcs(reinterpret_cast<const uint4*>(src + at)), (uint32_t)(2 * (at - lo)), s, ws);
+            v = whole;
+        }
+        for (unsigned long long at = v + lane; at < hi; at += 32) kv_adler_add_word(src[at], (uint32_t)(2 * (at - lo)), s, ws);
+        // The span's first byte in its record: run g starts at g * len values.
+        kv_adler_warp_flush(s, ws, 2 * (g * len + lo), sums + 2 * rec);
     }
-    for (unsigned long long at = v + threadIdx.x; at < hi; at += KV_ADLER_THREADS)
-        kv_adler_add_word(src[at], 2 * (base + at), s, ws);
-    kv_adler_cta_flush(s, ws, scratch, sums + 2 * rec);
 }

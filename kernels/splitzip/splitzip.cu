@@ -158,9 +158,10 @@ __device__ __noinline__ void sz_sum_tile(const uint16_t* __restrict__ words, uns
     __shared__ unsigned long long scratch[2 * SPLITZIP_THREADS / 32];
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
     const unsigned long long end = base + SPLITZIP_TILE_VALUES < n ? base + SPLITZIP_TILE_VALUES : n;
-    unsigned long long s = 0, ws = 0;
-    for (unsigned long long v = base + threadIdx.x; v < end; v += SPLITZIP_THREADS) kv_adler_add_word(words[v], 2 * v, s, ws);
-    kv_adler_cta_flush(s, ws, scratch, sums);
+    uint32_t s = 0, ws = 0;
+    for (unsigned long long v = base + threadIdx.x; v < end; v += SPLITZIP_THREADS)
+        kv_adler_add_word(words[v], (uint32_t)(2 * (v - base)), s, ws);
+    kv_adler_cta_flush(s, ws, 2 * base, scratch, sums);
 }
 
 // The tile kernel; kSums also adds the tile's Adler-32 sums to the workspace (the
@@ -201,12 +202,11 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
             w[u] = make_uint4(t[0] | (t[1] << 16), t[2] | (t[3] << 16), t[4] | (t[5] << 16), t[6] | (t[7] << 16));
         }
     }
-    unsigned long long adler_s = 0, adler_ws = 0;
+    uint32_t adler_s = 0, adler_ws = 0;  // relative to the tile's first byte
     if (kSums) {
 #pragma unroll
         for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u)  // values past n were loaded as 0
-            kv_adler_add16(w[u], 2 * (base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES),
-                           adler_s, adler_ws);
+            kv_adler_add16(w[u], 2u * (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES, adler_s, adler_ws);
     }
     uint32_t esc_mask[SZ_GROUPS_PER_THREAD];
     unsigned long long packed_counts = 0;
@@ -265,7 +265,7 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
     }
     if (kSums) {
         __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
-        kv_adler_cta_flush(adler_s, adler_ws, adler_scratch, workspace + SZ_WS_ADLER);
+        kv_adler_cta_flush(adler_s, adler_ws, 2 * base, adler_scratch, workspace + SZ_WS_ADLER);
     }
 }
 
@@ -510,7 +510,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     const uint8_t* esc_exponents = payload + exponents_at;
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
-    unsigned long long adler_s = 0, adler_ws = 0;
+    uint32_t adler_s = 0, adler_ws = 0;  // relative to the tile's first byte
     // Load every group's codes and sign+mantissa first, then rebuild and store.
     uint32_t codes[SZ_GROUPS_PER_THREAD];
     uint2 sf[SZ_GROUPS_PER_THREAD];
@@ -558,7 +558,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
         if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             __stcs(reinterpret_cast<uint4*>(out + v0), make_uint4(lo4.x, lo4.y, hi4.x, hi4.y));
-            if (kSums) kv_adler_add16(make_uint4(lo4.x, lo4.y, hi4.x, hi4.y), 2 * v0, adler_s, adler_ws);
+            if (kSums) kv_adler_add16(make_uint4(lo4.x, lo4.y, hi4.x, hi4.y), (uint32_t)(2 * (v0 - base)), adler_s, adler_ws);
         } else {
             const uint32_t q[4] = {lo4.x, lo4.y, hi4.x, hi4.y};
 #pragma unroll
@@ -566,14 +566,14 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
                 if (v0 + k < n) {
                     const uint32_t word = (q[k / 2] >> (16 * (k % 2))) & 0xffffu;
                     out[v0 + k] = (uint16_t)word;
-                    if (kSums) kv_adler_add_word(word, 2 * (v0 + k), adler_s, adler_ws);
+                    if (kSums) kv_adler_add_word(word, (uint32_t)(2 * (v0 + k - base)), adler_s, adler_ws);
                 }
             }
         }
     }
     if (kSums) {
         __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
-        kv_adler_cta_flush(adler_s, adler_ws, adler_scratch, sums);
+        kv_adler_cta_flush(adler_s, adler_ws, 2 * base, adler_scratch, sums);
     }
 }
 

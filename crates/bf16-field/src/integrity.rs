@@ -38,17 +38,19 @@ pub fn adler32_words(words: &[u16]) -> u32 {
         .fold(1, |acc, (adler, bytes)| adler32_combine(acc, adler, bytes))
 }
 
+/// One thread's Adler-32, with the CPU's vector unit (`simd-adler32`: AVX2, SSSE3 or
+/// SSE2, picked at run time).
 fn adler32_serial(words: &[u16]) -> u32 {
-    let mut adler = adler2::Adler32::new();
+    let mut adler = simd_adler32::Adler32::new();
     if cfg!(target_endian = "little") {
-        adler.write_slice(bytemuck::cast_slice(words));
+        adler.write(bytemuck::cast_slice(words));
     } else {
         for chunk in words.chunks(4096) {
             let bytes: Vec<u8> = chunk.iter().flat_map(|w| w.to_le_bytes()).collect();
-            adler.write_slice(&bytes);
+            adler.write(&bytes);
         }
     }
-    adler.checksum()
+    adler.finish()
 }
 
 /// The Adler-32 of `a ‖ b` from `adler_a`, `adler_b` and `b`'s length in bytes (zlib's

@@ -44,7 +44,7 @@ impl CacheCodec for ExansCodec {
     type Error = Error;
 
     fn name(&self) -> &'static str {
-        "exans"
+        if self.checksum { "exans-checksum" } else { "exans" }
     }
 
     fn word_order(&self) -> WordOrder {

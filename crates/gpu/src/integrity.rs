@@ -20,7 +20,7 @@ crate::register_module!(INTEGRITY_MODULE);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntegrityKernel {
     /// `kv_adler_records(words, group_stride, block_stride, last_block, groups, blocks,
-    /// spans, sums)`.
+    /// spans, items, sums)`.
     Records,
 }
 
@@ -35,8 +35,10 @@ impl Kernel for IntegrityKernel {
 
 /// Threads per CTA of `kv_adler_records`.
 const THREADS: u32 = 256;
-/// Values one CTA sums at most (`KV_ADLER_SPAN` in the kernel).
-const SPAN: usize = 16384;
+/// Values one warp sums at a time (`KV_ADLER_SPAN` in the kernel).
+const SPAN: usize = 4096;
+/// CTAs at most: the warps stride over the spans.
+const MAX_CTAS: u64 = 1 << 16;
 
 /// Where checksummed records lie in a device buffer of BF16 words: `blocks` records,
 /// each of `groups` runs; run `g` of record `i` starts at value
@@ -148,7 +150,7 @@ impl AdlerSums {
 ///
 /// # Errors
 /// [`Error::Buffer`] when `words` is shorter than the runs reach or `sums` counts fewer
-/// records; [`Error::Unsupported`] for an empty layout or more than `2^31 - 1` CTAs;
+/// records; [`Error::Unsupported`] for an empty layout or more than `u32::MAX` runs;
 /// [`Error::Cuda`].
 pub fn add_record_sums(
     gpu: &GpuContext,
@@ -160,22 +162,24 @@ pub fn add_record_sums(
     let extent = runs.extent().ok_or_else(|| unsupported(format!("{runs:?} is empty or overflows")))?;
     crate::check_len("words", words.len(), extent, "values")?;
     crate::check_len("sums", sums.records, runs.blocks, "records")?;
-    let spans = runs.block_stride.max(runs.last_block).div_ceil(SPAN).max(1);
-    let ctas = runs.blocks as u128 * runs.groups as u128 * spans as u128;
-    if ctas > i32::MAX as u128 || runs.groups > u32::MAX as usize || runs.blocks > u32::MAX as usize {
-        return Err(unsupported(format!("{ctas} CTAs for {runs:?}")));
+    if runs.groups > u32::MAX as usize || runs.blocks > u32::MAX as usize {
+        return Err(unsupported(format!("{runs:?}: more than u32::MAX runs")));
     }
+    let spans = runs.block_stride.max(runs.last_block).div_ceil(SPAN).max(1) as u64;
+    let items = runs.blocks as u64 * runs.groups as u64 * spans;
+    let warps_per_cta = (THREADS / 32) as u64;
+    let ctas = items.div_ceil(warps_per_cta).clamp(1, MAX_CTAS) as u32;
     let f = gpu.function(IntegrityKernel::Records)?;
     let (group_stride, block_stride, last_block) =
         (runs.group_stride as u64, runs.block_stride as u64, runs.last_block as u64);
-    let (groups, blocks, spans) = (runs.groups as u32, runs.blocks as u32, spans as u32);
+    let (groups, blocks) = (runs.groups as u32, runs.blocks as u32);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(words).arg(&group_stride).arg(&block_stride).arg(&last_block);
-    launch.arg(&groups).arg(&blocks).arg(&spans).arg(&mut sums.sums);
-    // SAFETY: the signature matches kv_adler_records; every value a CTA reads lies below
-    // `extent` <= words.len() (checked above); CTA `c` adds to the pair of record
-    // c / (spans * groups) < blocks <= sums.records (checked); 16-byte loads only at
+    launch.arg(&groups).arg(&blocks).arg(&spans).arg(&items).arg(&mut sums.sums);
+    // SAFETY: the signature matches kv_adler_records; every value a warp reads lies
+    // below `extent` <= words.len() (checked above); item `i` adds to the pair of record
+    // i / (spans * groups) < blocks <= sums.records (checked); 16-byte loads only at
     // 16-byte aligned addresses (the kernel checks).
-    unsafe { launch.launch(launch_config(ctas as u32, THREADS, 0)) }?;
+    unsafe { launch.launch(launch_config(ctas, THREADS, 0)) }?;
     Ok(())
 }

@@ -137,7 +137,7 @@ impl CacheCodec for SplitzipCodec {
     type Error = Error;
 
     fn name(&self) -> &'static str {
-        "splitzip"
+        if self.checksum { "splitzip-checksum" } else { "splitzip" }
     }
 
     fn word_order(&self) -> WordOrder {

@@ -124,6 +124,20 @@ const CODECS: &[Entry] = &[
             Ok(codec_rows(ctx, &ExansCodec::default())?.into_iter().chain(exans_host::rows(ctx)?).collect())
         },
     },
+    Entry {
+        name: "splitzip-checksum",
+        rows: |ctx| {
+            let (codec, source) = ctx.splitzip()?;
+            let codec = SplitzipCodec { checksum: true, ..*codec };
+            let mut rows = codec_rows(ctx, &codec)?;
+            rows.iter_mut().for_each(|r| r.calibrated_on = Some(source.clone()));
+            Ok(rows)
+        },
+    },
+    Entry {
+        name: "exans-checksum",
+        rows: |ctx| codec_rows(ctx, &ExansCodec { checksum: true, ..Default::default() }),
+    },
 ];
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {

@@ -143,6 +143,9 @@ pub(crate) fn print_table(rows: &[Row], warmup: usize) -> std::io::Result<()> {
     outln!(
         "field-split  no compression: the exponent / sign+mantissa split and merge every codec builds on"
     )?;
+    if rows.iter().any(|r| r.codec.ends_with("-checksum")) {
+        outln!("*-checksum   the codec with its optional Adler-32 of the values, written and verified")?;
+    }
     outln!("cpu/Nt       the CPU reference on N threads (rayon; --threads or RAYON_NUM_THREADS)")?;
     outln!("roof         GB/s over copy_bw / (1 + 1/ratio): the rate of a codec that reads and writes each")?;
     if let Some(c) = rows.iter().find_map(|r| r.copy_gb_s) {
