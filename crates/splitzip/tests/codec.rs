@@ -77,9 +77,13 @@ fn invalid_shapes_are_errors_not_panics() {
     let bytes = codec.encode(&kv_like(1, 1, 8, 4, 2)).unwrap();
     for shape in [
         KvShape { layers: 0, kv_heads: 1, head_dim: 8, tokens: 4 },
+        // An empty cache (T = 0): a typed error (spec §9); the payload API takes n = 0.
+        KvShape { layers: 1, kv_heads: 1, head_dim: 8, tokens: 0 },
         KvShape { layers: usize::MAX, kv_heads: 2, head_dim: 8, tokens: 4 },
     ] {
         assert_rejects!(codec.decode(&bytes, shape), Error::InvalidShape { .. });
         assert_rejects!(codec.encode_words(&[], shape), Error::InvalidShape { .. });
     }
+    let empty = splitzip::encode(&[], &codec.k_codebook, 1024).unwrap();
+    assert_eq!((empty.len(), splitzip::decode(&empty).unwrap()), (128, vec![]));
 }
