@@ -10,9 +10,10 @@
 #define KV_ADLER_MOD 65521ull
 
 // Positions are relative to a base the caller fixes (a tile's or a warp's first byte),
-// so that a thread's sums fit 32 bits and cost 32-bit multiply-adds: a thread adds at
-// most a few dozen groups at relative positions below 2^15, so S < 2^20 and W < 2^31.
-// The flush adds base * S.
+// so that a thread's sums fit 32 bits and cost 32-bit multiply-adds. A 16-byte group at
+// relative positions below 2^p adds less than 2^p * 4080 to W, so a caller must keep
+// groups * 2^p * 4080 below 2^32 (the tile kernels: 4 groups below 2^14; kv_adler_records:
+// 16 below 2^13). The flush adds base * S.
 
 // Adds 16 bytes (8 BF16 words), the first at relative byte position `rel`: two dot
 // products of four bytes with (1, 1, 1, 1) and with their offsets (0..15) per word.

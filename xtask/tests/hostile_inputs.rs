@@ -445,8 +445,11 @@ fn whole_cache_decoders_never_panic() {
             }
         }
     }
-    let splitzip = splitzip::SplitzipCodec::calibrate(&cache).unwrap();
-    attack(&splitzip, &splitzip.encode(&cache).unwrap(), &shapes);
-    let exans = exans::ExansCodec { block_tokens: 8, checksum: false };
-    attack(&exans, &exans.encode(&cache).unwrap(), &shapes);
+    let plain = splitzip::SplitzipCodec::calibrate(&cache).unwrap();
+    for checksum in [false, true] {
+        let splitzip = splitzip::SplitzipCodec { checksum, ..plain };
+        attack(&splitzip, &splitzip.encode(&cache).unwrap(), &shapes);
+        let exans = exans::ExansCodec { block_tokens: 8, checksum };
+        attack(&exans, &exans.encode(&cache).unwrap(), &shapes);
+    }
 }

@@ -118,7 +118,8 @@ impl GpuCacheCodec for ExansCodec {
         check_shape(shape, crate::container_info(encoded)?.shape)?;
         let index = DeviceIndex::new(gpu, encoded)?;
         let container = gpu.upload(encoded)?;
-        let checks = DecodeChecks::new(gpu)?;
+        let records = if index.has_checksums() { index.info().blocks() } else { 0 };
+        let checks = DecodeChecks::new(gpu, records)?;
         Ok(ExansDecoder { index, container, encoded: encoded.to_vec(), checks })
     }
 

@@ -317,9 +317,9 @@ fn encode_tensors(
 }
 
 /// Decodes a whole container back into the cache, blocks in parallel on rayon's pool
-/// (spec §8). The format has no checksum: damage that leaves every structural and rANS
+/// (spec §8). Without the checksum option, damage that leaves every structural and rANS
 /// check intact (a flipped sign+mantissa bit, for one) decodes without an error (see the
-/// crate docs, "Integrity").
+/// crate docs, "Integrity"); records with a checksum are verified.
 ///
 /// # Errors
 /// As [`decode_cache_into`] (never [`Error::OutputTooSmall`]).
@@ -334,7 +334,10 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
 /// Decodes a whole container into `out`, the cache's `2 L T H D` words in block order
 /// ([`WordOrder::LayerMajor`]: layer 0 K, layer 0 V, ..., each `[T, H, D]`), blocks in
 /// parallel on rayon's pool, and returns the cache's shape. Words of `out` past the
-/// cache are left as they were; on error `out` is unspecified.
+/// cache are left as they were. Every block is decoded even when one fails; when the
+/// only failures are checksum mismatches ([`Error::ChecksumMismatch`] in
+/// [`Error::InBlock`]), every value is written (what the records hold); after any other
+/// error `out` is unspecified.
 ///
 /// # Errors
 /// The errors of [`container_info`]; [`Error::Truncated`] when the container is smaller

@@ -1,4 +1,4 @@
-//! Every constant of the ExANS format, version 2, in one place.
+//! Every constant of the ExANS format, version 3 (version 2 is still read), in one place.
 //!
 //! Each item names the section of `docs/formats/exans.md` ("spec §n") that defines it.
 //! Change a constant only together with that section and [`VERSION`]; the CUDA kernels
@@ -50,7 +50,8 @@ pub mod header {
     pub const MAGIC: usize = 0;
     /// `u16` format version, [`super::VERSION`].
     pub const VERSION: usize = 4;
-    /// `u16` flags; bit 0 is [`super::FLAG_RAW`], the others must be zero.
+    /// `u16` flags; bit 0 is [`super::FLAG_RAW`], bit 1 [`super::FLAG_CHECKSUM`] (version
+    /// 3); the others must be zero.
     pub const FLAGS: usize = 6;
     /// `u16` L, layers (>= 1).
     pub const LAYERS: usize = 8;

@@ -50,11 +50,12 @@
 //! # }
 //! ```
 //!
-//! **Integrity.** The format has no checksum (spec §6.3): truncation, damaged headers,
-//! offsets, models and rANS streams are detected, but a flipped bit in the raw
-//! sign+mantissa bytes (or one that leaves every rANS check intact) decodes to a
-//! different cache without an error. Where bytes can be damaged in transit or at rest,
-//! protect the container with the transport's or store's own checksum.
+//! **Integrity.** Truncation, damaged headers, offsets, models and rANS streams are
+//! detected (spec §6.3, §10), but a flipped bit in the raw sign+mantissa bytes or a
+//! center (or one that leaves every rANS check intact) decodes to a different cache
+//! without an error, unless the records carry their checksum
+//! ([`EncodeOptions::checksum`], [`ExansCodec::checksum`]; spec §3): the Adler-32 of each
+//! block, verified by every decoder ([`Error::ChecksumMismatch`]).
 //!
 //! **GPU.** [`gpu::encode`] encodes a device cache into the same container bytes (no host
 //! synchronisation, CUDA-graph capturable); [`gpu`] decodes a container on the device

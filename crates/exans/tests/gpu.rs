@@ -171,7 +171,7 @@ fn gpu_decode_device_reuses_its_index() {
     assert_eq!(index.values(), cache.shape().total_values());
     let d_container = gpu.upload(&container).unwrap();
     let mut out = gpu.zeros::<u16>(index.values()).unwrap();
-    let mut checks = DecodeChecks::new(&gpu).unwrap();
+    let mut checks = DecodeChecks::new(&gpu, 0).unwrap();
     for _ in 0..3 {
         decode_device(&gpu, &d_container.as_view(), &index, &mut out.as_view_mut(), &mut checks).unwrap();
         assert_eq!(checks.status(&gpu).unwrap(), 0);
@@ -337,7 +337,7 @@ fn gpu_decode_writes_to_an_unaligned_output() {
     let index = DeviceIndex::new(&gpu, &container).unwrap();
     let values = index.values();
     let mut out = gpu.zeros::<u16>(values + 1).unwrap();
-    let mut checks = DecodeChecks::new(&gpu).unwrap();
+    let mut checks = DecodeChecks::new(&gpu, 0).unwrap();
     decode_device(&gpu, &on_device.as_view(), &index, &mut out.slice_mut(1..), &mut checks).unwrap();
     assert_eq!(checks.status(&gpu).unwrap(), 0, "status");
     let got = gpu.download(&out, values + 1).unwrap();
@@ -363,7 +363,38 @@ fn whole_caches_round_trip_on_every_path() {
         kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "one raw block", &one_raw_block_cache());
         kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "L=H=D=T=1", &kv_like(1, 1, 1, 1, 3));
         kvcodec_testkit::round_trip(&codec, gpu.as_ref(), "H D = 15", &kv_like(2, 3, 5, 30, 4));
+        // Runs of 64 x 3 x 64 = 12,288 values: three spans of the checksum pass per run.
+        let (name, cache) = fixtures().remove(0);
+        let codec = exans::ExansCodec { block_tokens: 64, checksum };
+        kvcodec_testkit::round_trip(&codec, gpu.as_ref(), &format!("{name}, B = 64"), &cache);
     }
+}
+
+/// Older and mixed containers on the GPU: a version 2 container (header and records),
+/// and one whose records carry checksums but for one, decode as on the CPU; a damaged
+/// record of the mixed one gives the CPU's error through `decode_to_cache` too.
+#[test]
+fn gpu_decodes_version_2_and_mixed_containers() {
+    let Some(gpu) = gpu_or_skip("gpu_decodes_version_2_and_mixed_containers") else { return };
+    let cache = kv_like(2, 2, 64, 40, 3);
+    let mut old = encode_cache(&cache, 16).unwrap();
+    let info = container_info(&old).unwrap();
+    old[4] = 2; // the container's version
+    for &at in &info.offsets[..info.blocks()] {
+        old[at + 4] = 2; // each record's
+    }
+    assert!(decode_cache(&old).unwrap() == cache, "the CPU reads version 2");
+    assert!(decode_to_cache(&gpu, &old).unwrap() == cache, "the GPU reads version 2");
+    let options = EncodeOptions { checksum: true, ..Default::default() };
+    let mut mixed = exans::encode_cache_with(&cache, 16, &options).unwrap();
+    let first = info.offsets[0];
+    mixed[first + 6] &= !2; // record 0 without its checksum
+    mixed[first + 44..first + 48].fill(0);
+    assert!(decode_to_cache(&gpu, &mixed).unwrap() == cache, "mixed records");
+    let last = info.offsets[info.blocks()] - 20;
+    mixed[last] ^= 0x01; // the last record's sign+mantissa
+    assert!(check_same_outcome(&gpu, "mixed, last record damaged", &mixed), "found after the decode");
+    assert!(decode_cache(&mixed).is_err());
 }
 
 /// A wrong shape and a damaged record: the GPU path reports the CPU decoder's error

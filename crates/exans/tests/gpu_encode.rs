@@ -162,6 +162,7 @@ struct OnDevice {
     ws: EncodeWorkspace,
     shape: KvShape,
     block_tokens: usize,
+    checksum: bool,
 }
 
 impl OnDevice {
@@ -173,14 +174,23 @@ impl OnDevice {
             ws: EncodeWorkspace::new(gpu, shape, block_tokens).unwrap(),
             shape,
             block_tokens,
+            checksum: false,
         }
     }
 
     /// Queues the encode on the context's stream.
     fn encode(&mut self, gpu: &GpuContext) {
-        let (shape, b) = (self.shape, self.block_tokens);
-        encode_device(gpu, &self.words.as_view(), shape, b, false, &mut self.out.as_view_mut(), &mut self.ws)
-            .unwrap();
+        let (shape, b, checksum) = (self.shape, self.block_tokens, self.checksum);
+        encode_device(
+            gpu,
+            &self.words.as_view(),
+            shape,
+            b,
+            checksum,
+            &mut self.out.as_view_mut(),
+            &mut self.ws,
+        )
+        .unwrap();
     }
 
     /// The container the last encode wrote.
@@ -240,20 +250,27 @@ fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
 fn gpu_encode_replays_from_a_cuda_graph() {
     let Some(gpu) = gpu_or_skip("gpu_encode_replays_from_a_cuda_graph") else { return };
     let (name, cache) = fixtures().swap_remove(1);
-    let want = encode_cache(&cache, 13).unwrap();
-    let d = std::cell::RefCell::new(OnDevice::new(&gpu, &cache, 13));
-    // 6 chunks: both encoder streams and the writer stream are forked into the capture.
-    d.borrow_mut().ws.set_chunk_blocks(7);
-    kvcodec_testkit::replay_in_graph(
-        &gpu,
-        3,
-        || gpu.stream().memset_zeros(&mut d.borrow_mut().out).unwrap(),
-        || d.borrow_mut().encode(&gpu),
-        |replay| {
-            let bytes = d.borrow().container(&gpu);
-            assert!(bytes == want, "{name}: replay {replay}: graph-encoded container differs from the CPU's");
-        },
-    );
+    // With the checksum the sums kernel is captured too.
+    for checksum in [false, true] {
+        let options = exans::EncodeOptions { checksum, ..Default::default() };
+        let want = exans::encode_cache_with(&cache, 13, &options).unwrap();
+        let d = std::cell::RefCell::new(OnDevice { checksum, ..OnDevice::new(&gpu, &cache, 13) });
+        // 6 chunks: both encoder streams and the writer stream are forked into the capture.
+        d.borrow_mut().ws.set_chunk_blocks(7);
+        kvcodec_testkit::replay_in_graph(
+            &gpu,
+            3,
+            || gpu.stream().memset_zeros(&mut d.borrow_mut().out).unwrap(),
+            || d.borrow_mut().encode(&gpu),
+            |replay| {
+                let bytes = d.borrow().container(&gpu);
+                assert!(
+                    bytes == want,
+                    "{name}, {checksum}: replay {replay}: graph-encoded container differs"
+                );
+            },
+        );
+    }
 }
 
 /// The encoder forks from and joins into a caller's stream: the input is written on that

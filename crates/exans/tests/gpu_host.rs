@@ -181,6 +181,19 @@ fn host_decode_verifies_checksums() {
         decode_cache(&bad),
         Err(exans::Error::InBlock { source, .. }) if matches!(*source, exans::Error::ChecksumMismatch { .. })
     ));
+    // The same decoder on a smaller checksummed container (fewer records than its sums
+    // hold), then on one without checksums, then on a larger one again.
+    let small = kv_like(2, 2, 64, 37, 5);
+    let small_container = exans::encode_cache_with(&small, 16, &options).unwrap();
+    for (what, container, want) in [
+        ("fewer records", small_container, small.concat_words()),
+        ("no checksums", encode_cache(&small, 16).unwrap(), small.concat_words()),
+        ("more records", container.clone(), cache.concat_words()),
+    ] {
+        let index = DeviceIndex::new(&gpu, &container).unwrap();
+        let got = host_decode(&gpu, &mut decoder, &container, &index, Source::Pinned).unwrap();
+        assert!(got == want, "{what}");
+    }
 }
 
 #[test]

@@ -96,14 +96,25 @@ impl std::fmt::Debug for AdlerSums {
 }
 
 impl AdlerSums {
-    /// Zeroed counters for `records` records on `gpu`'s device.
+    /// Zeroed counters for `records` records on `gpu`'s device, ready for any stream
+    /// (synchronises).
     ///
     /// # Errors
     /// [`Error::Cuda`].
     pub fn new(gpu: &GpuContext, records: usize) -> Result<Self> {
-        let sums = gpu.zeros(2 * records)?;
+        let sums = Self::new_ordered(gpu, records)?;
         gpu.synchronize()?;
-        Ok(AdlerSums { sums, records })
+        Ok(sums)
+    }
+
+    /// [`AdlerSums::new`] without the synchronisation: the allocation and zeroing are
+    /// ordered on `gpu`'s stream, so only work queued after them on that stream (or
+    /// forked from it afterwards) may use the counters.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn new_ordered(gpu: &GpuContext, records: usize) -> Result<Self> {
+        Ok(AdlerSums { sums: gpu.zeros(2 * records)?, records })
     }
 
     /// Records counted.
@@ -129,14 +140,20 @@ impl AdlerSums {
         &self.sums
     }
 
-    /// Each record's Adler-32, from its counters and its length in bytes
-    /// (`record_bytes(i)`), once `gpu`'s stream has passed every queued launch
-    /// (synchronises).
+    /// The Adler-32 of each of the first `records` records, from its counters and its
+    /// length in bytes (`record_bytes(i)`), once `gpu`'s stream has passed every queued
+    /// launch (synchronises).
     ///
     /// # Errors
-    /// [`Error::Cuda`].
-    pub fn checksums(&self, gpu: &GpuContext, record_bytes: impl Fn(usize) -> u64) -> Result<Vec<u32>> {
-        let sums = gpu.download(&self.sums, 2 * self.records)?;
+    /// [`Error::Buffer`] for more records than counted; [`Error::Cuda`].
+    pub fn checksums(
+        &self,
+        gpu: &GpuContext,
+        records: usize,
+        record_bytes: impl Fn(usize) -> u64,
+    ) -> Result<Vec<u32>> {
+        crate::check_len("sums", self.records, records, "records")?;
+        let sums = gpu.download(&self.sums, 2 * records)?;
         Ok(sums
             .chunks_exact(2)
             .enumerate()

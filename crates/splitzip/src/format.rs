@@ -67,7 +67,7 @@ pub mod field {
     pub const MAGIC: usize = 0;
     /// `u16` format version, [`super::VERSION`].
     pub const VERSION: usize = 4;
-    /// `u16` flags; bit 0 = [`super::FLAG_RAW`].
+    /// `u16` flags; bit 0 = [`super::FLAG_RAW`], bit 1 = [`super::FLAG_CHECKSUM`] (version 2).
     pub const FLAGS: usize = 6;
     /// `u64` n, the number of BF16 values.
     pub const VALUE_COUNT: usize = 8;

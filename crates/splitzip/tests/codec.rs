@@ -87,3 +87,22 @@ fn invalid_shapes_are_errors_not_panics() {
     let empty = splitzip::encode(&[], &codec.k_codebook, 1024).unwrap();
     assert_eq!((empty.len(), splitzip::decode(&empty).unwrap()), (128, vec![]));
 }
+
+/// With the checksum, a flipped sign+mantissa bit of K: the error is K's
+/// `ChecksumMismatch`, and both halves hold what the payloads hold (V decoded too, as on
+/// the GPU), so only that one value differs from the cache.
+#[test]
+fn a_checksum_mismatch_of_k_still_writes_v() {
+    let codec = SplitzipCodec { checksum: true, ..codec() };
+    let cache = kv_like(2, 2, 16, 20, 1);
+    let mut bytes = codec.encode(&cache).unwrap();
+    let k = PayloadHeader::parse(&bytes).unwrap();
+    let splitzip::Layout::Coded(layout) = k.layout else { panic!("coded") };
+    bytes[layout.sign_mantissa.offset as usize + 3] ^= 0x01;
+    let mut out = vec![0x5a5au16; cache.shape().total_values()];
+    let err = codec.decode_into(&bytes, cache.shape(), &mut out).unwrap_err();
+    assert!(matches!(err, Error::Decode(DecodeError::ChecksumMismatch { .. })), "{err}");
+    let want = cache.words_in(codec.word_order());
+    let differ: Vec<usize> = (0..want.len()).filter(|&i| out[i] != want[i]).collect();
+    assert_eq!(differ, [3], "only the damaged K value differs; V is written");
+}

@@ -67,6 +67,20 @@ fn gpu_decode_matches_cpu_encode() {
     }
 }
 
+/// A version 1 payload (no header CRC, bytes 96..128 zero) decodes on the GPU as on the
+/// CPU.
+#[test]
+fn gpu_decodes_version_1_payloads() {
+    let Some(gpu) = gpu_or_skip("gpu_decodes_version_1_payloads") else { return };
+    for (name, words, codebook) in cases() {
+        let mut old = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+        old[4] = 1;
+        old[96..100].fill(0);
+        assert_eq!(decode(&old).unwrap(), words, "{name}: CPU");
+        assert_eq!(decode_to_vec(&gpu, &old).unwrap(), words, "{name}: GPU");
+    }
+}
+
 /// A flipped sign+mantissa bit (coded) or word bit (raw) passes every structural check;
 /// with the checksum the GPU reports the CPU's `ChecksumMismatch`, without it both
 /// decode the same other values.
@@ -165,35 +179,34 @@ fn gpu_decode_reports_the_cpu_error() {
 
 #[test]
 fn gpu_encode_replays_from_a_cuda_graph() {
-    use splitzip::gpu::{EncodeWorkspace, encode_device};
-
     let Some(gpu) = gpu_or_skip("gpu_encode_replays_from_a_cuda_graph") else { return };
     let fixtures = fixture_words();
     let (words, codebook) = (&fixtures[0].1, Codebook::calibrate(&[&fixtures[1].1]).unwrap());
-    let cpu = encode(words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+    for checksum in [false, true] {
+        replay_encode(&gpu, words, &codebook, &EncodeOptions { checksum, ..EncodeOptions::default() });
+    }
+}
+
+/// [`gpu_encode_replays_from_a_cuda_graph`] with one set of options.
+fn replay_encode(gpu: &GpuContext, words: &[u16], codebook: &Codebook, options: &EncodeOptions) {
+    use splitzip::gpu::{EncodeWorkspace, encode_device};
+    let cpu = encode_with(words, codebook, options).unwrap();
     let d_words = gpu.upload(words).unwrap();
     let mut out = gpu.zeros::<u8>(splitzip::max_encoded_len(words.len(), DEFAULT_CHUNK_SIZE)).unwrap();
-    let mut ws = EncodeWorkspace::new(&gpu, words.len()).unwrap();
+    let mut ws = EncodeWorkspace::new(gpu, words.len()).unwrap();
     let out = std::cell::RefCell::new(&mut out);
     let ws = std::cell::RefCell::new(&mut ws);
     kvcodec_testkit::replay_in_graph(
-        &gpu,
+        gpu,
         3,
         || gpu.stream().memset_zeros(*out.borrow_mut()).unwrap(),
         || {
             let (mut out, mut ws) = (out.borrow_mut(), ws.borrow_mut());
-            encode_device(
-                &gpu,
-                &d_words.as_view(),
-                &codebook,
-                &EncodeOptions::default(),
-                &mut out.as_view_mut(),
-                &mut ws,
-            )
-            .unwrap();
+            encode_device(gpu, &d_words.as_view(), codebook, options, &mut out.as_view_mut(), &mut ws)
+                .unwrap();
         },
         |replay| {
-            let len = ws.borrow().encoded_len(&gpu).unwrap();
+            let len = ws.borrow().encoded_len(gpu).unwrap();
             let bytes = gpu.download(*out.borrow(), len).unwrap();
             assert!(bytes == cpu, "replay {replay}: graph-encoded payload differs from the CPU's");
         },

@@ -145,13 +145,16 @@ pub struct DecodeChecks {
 }
 
 impl DecodeChecks {
-    /// Zeroed checks on `gpu`'s device (the sums are allocated by the first decode of a
-    /// container with checksums).
+    /// Zeroed checks on `gpu`'s device, with room for the checksums of `records`
+    /// records (0: none yet). A decode of a container with checksums and more records
+    /// allocates more room first, on the context's stream (no host synchronisation,
+    /// but not capturable in a CUDA graph): size it for the largest container to decode.
     ///
     /// # Errors
     /// [`kvcodec_gpu::Error::Cuda`].
-    pub fn new(gpu: &GpuContext) -> Result<Self, GpuError> {
-        Ok(DecodeChecks { status: DeviceStatus::new(gpu)?, sums: None, expected: Vec::new() })
+    pub fn new(gpu: &GpuContext, records: usize) -> Result<Self, GpuError> {
+        let sums = if records > 0 { Some(AdlerSums::new(gpu, records)?) } else { None };
+        Ok(DecodeChecks { status: DeviceStatus::new(gpu)?, sums, expected: Vec::new() })
     }
 
     /// Clears the status and, for a container with checksums, the sums (grown to its
@@ -167,7 +170,7 @@ impl DecodeChecks {
         let blocks = index.info.blocks();
         match &mut self.sums {
             Some(sums) if sums.records() >= blocks => sums.clear(gpu)?,
-            slot => *slot = Some(AdlerSums::new(gpu, blocks)?),
+            slot => *slot = Some(AdlerSums::new_ordered(gpu, blocks)?),
         }
         Ok(())
     }
@@ -203,7 +206,7 @@ impl DecodeChecks {
             return Ok(status);
         }
         let Some(sums) = &self.sums else { return Ok(status) };
-        let computed = sums.checksums(gpu, |i| self.expected[i].0)?;
+        let computed = sums.checksums(gpu, self.expected.len(), |i| self.expected[i].0)?;
         let mismatch =
             self.expected.iter().zip(&computed).any(|(&(_, stored), &c)| stored.is_some_and(|s| s != c));
         Ok(if mismatch { CHECKSUM_STATUS } else { 0 })
@@ -331,7 +334,7 @@ pub fn decode_to_cache(gpu: &GpuContext, container: &[u8]) -> Result<KvCache, Gp
     let d_container = gpu.upload(container)?;
     let values = index.values();
     let mut out = gpu.zeros::<u16>(values)?;
-    let mut checks = DecodeChecks::new(gpu)?;
+    let mut checks = DecodeChecks::new(gpu, index.info.blocks())?;
     decode_device(
         gpu,
         &d_container.slice(..container.len()),

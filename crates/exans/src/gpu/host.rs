@@ -170,8 +170,9 @@ impl HostDecoder {
     /// streams, event and buffers created here belong to it and are ordered only with
     /// that context's streams (not checked: with another context the order of the
     /// copies, kernels and buffer reuse is not guaranteed). Creates a copy stream,
-    /// `streams - 1` decode streams, an event and the status word. The container buffer
-    /// and the staging slots are allocated on first use.
+    /// `streams - 1` decode streams, an event and the status word. The container buffer,
+    /// the staging slots and the checksum sums are allocated on first use (the sums on
+    /// the context's stream, without a host synchronisation).
     ///
     /// # Errors
     /// [`kvcodec_gpu::Error::InvalidArgument`] for `chunk_bytes == 0` or `streams`
@@ -192,7 +193,7 @@ impl HostDecoder {
             copy: gpu.context().new_stream()?,
             decode_streams,
             container: None,
-            checks: DecodeChecks::new(gpu)?,
+            checks: DecodeChecks::new(gpu, 0)?,
             edge: gpu.context().new_event(None)?,
             staging: Vec::new(),
         })

@@ -107,6 +107,10 @@ pub const DECODE_STATUS: StatusCodes = StatusCodes {
 
 /// The `CHECKSUM` flag of [`DECODE_STATUS`]: the host's verdict on the output's sums.
 pub(crate) const CHECKSUM_STATUS: u32 = 128;
+const _: () = assert!(
+    DECODE_STATUS.values[DECODE_STATUS.values.len() - 1].value == CHECKSUM_STATUS,
+    "CHECKSUM_STATUS is the last flag of DECODE_STATUS"
+);
 
 /// Where each block's values lie in a cache of `shape` (its `2L` tensors `[T, H, D]`
 /// back to back) cut in blocks of `block_tokens`: the runs its checksum covers (spec

@@ -10,6 +10,10 @@ use crate::{DecodeError, Layout, PayloadHeader};
 /// The status code the host reports for a checksum mismatch (`CHECKSUM` of
 /// [`DECODE_STATUS`]).
 const CHECKSUM_STATUS: u32 = 6;
+const _: () = assert!(
+    DECODE_STATUS.values[CHECKSUM_STATUS as usize - 1].value == CHECKSUM_STATUS,
+    "CHECKSUM_STATUS is the CHECKSUM code of DECODE_STATUS"
+);
 
 /// What a decode leaves on the device for the host to judge: the body check's status
 /// word and, for a payload with a checksum, the Adler-32 sums of the words written.
@@ -41,7 +45,7 @@ impl DecodeChecks {
             return Ok(status);
         }
         if let Some(stored) = header.checksum {
-            let computed = self.sums.checksums(gpu, |_| 2 * header.value_count)?[0];
+            let computed = self.sums.checksums(gpu, 1, |_| 2 * header.value_count)?[0];
             if computed != stored {
                 return Ok(CHECKSUM_STATUS);
             }
