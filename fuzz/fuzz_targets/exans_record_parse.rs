@@ -1,0 +1,4 @@
+#![no_main]
+//! libFuzzer entry point of [`kvcodec_fuzz::targets::exans_record_parse`].
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kvcodec_fuzz::targets::exans_record_parse(data));

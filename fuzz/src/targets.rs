@@ -1,0 +1,441 @@
+//! The fuzz target bodies, one per decoder stage per codec plus one round trip per codec.
+//!
+//! Each takes arbitrary bytes. A decode target asserts only what the decoders promise
+//! (docs/ARCHITECTURE.md, "Architecture invariants"): no panic, no unbounded loop, `Ok`
+//! or a typed error (whose `Display` is exercised too). Where a decode succeeds it also
+//! checks what the format promises cheaply: a canonical form re-encodes to the same bytes
+//! (a SplitZip header, a coded SplitZip payload), and otherwise re-encoding the decoded
+//! values decodes to them again. A round-trip target builds valid encoder input from the
+//! bytes and asserts `decode(encode(x)) == x`.
+//!
+//! Everything goes through the crates' public APIs only.
+
+use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
+use exans::{EncodeOptions, ExansCodec, Model, RawPolicy};
+use splitzip::{Codebook, PayloadHeader, SplitzipCodec};
+
+/// A target: its name (the libFuzzer binary's and the seed folder's) and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, in the order the stable driver runs them.
+pub const TARGETS: &[Target] = &[
+    ("splitzip_header", splitzip_header),
+    ("splitzip_payload", splitzip_payload),
+    ("splitzip_codebook_json", splitzip_codebook_json),
+    ("splitzip_cache", splitzip_cache),
+    ("splitzip_roundtrip", splitzip_roundtrip),
+    ("exans_record_parse", exans_record_parse),
+    ("exans_record_decode", exans_record_decode),
+    ("exans_container", exans_container),
+    ("exans_model_table", exans_model_table),
+    ("exans_quantize", exans_quantize),
+    ("exans_roundtrip", exans_roundtrip),
+    ("field_split_merge", field_split_merge),
+    ("field_safetensors", field_safetensors),
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().copied().find(|(n, _)| *n == name)
+}
+
+/// The little-endian `u16` words of `bytes` (an odd last byte is dropped).
+pub fn words_of(bytes: &[u8]) -> Vec<u16> {
+    bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
+}
+
+/// A typed error must print: its `Display` may not panic either.
+fn shown(error: &dyn std::error::Error) {
+    let text = error.to_string();
+    assert!(!text.is_empty(), "an error prints something");
+}
+
+/// The four bytes a whole-cache target reads its shape from, and the shape they give:
+/// L in 1..=4, H in 1..=4, D in 1..=64, T in 1..=32 (at most 65,536 words, so a hostile
+/// shape costs at most 128 KiB of output buffer).
+pub fn cache_shape(prefix: [u8; 4]) -> KvShape {
+    let [l, h, d, t] = prefix;
+    KvShape::new(1 + l as usize % 4, 1 + h as usize % 4, 1 + d as usize % 64, 1 + t as usize % 32)
+        .expect("small dimensions")
+}
+
+/// The inverse of [`cache_shape`] for a shape in its range.
+pub fn cache_shape_prefix(shape: KvShape) -> [u8; 4] {
+    [shape.layers - 1, shape.kv_heads - 1, shape.head_dim - 1, shape.tokens - 1].map(|v| v as u8)
+}
+
+// ---------------------------------------------------------------------------------------
+// SplitZip
+
+/// `PayloadHeader::parse` on arbitrary bytes. An accepted header is canonical: it
+/// re-serializes to its 128 bytes, and its summary prints.
+pub fn splitzip_header(data: &[u8]) {
+    match PayloadHeader::parse(data) {
+        Ok(header) => {
+            let bytes = header.to_bytes();
+            assert_eq!(&bytes[..], &data[..splitzip::HEADER_LEN], "an accepted header is canonical");
+            assert_eq!(PayloadHeader::parse(&bytes), Ok(header));
+            assert!(!header.summary().is_empty());
+            assert!(header.encoded_len() >= splitzip::HEADER_LEN as u64);
+        }
+        Err(e) => shown(&e),
+    }
+}
+
+/// `splitzip::decode` / `decode_into` of one payload. An accepted coded payload is
+/// canonical (spec §5): re-encoding its values with its codebook and chunk size gives the
+/// same bytes; an accepted raw payload's values round-trip.
+pub fn splitzip_payload(data: &[u8]) {
+    let words = match splitzip::decode(data) {
+        Ok(words) => words,
+        Err(e) => {
+            shown(&e);
+            // decode_into runs the same checks: the same error with a buffer of n values.
+            if let Ok(header) = PayloadHeader::parse(data)
+                && header.value_count <= 1 << 16
+            {
+                let mut out = vec![0u16; header.value_count as usize];
+                assert_eq!(splitzip::decode_into(data, &mut out), Err(e));
+            }
+            return;
+        }
+    };
+    let header = PayloadHeader::parse(data).expect("a decoded payload has a valid header");
+    assert_eq!(words.len() as u64, header.value_count);
+    // decode_into writes exactly n values and leaves the rest alone.
+    let mut out = vec![0x5a5a_u16; words.len() + 1];
+    assert_eq!(splitzip::decode_into(data, &mut out), Ok(words.len()));
+    assert_eq!(&out[..words.len()], &words[..]);
+    assert_eq!(out[words.len()], 0x5a5a);
+    if !words.is_empty() {
+        let mut short = vec![0u16; words.len() - 1];
+        assert!(splitzip::decode_into(data, &mut short).is_err(), "a short buffer is an error");
+    }
+    let again =
+        splitzip::encode(&words, &header.codebook, header.chunk_size).expect("valid header arguments");
+    if header.is_raw() {
+        assert_eq!(splitzip::decode(&again).expect("encoder output decodes"), words);
+    } else {
+        assert!(again == data, "an accepted coded payload re-encodes to the same bytes");
+    }
+}
+
+/// `Codebook::from_json` and `SplitzipCodec::from_json` on arbitrary text (the files
+/// `cargo xtask calibrate` writes and `SplitzipCodec::load` reads). What parses
+/// serializes and parses back to itself.
+pub fn splitzip_codebook_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match Codebook::from_json(text) {
+        Ok(codebook) => {
+            assert_eq!(Codebook::from_json(&codebook.to_json()).expect("own output"), codebook);
+            let mut seen = [false; 256];
+            for e in codebook.exponents() {
+                assert!(!std::mem::replace(&mut seen[e as usize], true), "codebook entries are distinct");
+            }
+        }
+        Err(e) => shown(&e),
+    }
+    match SplitzipCodec::from_json(text) {
+        Ok(codec) => {
+            assert_eq!(SplitzipCodec::from_json(&codec.to_json()).expect("own output"), codec);
+            let _ = splitzip::max_encoded_len(1000, codec.chunk_size);
+        }
+        Err(e) => shown(&e),
+    }
+}
+
+/// `SplitzipCodec`'s `CacheCodec::decode` of a whole cache (spec §9): the first four
+/// bytes give the shape the caller expects ([`cache_shape`]), the rest is the encoding.
+/// An accepted cache re-encodes to the same bytes when both payloads are coded with one
+/// chunk size; otherwise its words round-trip.
+pub fn splitzip_cache(data: &[u8]) {
+    let Some((prefix, encoded)) = data.split_first_chunk::<4>() else { return };
+    let shape = cache_shape(*prefix);
+    let probe = SplitzipCodec {
+        k_codebook: Codebook::new(std::array::from_fn(|i| i as u8)).expect("distinct"),
+        v_codebook: Codebook::new(std::array::from_fn(|i| i as u8)).expect("distinct"),
+        chunk_size: splitzip::DEFAULT_CHUNK_SIZE,
+    };
+    let cache = match probe.decode(encoded, shape) {
+        Ok(cache) => cache,
+        Err(e) => return shown(&e),
+    };
+    assert_eq!(cache.shape(), shape);
+    let k = PayloadHeader::parse(encoded).expect("accepted");
+    let v = PayloadHeader::parse(&encoded[k.encoded_len() as usize..]).expect("accepted");
+    let codec = SplitzipCodec { k_codebook: k.codebook, v_codebook: v.codebook, chunk_size: k.chunk_size };
+    let again = codec.encode(&cache).expect("a decoded cache encodes");
+    if !k.is_raw() && !v.is_raw() && k.chunk_size == v.chunk_size {
+        assert!(again == encoded, "an accepted coded cache re-encodes to the same bytes");
+    } else {
+        assert_eq!(codec.decode(&again, shape).expect("encoder output decodes"), cache);
+    }
+}
+
+/// The codebook of a round-trip input: `bytes` with duplicates replaced by the smallest
+/// exponents not yet used.
+fn codebook_from(bytes: &[u8; 16]) -> Codebook {
+    let mut used = [false; 256];
+    let mut exponents = [0u8; 16];
+    let mut pending = Vec::new();
+    for (i, &b) in bytes.iter().enumerate() {
+        if std::mem::replace(&mut used[b as usize], true) {
+            pending.push(i);
+        } else {
+            exponents[i] = b;
+        }
+    }
+    let mut free = (0..=255u8).filter(|&e| !used[e as usize]);
+    for i in pending {
+        exponents[i] = free.next().expect("at most 15 taken twice");
+    }
+    Codebook::new(exponents).expect("distinct by construction")
+}
+
+/// SplitZip round trip: byte 0 picks the chunk size (32..=32768) and whether the codebook
+/// is calibrated on the words or read from bytes 1..17; the rest are the words (any
+/// `u16`, NaN and Inf included). `decode(encode(w)) == w`, the payload stays within
+/// `max_encoded_len`, and as a cache of shape (1, 1, 1, n/2) the words round-trip too.
+pub fn splitzip_roundtrip(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((book_bytes, rest)) = rest.split_first_chunk::<16>() else { return };
+    let chunk_size = 32u32 << (mode % 11);
+    let words = words_of(rest);
+    let codebook = if mode & 0x80 != 0 && !words.is_empty() {
+        Codebook::calibrate(&[&words]).expect("non-empty sample")
+    } else {
+        codebook_from(book_bytes)
+    };
+    let payload = splitzip::encode(&words, &codebook, chunk_size).expect("valid arguments");
+    assert!(payload.len() <= splitzip::max_encoded_len(words.len(), chunk_size));
+    assert_eq!(splitzip::decode(&payload).expect("encoder output decodes"), words);
+    if !words.is_empty() && words.len().is_multiple_of(2) {
+        let shape = KvShape::new(1, 1, 1, words.len() / 2).expect("small");
+        let codec = SplitzipCodec { k_codebook: codebook, v_codebook: codebook, chunk_size };
+        let encoded = codec.encode_words(&words, shape).expect("valid arguments");
+        let mut out = vec![0u16; words.len()];
+        codec.decode_into(&encoded, shape, &mut out).expect("encoder output decodes");
+        assert_eq!(out, words);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ExANS
+
+/// The record parser: `record_shape` (the header checks) and `inspect_record` (every
+/// check of spec §10 short of the rANS decode). What inspects has consistent sizes.
+pub fn exans_record_parse(data: &[u8]) {
+    let shape = exans::record_shape(data);
+    match exans::inspect_record(data) {
+        Ok(info) => {
+            assert_eq!(shape, Ok(info.shape), "inspect accepts only what record_shape accepts");
+            assert_eq!(info.record_len, data.len());
+            assert_eq!(info.section_bytes.iter().sum::<usize>(), data.len());
+            assert_eq!(info.shape.values(), Ok(info.values));
+            assert!(!info.to_string().is_empty());
+        }
+        Err(e) => shown(&e),
+    }
+    if let Err(e) = shape {
+        shown(&e);
+    }
+}
+
+/// The record decoder: `decode_block` and `decode_block_into`. A decoded block
+/// re-encodes (with the default options) into a record that decodes to the same words.
+/// Records are not canonical (a decoder accepts any center byte; spec §3), so the bytes
+/// are not compared.
+pub fn exans_record_decode(data: &[u8]) {
+    let (shape, words) = match exans::decode_block(data) {
+        Ok(decoded) => decoded,
+        Err(e) => return shown(&e),
+    };
+    assert_eq!(shape.values(), Ok(words.len()));
+    assert!(exans::inspect_record(data).is_ok(), "what decodes inspects");
+    let per_group = shape.values_per_group();
+    let mut again = vec![0u16; words.len()];
+    let mut groups: Vec<&mut [u16]> = again.chunks_mut(per_group).collect();
+    assert_eq!(exans::decode_block_into(data, &mut groups), Ok(shape));
+    assert_eq!(again, words);
+    let groups: Vec<&[u16]> = words.chunks(per_group).collect();
+    let record = exans::encode_block(&groups, shape).expect("a decoded block encodes");
+    assert_eq!(exans::decode_block(&record).expect("encoder output decodes"), (shape, words));
+}
+
+/// The container decoder: `container_info`, `decode_cache` and `ExansCodec`'s
+/// `CacheCodec::decode` (the shape comes from the container itself). A decoded cache
+/// re-encodes into a container that decodes to it again.
+pub fn exans_container(data: &[u8]) {
+    let info = exans::container_info(data);
+    let cache = match exans::decode_cache(data) {
+        Ok(cache) => cache,
+        Err(e) => {
+            shown(&e);
+            if let Err(e) = info {
+                shown(&e);
+            }
+            return;
+        }
+    };
+    let info = info.expect("what decodes has a valid index");
+    assert_eq!(info.shape, cache.shape());
+    for i in 0..info.blocks() {
+        assert_eq!(exans::record_shape(info.record(data, i)), Ok(info.block_shape(i)));
+    }
+    let codec = ExansCodec { block_tokens: info.block_tokens };
+    assert_eq!(codec.decode(data, cache.shape()).as_ref(), Ok(&cache));
+    let again = exans::encode_cache(&cache, info.block_tokens).expect("a decoded cache encodes");
+    assert_eq!(exans::decode_cache(&again).expect("encoder output decodes"), cache);
+}
+
+/// Checks a decode table against its model (spec §5.4): `2^n` slots, each naming its
+/// symbol, that symbol's frequency and the slot's offset in the symbol's range.
+fn check_decode_table(model: &Model) {
+    let table = model.decode_table();
+    assert_eq!(table.len(), 1 << model.precision());
+    let mut slot = 0usize;
+    for &(symbol, freq) in model.entries() {
+        for bias in 0..freq as u32 {
+            let e = table[slot];
+            assert_eq!(e >> 24, symbol as u32);
+            assert_eq!((e >> 12) & 0xfff, (freq as u32 - 1) & 0xfff);
+            assert_eq!(e & 0xfff, bias & 0xfff);
+            slot += 1;
+        }
+    }
+    assert_eq!(slot, table.len());
+}
+
+/// The model parser's rules (`Model::from_entries`, as a record's sparse frequency table
+/// is read; spec §5.1) and the decode-table build (§5.4): byte 0 is the precision, then
+/// `(u8 symbol, u16 freq)` triples.
+pub fn exans_model_table(data: &[u8]) {
+    let Some((&precision, rest)) = data.split_first() else { return };
+    let entries: Vec<(u8, u16)> =
+        rest.chunks_exact(3).map(|e| (e[0], u16::from_le_bytes([e[1], e[2]]))).collect();
+    match Model::from_entries(precision, entries.clone()) {
+        Ok(model) => {
+            assert_eq!(model.entries(), &entries[..]);
+            assert_eq!(model.serialized_len(), 2 + 3 * entries.len());
+            check_decode_table(&model);
+        }
+        Err(e) => shown(&e),
+    }
+}
+
+/// The encoder's quantizer (spec §5.2) on an arbitrary histogram: byte 0 the precision,
+/// byte 1 a shift for the counts, then `u32` counts of symbols 0, 1, ... The result, if
+/// any, is a model the decoder accepts with every counted symbol present.
+pub fn exans_quantize(data: &[u8]) {
+    let Some((&[precision, shift], rest)) = data.split_first_chunk::<2>() else { return };
+    let mut counts = [0u64; 256];
+    for (c, b) in counts.iter_mut().zip(rest.chunks_exact(4)) {
+        // Counts up to 2^32 x 2^31: far past any block, still summing within u64.
+        *c = (u32::from_le_bytes(b.try_into().expect("4 bytes")) as u64) << (shift % 32);
+    }
+    match Model::quantize(&counts, precision) {
+        Ok(model) => {
+            let again =
+                Model::from_entries(precision, model.entries().to_vec()).expect("a decoder accepts it");
+            assert_eq!(again, model);
+            let mut present = [false; 256];
+            for &(symbol, _) in model.entries() {
+                present[symbol as usize] = true;
+            }
+            for (&p, &c) in present.iter().zip(&counts) {
+                assert_eq!(p, c > 0, "exactly the counted symbols are in the model");
+            }
+            check_decode_table(&model);
+            assert!(model.cross_entropy_bits(&counts).is_some());
+        }
+        Err(e) => shown(&e),
+    }
+}
+
+/// ExANS round trip through the container: bytes 0..4 give the shape (L in 1..=2, H in
+/// 1..=2, D in 1..=32, T in 1..=8: at most 2,048 words, as every block pays for a model
+/// and 256 rANS lanes), byte 4 the block size, byte 5 the precision and raw policy; the
+/// rest are the words (repeated, or zeros, to fill the cache). With the default options
+/// the container is also what `ExansCodec` writes.
+pub fn exans_roundtrip(data: &[u8]) {
+    let Some((&[l, h, d, t, b, opts], rest)) = data.split_first_chunk::<6>() else { return };
+    let shape = KvShape::new(1 + l as usize % 2, 1 + h as usize % 2, 1 + d as usize % 32, 1 + t as usize % 8)
+        .expect("small dimensions");
+    let block_tokens = 1 + b as usize % shape.tokens;
+    let raw = match opts >> 6 {
+        0 | 1 => RawPolicy::Auto,
+        2 => RawPolicy::Never,
+        _ => RawPolicy::Always,
+    };
+    let precision = if opts & 0x20 != 0 { 1 + (opts & 0x1f) % 12 } else { exans::format::PRECISION };
+    let options = EncodeOptions { precision, raw };
+    let mut words = words_of(rest);
+    let n = shape.total_values();
+    if words.is_empty() {
+        words = vec![0; n];
+    }
+    let words: Vec<u16> = words.iter().copied().cycle().take(n).collect();
+    let container = match exans::encode_words_with(&words, shape, block_tokens, &options) {
+        Ok(container) => container,
+        Err(e) => {
+            // Only a precision too small for the block's distinct symbols, with raw
+            // storage forbidden, is refused.
+            assert!(raw == RawPolicy::Never && precision < 8, "refused: {e}");
+            return shown(&e);
+        }
+    };
+    let cache = exans::decode_cache(&container).expect("encoder output decodes");
+    assert_eq!(cache.shape(), shape);
+    assert_eq!(cache.words_in(WordOrder::LayerMajor), words);
+    if options == EncodeOptions::default() && block_tokens == shape.tokens {
+        // One block: cheap enough to encode twice.
+        let codec = ExansCodec { block_tokens };
+        assert!(codec.encode(&cache).expect("valid cache") == container, "the trait writes the same bytes");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// bf16-field
+
+/// Field split / merge: `merge(split(w)) == w` for the words of the input, and `merge`
+/// of arbitrary exponent and sign+mantissa streams (byte 0 gives the exponent stream's
+/// length) is `Ok` exactly when the lengths agree, and then splits back to them.
+pub fn field_split_merge(data: &[u8]) {
+    let words = words_of(data);
+    let (exponents, sign_mantissa) = bf16_field::split_to_vec(&words);
+    for ((&w, &e), &sf) in words.iter().zip(&exponents).zip(&sign_mantissa) {
+        assert_eq!((e, sf), (bf16_field::exponent_of(w), bf16_field::sign_mantissa_of(w)));
+    }
+    assert_eq!(bf16_field::merge_to_vec(&exponents, &sign_mantissa).expect("equal lengths"), words);
+
+    let Some((&cut, rest)) = data.split_first() else { return };
+    let cut = (cut as usize).min(rest.len());
+    let (e, sf) = rest.split_at(cut);
+    match bf16_field::merge_to_vec(e, sf) {
+        Ok(merged) => {
+            assert_eq!(e.len(), sf.len());
+            assert_eq!(bf16_field::split_to_vec(&merged), (e.to_vec(), sf.to_vec()));
+        }
+        Err(err) => {
+            assert_ne!(e.len(), sf.len());
+            shown(&err);
+        }
+    }
+    let mut out = vec![0u16; e.len() + 1];
+    assert!(bf16_field::merge(e, &sf[..sf.len().min(e.len())], &mut out).is_err(), "a long output");
+    let (mut e_out, mut sf_out) = (vec![0u8; words.len()], vec![0u8; words.len() + 1]);
+    assert!(bf16_field::split(&words, &mut e_out, &mut sf_out).is_err(), "a long sign+mantissa output");
+}
+
+/// The safetensors reader (`bf16_field::io::kv_cache_from_bytes`): what it accepts
+/// writes back (`kv_cache_to_bytes`) into a file that reads as the same cache.
+pub fn field_safetensors(data: &[u8]) {
+    match bf16_field::io::kv_cache_from_bytes(data) {
+        Ok(cache) => {
+            let bytes = bf16_field::io::kv_cache_to_bytes(&cache, None).expect("a valid cache writes");
+            let again: KvCache = bf16_field::io::kv_cache_from_bytes(&bytes).expect("own output reads");
+            assert_eq!(again, cache);
+        }
+        Err(e) => shown(&e),
+    }
+}
