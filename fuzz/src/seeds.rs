@@ -102,6 +102,15 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
             add("special-escapes".into(), splitzip::encode(&special, &toy_book, 32).expect("encode"));
             add("special-raw".into(), splitzip::encode(&special[..3], &toy_book, 32).expect("encode"));
             add("empty".into(), splitzip::encode(&[], &toy_book, 1024).expect("encode"));
+            let checked = splitzip::EncodeOptions { chunk_size: 32, checksum: true };
+            add(
+                "special-checksum".into(),
+                splitzip::encode_with(&special, &toy_book, &checked).expect("encode"),
+            );
+            add(
+                "raw-checksum".into(),
+                splitzip::encode_with(&special[..3], &toy_book, &checked).expect("encode"),
+            );
         }
         "splitzip_codebook_json" => {
             for (i, codec) in codecs.iter().enumerate() {
@@ -111,9 +120,12 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
         }
         "splitzip_cache" => {
             for ((name, piece), codec) in pieces.iter().zip(codecs.iter().cycle()) {
-                let mut bytes = cache_shape_prefix(piece.shape()).to_vec();
-                bytes.extend(codec.encode(piece).expect("encode"));
-                add(name.clone(), bytes);
+                for checksum in [false, true] {
+                    let codec = SplitzipCodec { checksum, ..*codec };
+                    let mut bytes = cache_shape_prefix(piece.shape()).to_vec();
+                    bytes.extend(codec.encode(piece).expect("encode"));
+                    add(if checksum { format!("{name}-checksum") } else { name.clone() }, bytes);
+                }
             }
         }
         "splitzip_roundtrip" => {
@@ -141,12 +153,17 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
                 // Blocks this small are stored raw by default: code them anyway.
                 let coded = EncodeOptions { raw: RawPolicy::Never, ..EncodeOptions::default() };
                 add(name.clone(), exans::encode_block_with(&groups, shape, &coded).expect("encode"));
+                let checked = EncodeOptions { checksum: true, ..coded };
+                add(
+                    format!("{name}-checksum"),
+                    exans::encode_block_with(&groups, shape, &checked).expect("encode"),
+                );
             }
             let shape = BlockShape { layers: 1, kv_heads: 1, head_dim: 3, tokens: 16 };
             let groups = [&special[..48], &special[48..]];
             let raw = EncodeOptions { raw: RawPolicy::Always, ..EncodeOptions::default() };
             add("special-raw".into(), exans::encode_block_with(&groups, shape, &raw).expect("encode"));
-            let coded = EncodeOptions { raw: RawPolicy::Never, precision: 7 };
+            let coded = EncodeOptions { raw: RawPolicy::Never, precision: 7, checksum: false };
             add("special-p7".into(), exans::encode_block_with(&groups, shape, &coded).expect("encode"));
         }
         "exans_container" => {
@@ -158,6 +175,11 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
             }
             if let Some((name, piece)) = pieces.first() {
                 add(format!("{name}-b3-raw"), exans::encode_cache(piece, 3).expect("encode"));
+                let checked = EncodeOptions { checksum: true, ..coded };
+                add(
+                    format!("{name}-b2-checksum"),
+                    exans::encode_cache_with(piece, 2, &checked).expect("encode"),
+                );
             }
             let cache = KvCache::from_words(
                 KvShape::new(1, 1, 3, 16).expect("shape"),

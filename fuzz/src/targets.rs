@@ -72,9 +72,14 @@ pub fn cache_shape_prefix(shape: KvShape) -> [u8; 4] {
 pub fn splitzip_header(data: &[u8]) {
     match PayloadHeader::parse(data) {
         Ok(header) => {
+            // to_bytes writes the current version; a version 1 header becomes that.
             let bytes = header.to_bytes();
-            assert_eq!(&bytes[..], &data[..splitzip::HEADER_LEN], "an accepted header is canonical");
-            assert_eq!(PayloadHeader::parse(&bytes), Ok(header));
+            let mut current = header;
+            current.version = splitzip::format::VERSION;
+            if header.version == splitzip::format::VERSION {
+                assert_eq!(&bytes[..], &data[..splitzip::HEADER_LEN], "an accepted header is canonical");
+            }
+            assert_eq!(PayloadHeader::parse(&bytes), Ok(current));
             assert!(!header.summary().is_empty());
             assert!(header.encoded_len() >= splitzip::HEADER_LEN as u64);
         }
@@ -82,9 +87,10 @@ pub fn splitzip_header(data: &[u8]) {
     }
 }
 
-/// `splitzip::decode` / `decode_into` of one payload. An accepted coded payload is
-/// canonical (spec §5): re-encoding its values with its codebook and chunk size gives the
-/// same bytes; an accepted raw payload's values round-trip.
+/// `splitzip::decode` / `decode_into` of one payload. An accepted coded payload of the
+/// current version is canonical (spec §5): re-encoding its values with its codebook,
+/// chunk size and checksum option gives the same bytes; an accepted raw or version 1
+/// payload's values round-trip.
 pub fn splitzip_payload(data: &[u8]) {
     let words = match splitzip::decode(data) {
         Ok(words) => words,
@@ -111,9 +117,10 @@ pub fn splitzip_payload(data: &[u8]) {
         let mut short = vec![0u16; words.len() - 1];
         assert!(splitzip::decode_into(data, &mut short).is_err(), "a short buffer is an error");
     }
-    let again =
-        splitzip::encode(&words, &header.codebook, header.chunk_size).expect("valid header arguments");
-    if header.is_raw() {
+    let options =
+        splitzip::EncodeOptions { chunk_size: header.chunk_size, checksum: header.checksum.is_some() };
+    let again = splitzip::encode_with(&words, &header.codebook, &options).expect("valid header arguments");
+    if header.is_raw() || header.version != splitzip::format::VERSION {
         assert_eq!(splitzip::decode(&again).expect("encoder output decodes"), words);
     } else {
         assert!(again == data, "an accepted coded payload re-encodes to the same bytes");
@@ -155,6 +162,7 @@ pub fn splitzip_cache(data: &[u8]) {
         k_codebook: Codebook::new(std::array::from_fn(|i| i as u8)).expect("distinct"),
         v_codebook: Codebook::new(std::array::from_fn(|i| i as u8)).expect("distinct"),
         chunk_size: splitzip::DEFAULT_CHUNK_SIZE,
+        checksum: false,
     };
     let cache = match probe.decode(encoded, shape) {
         Ok(cache) => cache,
@@ -163,9 +171,13 @@ pub fn splitzip_cache(data: &[u8]) {
     assert_eq!(cache.shape(), shape);
     let k = PayloadHeader::parse(encoded).expect("accepted");
     let v = PayloadHeader::parse(&encoded[k.encoded_len() as usize..]).expect("accepted");
-    let codec = SplitzipCodec { k_codebook: k.codebook, v_codebook: v.codebook, chunk_size: k.chunk_size };
+    let checksum = k.checksum.is_some();
+    let codec =
+        SplitzipCodec { k_codebook: k.codebook, v_codebook: v.codebook, chunk_size: k.chunk_size, checksum };
     let again = codec.encode(&cache).expect("a decoded cache encodes");
-    if !k.is_raw() && !v.is_raw() && k.chunk_size == v.chunk_size {
+    let same_options = k.chunk_size == v.chunk_size && checksum == v.checksum.is_some();
+    let current = k.version == splitzip::format::VERSION && v.version == splitzip::format::VERSION;
+    if !k.is_raw() && !v.is_raw() && same_options && current {
         assert!(again == encoded, "an accepted coded cache re-encodes to the same bytes");
     } else {
         assert_eq!(codec.decode(&again, shape).expect("encoder output decodes"), cache);
@@ -192,10 +204,11 @@ fn codebook_from(bytes: &[u8; 16]) -> Codebook {
     Codebook::new(exponents).expect("distinct by construction")
 }
 
-/// SplitZip round trip: byte 0 picks the chunk size (32..=32768) and whether the codebook
-/// is calibrated on the words or read from bytes 1..17; the rest are the words (any
-/// `u16`, NaN and Inf included). `decode(encode(w)) == w`, the payload stays within
-/// `max_encoded_len`, and as a cache of shape (1, 1, 1, n/2) the words round-trip too.
+/// SplitZip round trip: byte 0 picks the chunk size (32..=32768), whether the codebook
+/// is calibrated on the words or read from bytes 1..17, and the checksum option (bit 6);
+/// the rest are the words (any `u16`, NaN and Inf included). `decode(encode(w)) == w`,
+/// the payload stays within `max_encoded_len`, and as a cache of shape (1, 1, 1, n/2) the
+/// words round-trip too.
 pub fn splitzip_roundtrip(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else { return };
     let Some((book_bytes, rest)) = rest.split_first_chunk::<16>() else { return };
@@ -206,12 +219,14 @@ pub fn splitzip_roundtrip(data: &[u8]) {
     } else {
         codebook_from(book_bytes)
     };
-    let payload = splitzip::encode(&words, &codebook, chunk_size).expect("valid arguments");
+    let checksum = mode & 0x40 != 0;
+    let options = splitzip::EncodeOptions { chunk_size, checksum };
+    let payload = splitzip::encode_with(&words, &codebook, &options).expect("valid arguments");
     assert!(payload.len() <= splitzip::max_encoded_len(words.len(), chunk_size));
     assert_eq!(splitzip::decode(&payload).expect("encoder output decodes"), words);
     if !words.is_empty() && words.len().is_multiple_of(2) {
         let shape = KvShape::new(1, 1, 1, words.len() / 2).expect("small");
-        let codec = SplitzipCodec { k_codebook: codebook, v_codebook: codebook, chunk_size };
+        let codec = SplitzipCodec { k_codebook: codebook, v_codebook: codebook, chunk_size, checksum };
         let encoded = codec.encode_words(&words, shape).expect("valid arguments");
         let mut out = vec![0u16; words.len()];
         codec.decode_into(&encoded, shape, &mut out).expect("encoder output decodes");
@@ -282,7 +297,7 @@ pub fn exans_container(data: &[u8]) {
     for i in 0..info.blocks() {
         assert_eq!(exans::record_shape(info.record(data, i)), Ok(info.block_shape(i)));
     }
-    let codec = ExansCodec { block_tokens: info.block_tokens };
+    let codec = ExansCodec { block_tokens: info.block_tokens, checksum: false };
     assert_eq!(codec.decode(data, cache.shape()).as_ref(), Ok(&cache));
     let again = exans::encode_cache(&cache, info.block_tokens).expect("a decoded cache encodes");
     assert_eq!(exans::decode_cache(&again).expect("encoder output decodes"), cache);
@@ -354,21 +369,23 @@ pub fn exans_quantize(data: &[u8]) {
 
 /// ExANS round trip through the container: bytes 0..4 give the shape (L in 1..=2, H in
 /// 1..=2, D in 1..=32, T in 1..=8: at most 2,048 words, as every block pays for a model
-/// and 256 rANS lanes), byte 4 the block size, byte 5 the precision and raw policy; the
+/// and 256 rANS lanes), byte 4 the block size (bit 7: the checksum option), byte 5 the
+/// precision and raw policy; the
 /// rest are the words (repeated, or zeros, to fill the cache). With the default options
 /// the container is also what `ExansCodec` writes.
 pub fn exans_roundtrip(data: &[u8]) {
     let Some((&[l, h, d, t, b, opts], rest)) = data.split_first_chunk::<6>() else { return };
     let shape = KvShape::new(1 + l as usize % 2, 1 + h as usize % 2, 1 + d as usize % 32, 1 + t as usize % 8)
         .expect("small dimensions");
-    let block_tokens = 1 + b as usize % shape.tokens;
+    let block_tokens = 1 + (b & 0x7f) as usize % shape.tokens;
+    let checksum = b & 0x80 != 0;
     let raw = match opts >> 6 {
         0 | 1 => RawPolicy::Auto,
         2 => RawPolicy::Never,
         _ => RawPolicy::Always,
     };
     let precision = if opts & 0x20 != 0 { 1 + (opts & 0x1f) % 12 } else { exans::format::PRECISION };
-    let options = EncodeOptions { precision, raw };
+    let options = EncodeOptions { precision, raw, checksum };
     let mut words = words_of(rest);
     let n = shape.total_values();
     if words.is_empty() {
@@ -387,9 +404,9 @@ pub fn exans_roundtrip(data: &[u8]) {
     let cache = exans::decode_cache(&container).expect("encoder output decodes");
     assert_eq!(cache.shape(), shape);
     assert_eq!(cache.words_in(WordOrder::LayerMajor), words);
-    if options == EncodeOptions::default() && block_tokens == shape.tokens {
+    if options == (EncodeOptions { checksum, ..EncodeOptions::default() }) && block_tokens == shape.tokens {
         // One block: cheap enough to encode twice.
-        let codec = ExansCodec { block_tokens };
+        let codec = ExansCodec { block_tokens, checksum };
         assert!(codec.encode(&cache).expect("valid cache") == container, "the trait writes the same bytes");
     }
 }
