@@ -31,11 +31,29 @@ __device__ __forceinline__ void kv_adler_add16(uint4 w, uint32_t rel, uint32_t& 
     ws += rel * sum + offs;
 }
 
+// kv_adler_add16 for a thread whose weighted sum may pass 2^32 (relative positions below
+// 2^32 but too many groups for the bound above): W in 64 bits, one wide multiply-add
+// more. S stays 32 bits: the caller keeps the thread's bytes below 2^24.
+__device__ __forceinline__ void kv_adler_add16_wide(uint4 w, uint32_t rel, uint32_t& s, unsigned long long& ws) {
+    uint32_t sum = 0, offs = 0;
+    kv_adler_add16(w, 0u, sum, offs);
+    s += sum;
+    ws += (unsigned long long)rel * sum + offs;
+}
+
 // Adds one BF16 word whose low byte is at relative byte position `rel`.
 __device__ __forceinline__ void kv_adler_add_word(uint32_t word, uint32_t rel, uint32_t& s, uint32_t& ws) {
     const uint32_t lo = word & 0xffu, hi = (word >> 8) & 0xffu;
     s += lo + hi;
     ws += rel * (lo + hi) + hi;
+}
+
+// kv_adler_add_word with a 64-bit weighted sum (see kv_adler_add16_wide).
+__device__ __forceinline__ void kv_adler_add_word_wide(uint32_t word, uint32_t rel, uint32_t& s,
+                                                       unsigned long long& ws) {
+    const uint32_t lo = word & 0xffu, hi = (word >> 8) & 0xffu;
+    s += lo + hi;
+    ws += (unsigned long long)rel * (lo + hi) + hi;
 }
 
 // Adds a run's sums (S, W relative to byte position `base`) to the counters, modulo
@@ -59,6 +77,13 @@ __device__ __forceinline__ void kv_adler_warp_flush(uint32_t s, uint32_t ws, uns
         ws64 += __shfl_down_sync(0xffffffffu, ws64, d);
     }
     if (threadIdx.x % 32 == 0) kv_adler_commit(s64, ws64, base, sums);
+}
+
+// kv_adler_warp_flush for sums of any size: each lane reduces its own modulo 65521
+// first, so that the warp's total fits 32 bits. All 32 lanes call it.
+__device__ __forceinline__ void kv_adler_warp_flush_mod(unsigned long long s, unsigned long long ws,
+                                                        unsigned long long base, unsigned long long* sums) {
+    kv_adler_warp_flush((uint32_t)(s % KV_ADLER_MOD), (uint32_t)(ws % KV_ADLER_MOD), base, sums);
 }
 
 // Sums every thread's (s, ws) over the CTA and commits them (thread 0). Every thread of
@@ -85,6 +110,42 @@ __device__ __forceinline__ void kv_adler_cta_flush(uint32_t s, uint32_t ws, unsi
             cws += scratch[2 * w + 1];
         }
         kv_adler_commit(cs, cws, base, sums);
+    }
+}
+
+// kv_adler_cta_flush for a CTA that flushes once (no barrier before the scratch is
+// written) and whose threads hold 32-bit sums: each thread reduces its sums modulo 65521
+// first, so that the warp and CTA totals fit 32 bits (blockDim.x <= 1024), and every
+// later step is 32-bit arithmetic: one barrier and a short tail for thread 0, where the
+// 64-bit reductions of kv_adler_cta_flush kept the CTA resident longer. `scratch` holds
+// 2 * (blockDim.x / 32) words.
+__device__ __forceinline__ void kv_adler_cta_flush_once(uint32_t s, uint32_t ws, unsigned long long base,
+                                                        uint32_t* scratch, unsigned long long* sums) {
+    const uint32_t m = (uint32_t)KV_ADLER_MOD;
+    s %= m;
+    ws %= m;
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+        s += __shfl_down_sync(0xffffffffu, s, d);
+        ws += __shfl_down_sync(0xffffffffu, ws, d);
+    }
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 0) {
+        scratch[2 * warp] = s;
+        scratch[2 * warp + 1] = ws;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t cs = 0, cws = 0;
+        for (unsigned w = 0; w < warps; ++w) {
+            cs += scratch[2 * w];
+            cws += scratch[2 * w + 1];
+        }
+        if ((cs | cws) == 0) return;
+        cs %= m;
+        const uint32_t base_m = (uint32_t)(base % KV_ADLER_MOD);
+        atomicAdd(sums, (unsigned long long)cs);
+        atomicAdd(sums + 1, (unsigned long long)((cws % m + base_m * cs % m) % m));
     }
 }
 

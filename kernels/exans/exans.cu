@@ -41,6 +41,7 @@
 // partition's stream gets a stale ring word, and the final check flags the record), and
 // every loop is bounded by symbol counts or 2^n. Any problem sets a bit of *status (0 = valid); the
 // host then runs the CPU decoder for the exact typed error.
+#include "../common/adler.cuh"
 #include "../common/bf16_field.cuh"
 #include "tiles.cuh"
 
@@ -304,8 +305,9 @@ __device__ __forceinline__ void ex_next_tile(ExTile& tile, uint16_t*& dst, unsig
 // Joins one tile's symbols of this lane (steps t .. t + 7: values 8 lane .. 8 lane + 7
 // of the tile, bytes of s0 then s1) with their sign+mantissa bytes `sgnman` and writes them
 // as one 16-byte store: the warp writes the tile's 512 contiguous bytes. The tile lies
-// in one group, whose center is warp-uniform, and every address is aligned.
-__device__ __forceinline__ void ex_store_tile(uint16_t* dst, uint32_t s0, uint32_t s1, uint2 sgnman, uint32_t center) {
+// in one group, whose center is warp-uniform, and every address is aligned. Returns the
+// words stored (for the checksum's sums).
+__device__ __forceinline__ uint4 ex_store_tile(uint16_t* dst, uint32_t s0, uint32_t s1, uint2 sgnman, uint32_t center) {
     // Byte-wise (C + c_g - 127) mod 256 of four symbols at once: add the low 7 bits, then
     // flip the top bit by the carry-less sum of the top bits.
     const uint32_t c4 = ((center - EXANS_CENTER_SYMBOL) & 0xffu) * 0x01010101u;
@@ -315,16 +317,20 @@ __device__ __forceinline__ void ex_store_tile(uint16_t* dst, uint32_t s0, uint32
     const uint2 a = kv_join_quad(e0, sgnman.x);
     const uint2 b = kv_join_quad(e1, sgnman.y);
     // Streaming store (evict first): the output is not read again here (docs/perf/exans-gpu.md).
-    __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
+    const uint4 words = make_uint4(a.x, a.y, b.x, b.y);
+    __stcs(reinterpret_cast<uint4*>(dst), words);
+    return words;
 }
 
 // The general path of a tile (partial, across groups or unaligned): value by value, each
 // finding its group by division (rare: never for whole tiles of a record whose groups
-// are multiples of 256 values at aligned offsets).
+// are multiples of 256 values at aligned offsets). kSums adds each word to the
+// checksum's sums (s, ws), at its byte position in the partition.
+template <bool kSums>
 __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sgnman, const uint8_t* centers,
                                    uint32_t s0, uint32_t s1, unsigned first, unsigned p_len, unsigned p_start,
                                    unsigned group_len, unsigned long long tensor_values,
-                                   unsigned long long out_block) {
+                                   unsigned long long out_block, uint32_t& s, unsigned long long& ws) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const unsigned idx = first + i;  // index in the partition
@@ -333,7 +339,9 @@ __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sg
             const unsigned v = p_start + idx;
             const unsigned g = v / group_len, r = v - g * group_len;
             const uint32_t exponent = (sym + centers[g] - EXANS_CENTER_SYMBOL) & 0xffu;
-            out[g * tensor_values + out_block + r] = (uint16_t)kv_join(exponent, sgnman[v]);
+            const uint32_t word = kv_join(exponent, sgnman[v]);
+            out[g * tensor_values + out_block + r] = (uint16_t)word;
+            if (kSums) kv_adler_add_word_wide(word, 2u * idx, s, ws);
         }
     }
 }
@@ -342,11 +350,23 @@ __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sg
 // the tile layout's round fits 64 registers, and occupancy bounds the step chain's
 // latency hiding, so 4 CTAs beat 3 (80 registers); 5 (48 registers) spill and lose
 // (docs/perf/exans-gpu.md).
-extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4)
-exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
-                     const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
-                     unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
-                     unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+//
+// kSums (exans_decode_records_checksum) also adds the Adler-32 sums of each record's
+// decoded values to record_sums[2 rec, 2 rec + 1], for the host to compare with the
+// records' checksums (spec 3): each lane adds the 16 bytes of every tile it stores, at
+// its byte position in the partition (a 64-bit weighted sum: a partition can pass 2^32
+// of it; a lane holds fewer than 2^24 bytes of a record below 2^31 values, so its byte
+// sum fits 32 bits), and the warp commits the partition's sums once, after its last
+// round. A twin, so that the default kernel's registers and code stay as they are.
+template <bool kSums>
+__device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ container,
+                                                  unsigned long long container_len,
+                                                  const unsigned long long* __restrict__ offsets,
+                                                  unsigned first_record, unsigned end_record, unsigned layers,
+                                                  unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                                                  unsigned long long tokens, uint16_t* __restrict__ out,
+                                                  unsigned* __restrict__ status,
+                                                  unsigned long long* __restrict__ record_sums) {
     __shared__ uint32_t entry_cdf[EXANS_MAX_SYMBOLS];
     __shared__ uint32_t entry_base[EXANS_MAX_SYMBOLS];  // a slot's word without the bias
     __shared__ uint32_t warp_sums[EXANS_PARTITIONS];
@@ -402,11 +422,19 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (rs.raw) {
             // Raw: the N words LE in block order at offset 48 (2-byte aligned: records
             // and the container are 16-byte aligned).
+            // With kSums, positions are relative to the record's first byte (below 2^32:
+            // N < 2^31), and a thread's weighted sum stays below 2^64 (about 2 N^2).
             const uint16_t* src = reinterpret_cast<const uint16_t*>(rp + EXANS_HEADER_LEN);
+            uint32_t raw_s = 0;
+            unsigned long long raw_ws = 0;
             for (unsigned g = 0; g < rs.groups; ++g) {
-                for (unsigned long long i = tid; i < per_group; i += EXANS_THREADS)
-                    out[g * tensor_values + out_block + i] = src[g * per_group + i];
+                for (unsigned long long i = tid; i < per_group; i += EXANS_THREADS) {
+                    const uint16_t word = src[g * per_group + i];
+                    out[g * tensor_values + out_block + i] = word;
+                    if (kSums) kv_adler_add_word_wide(word, (uint32_t)(2 * (g * per_group + i)), raw_s, raw_ws);
+                }
             }
+            if (kSums) kv_adler_warp_flush_mod(raw_s, raw_ws, 0, record_sums + 2 * rec);
             continue;
         }
 
@@ -535,6 +563,9 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
         // per-lane activity test; the rest the general one.
         const unsigned all_active = exans_lane_run(p_len, EXANS_LANES - 1);
+        // kSums: the lane's sums, relative to the partition's first byte.
+        uint32_t adler_s = 0;
+        unsigned long long adler_ws = 0;
         // Rounds of EXANS_DECODE_ROUND_STEPS steps, two tiles: the round's symbols are kept in registers
         // (4 per u32, compile-time indexed), then each tile is joined with its
         // sign+mantissa bytes and written, 16 bytes per lane and 512 contiguous bytes per
@@ -583,10 +614,16 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 // Every tile whole, inside one group and aligned: the lane's 16 bytes at
                 // dst, which moves a tile on, and past the rest of the tensor at a group's
                 // end (where the tile offset r comes back to 0).
-                ex_store_tile(dst, syms[0], syms[1], sgnman0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                const uint4 w0 =
+                    ex_store_tile(dst, syms[0], syms[1], sgnman0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                if (kSums) kv_adler_add16_wide(w0, 2u * (tile0 * EXANS_TILE + EXANS_GROUP * lane), adler_s, adler_ws);
                 ex_next_tile(tile, dst, group_len, group_jump);
                 if (second) {
-                    ex_store_tile(dst, syms[2], syms[3], sgnman1, shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                    const uint4 w1 = ex_store_tile(dst, syms[2], syms[3], sgnman1,
+                                                   shared_centers ? s_centers[tile.g] : centers[tile.g]);
+                    if (kSums)
+                        kv_adler_add16_wide(w1, 2u * ((tile0 + 1) * EXANS_TILE + EXANS_GROUP * lane), adler_s,
+                                            adler_ws);
                     ex_next_tile(tile, dst, group_len, group_jump);
                 }
             } else {
@@ -602,11 +639,12 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                         // The center through the generic pointer: a shared load here (the
                         // path regular partitions never take) changed ptxas's register
                         // allocation of the whole kernel for the worse (docs/perf/exans-gpu.md).
-                        ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sgnman, centers[tile.g]);
+                        const uint4 w = ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sgnman, centers[tile.g]);
+                        if (kSums) kv_adler_add16_wide(w, 2u * (first + EXANS_GROUP * lane), adler_s, adler_ws);
                     } else {
-                        ex_store_tile_slow(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
-                                           first + EXANS_GROUP * lane, p_len, p_start, group_len, tensor_values,
-                                           out_block);
+                        ex_store_tile_slow<kSums>(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
+                                                  first + EXANS_GROUP * lane, p_len, p_start, group_len,
+                                                  tensor_values, out_block, adler_s, adler_ws);
                     }
                     // The next tile's group: a loop, not a division, which ptxas predicates
                     // into every round; one pass when groups hold at least a tile, at most
@@ -619,6 +657,7 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
                 }
             }
         }
+        if (kSums) kv_adler_warp_flush_mod(adler_s, adler_ws, 2ull * p_start, record_sums + 2 * rec);
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;
         if (l.pos > l.count) flags |= EXANS_STATUS_EXHAUSTED;
@@ -626,4 +665,23 @@ exans_decode_records(const uint8_t* __restrict__ container, unsigned long long c
         if (l.pos != l.count) flags |= EXANS_STATUS_UNCONSUMED;
         if (lane == 0 && flags) atomicOr(status, flags);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4)
+exans_decode_records(const uint8_t* __restrict__ container, unsigned long long container_len,
+                     const unsigned long long* __restrict__ offsets, unsigned first_record, unsigned end_record,
+                     unsigned layers, unsigned kv_heads, unsigned head_dim, unsigned block_tokens,
+                     unsigned long long tokens, uint16_t* __restrict__ out, unsigned* __restrict__ status) {
+    ex_decode_records<false>(container, container_len, offsets, first_record, end_record, layers, kv_heads, head_dim,
+                             block_tokens, tokens, out, status, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4)
+exans_decode_records_checksum(const uint8_t* __restrict__ container, unsigned long long container_len,
+                              const unsigned long long* __restrict__ offsets, unsigned first_record,
+                              unsigned end_record, unsigned layers, unsigned kv_heads, unsigned head_dim,
+                              unsigned block_tokens, unsigned long long tokens, uint16_t* __restrict__ out,
+                              unsigned* __restrict__ status, unsigned long long* __restrict__ record_sums) {
+    ex_decode_records<true>(container, container_len, offsets, first_record, end_record, layers, kv_heads, head_dim,
+                            block_tokens, tokens, out, status, record_sums);
 }

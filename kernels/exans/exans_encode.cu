@@ -291,11 +291,23 @@ __device__ __forceinline__ void ee_steps(uint32_t rows, uint32_t t_lo, uint32_t 
 }
 
 // One CTA per block (header comment, step 1), 64 registers, 4 CTAs (32 warps) per SM.
-extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_blocks(
+//
+// kSums (exans_encode_blocks_checksum) also adds the Adler-32 sums of each block's values
+// to record_sums[2 blk, 2 blk + 1] (zeroed by the host), for exans_encode_records'
+// checksum (spec 3), when (a) reads them in 16-byte chunks (H D a multiple of 8, words
+// 16-byte aligned; else the host runs kv_adler_records instead): each lane adds the chunks
+// it loads, at their byte positions in the record (below 2^32: N < 2^31), in 64-bit sums
+// (reduced modulo 65521 before they could pass 2^64) kept in shared memory, not
+// registers (held across (a) they made ptxas spill in the whole kernel), and each warp
+// commits once per block. A twin, so that the default kernel's registers and code stay
+// as they are.
+template <bool kSums>
+__device__ __forceinline__ void ee_encode_blocks(
     const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
     uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
     uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
-    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sgnman_out) {
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sgnman_out,
+    u64* __restrict__ record_sums) {
     // (a) uses the pool as the warps' exponent histograms, (c) as the warps' symbol
     // staging (EE_ROUND rows of 32 lanes' bytes per warp, 4 KiB each).
     __shared__ __align__(16) uint32_t s_pool[EE_WARPS * 256 * EE_COPIES];
@@ -305,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
     __shared__ uint32_t s_words[EXANS_PARTITIONS];
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
+    __shared__ ulonglong2 s_adler[kSums ? EXANS_THREADS : 1];  // kSums: each thread's (S, W)
     static_assert(EE_WARPS * EE_ROUND * EXANS_LANES <= EE_WARPS * 256 * EE_COPIES * 4, "staging fits the pool");
     static_assert(EE_ROUND % (2 * EXANS_GROUP) == 0 && EXANS_TILE == EXANS_LANES * EXANS_GROUP,
                   "a round is whole pairs of tiles: the staging chunks' row groups come in pairs");
@@ -334,6 +347,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
             ((uint4*)s_pool)[i] = make_uint4(0, 0, 0, 0);
         s_counts[tid] = 0;
         __syncthreads();
+        if (kSums) s_adler[tid] = make_ulonglong2(0, 0);
         for (uint32_t g = warp; g < groups; g += EE_WARPS) {
             const uint16_t* src = words + g * thd + base;
             const uint32_t copy = lane & (EE_COPIES - 1);
@@ -349,6 +363,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
                 for (uint32_t b = 0; b < EE_HIST_BATCH; ++b)
                     cur[b] = lane + b * EXANS_LANES < n8 ? src4[lane + b * EXANS_LANES] : make_uint4(0, 0, 0, 0);
                 for (uint32_t v = lane; v < n8; v += EE_HIST_BATCH * EXANS_LANES) {
+                    uint32_t batch_s = 0, batch_ws = 0;  // kSums: relative to chunk v
                     uint4 nxt[EE_HIST_BATCH];
 #pragma unroll
                     for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
@@ -368,11 +383,22 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
                             // and scratch_base are multiples of 8.
                             *(uint2*)(sgnman_plane + g * per_group + 8 * (v + b * EXANS_LANES)) =
                                 make_uint2(ee_sm4(cur[b].x, cur[b].y), ee_sm4(cur[b].z, cur[b].w));
+                            if (kSums) kv_adler_add16(cur[b], 16u * EXANS_LANES * b, batch_s, batch_ws);
                         }
                         cur[b] = nxt[b];
                     }
+                    if (kSums) {
+                        // Chunk v of group g starts at byte 2 (g per_group + 8 v) < 2 N.
+                        ulonglong2 acc = s_adler[tid];
+                        acc.x += batch_s;
+                        acc.y += (u64)(uint32_t)(2 * (g * per_group + 8ull * v)) * batch_s + batch_ws;
+                        if (acc.y >> 63) acc.y %= KV_ADLER_MOD;
+                        s_adler[tid] = acc;
+                    }
                 }
             } else {
+                // kSums adds nothing here: for such input the host sums the values with
+                // kv_adler_records (sums here made ptxas spill more in the whole kernel).
                 for (u64 r = lane; r < per_group; r += EXANS_LANES)
                     atomicAdd(&s_hist[kv_exponent_of(src[r]) * EE_COPIES + copy], 1u);
             }
@@ -418,6 +444,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
             }
             __syncwarp();
         }
+        if (kSums) kv_adler_warp_flush_mod(s_adler[tid].x, s_adler[tid].y, 0, record_sums + 2ull * blk);
         // The first round of (c)'s symbols (see there) into L2 while warp 0 quantizes: the
         // round loop prefetches each next round, but nothing covered the first one. A hint
         // only: two prefetches per lane, one every 64 words (128 bytes) of the round, so
@@ -650,6 +677,25 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_bloc
         }
         __syncthreads();
     }
+}
+
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_blocks(
+    const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+    uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
+    uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sgnman_out) {
+    ee_encode_blocks<false>(words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, first, end, gain,
+                            centers_out, freqs_out, dir_out, lens_out, scratch, sgnman_out, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 4) exans_encode_blocks_checksum(
+    const uint16_t* __restrict__ words, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+    uint32_t block_tokens, u64 tokens, uint32_t blocks, uint32_t first, uint32_t end, const u64* __restrict__ gain,
+    uint8_t* __restrict__ centers_out, uint16_t* __restrict__ freqs_out, uint32_t* __restrict__ dir_out,
+    u64* __restrict__ lens_out, uint16_t* __restrict__ scratch, uint8_t* __restrict__ sgnman_out,
+    u64* __restrict__ record_sums) {
+    ee_encode_blocks<true>(words, layers, kv_heads, head_dim, block_tokens, tokens, blocks, first, end, gain,
+                           centers_out, freqs_out, dir_out, lens_out, scratch, sgnman_out, record_sums);
 }
 
 // One CTA per chunk [first, end) of the blocks: their record offsets and index entries,

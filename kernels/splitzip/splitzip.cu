@@ -572,8 +572,8 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         }
     }
     if (kSums) {
-        __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
-        kv_adler_cta_flush(adler_s, adler_ws, 2 * base, adler_scratch, sums);
+        __shared__ uint32_t adler_scratch[2 * SPLITZIP_THREADS / 32];
+        kv_adler_cta_flush_once(adler_s, adler_ws, 2 * base, adler_scratch, sums);
     }
 }
 

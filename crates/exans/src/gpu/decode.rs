@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use bf16_field::{KvCache, WordOrder};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, PushKernelArg};
-use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
+use kvcodec_gpu::integrity::{AdlerSums, RecordRuns};
 use kvcodec_gpu::{DeviceStatus, GpuContext, check_aligned, device_address, launch_config};
 
 use super::{CHECKSUM_STATUS, DECODE_STATUS, ExansKernel, GpuError, THREADS, record_runs};
@@ -175,23 +175,16 @@ impl DecodeChecks {
         Ok(())
     }
 
-    /// The status word, for a launch.
-    pub(super) fn status_word(&mut self) -> &mut DeviceStatus {
-        &mut self.status
+    /// The decode kernel for the container [`DecodeChecks::prepare`] was last given:
+    /// `exans_decode_records_checksum`, which adds each record's sums as it stores the
+    /// values, when it has checksums; else `exans_decode_records`.
+    pub(super) fn kernel(&self) -> ExansKernel {
+        if self.summing() { ExansKernel::DecodeRecordsChecksum } else { ExansKernel::DecodeRecords }
     }
 
-    /// After the decode kernels (on the context's stream): sums the decoded records when
-    /// the container has checksums.
-    pub(super) fn sum_output(
-        &mut self,
-        gpu: &GpuContext,
-        index: &DeviceIndex,
-        out: &CudaView<'_, u16>,
-    ) -> Result<(), GpuError> {
-        match &mut self.sums {
-            Some(sums) if !self.expected.is_empty() => Ok(add_record_sums(gpu, out, &index.runs(), sums)?),
-            _ => Ok(()),
-        }
+    /// Whether the decode in flight adds the records' sums (its container has checksums).
+    fn summing(&self) -> bool {
+        self.sums.is_some() && !self.expected.is_empty()
     }
 
     /// The verdict once the stream has passed the decode (synchronises): 0 when every
@@ -227,8 +220,9 @@ impl DecodeChecks {
 
 /// Decodes the device container `container` (the bytes [`DeviceIndex::new`] validated,
 /// 16-byte aligned) into `out`, the cache's `2L` tensors `[T, H, D]` in block order
-/// ([`WordOrder::LayerMajor`]), in one kernel launch on the context's stream (and, for
-/// records with checksums, a second that sums the output), without synchronising.
+/// ([`WordOrder::LayerMajor`]), in one kernel launch on the context's stream (for
+/// records with checksums, the kernel's twin that also sums each record's output),
+/// without synchronising.
 /// `checks` is cleared, then holds what [`DecodeChecks::verify`] judges: a record that
 /// failed a check in the kernel (`out` is then unspecified) or whose checksum does not
 /// match turns into the CPU decoder's error.
@@ -247,9 +241,8 @@ pub fn decode_device(
     let stream = gpu.stream();
     check_aligned("container", device_address(container, stream))?;
     checks.prepare(gpu, index)?;
-    let f = gpu.function(ExansKernel::DecodeRecords)?;
-    launch_records(&f, stream, container, index, 0..index.info.blocks(), out, checks.status_word())?;
-    checks.sum_output(gpu, index, &out.slice(..index.values()))
+    let f = gpu.function(checks.kernel())?;
+    launch_records(&f, stream, container, index, 0..index.info.blocks(), out, checks)
 }
 
 /// The checks every decoder entry point makes before launching: a container of the
@@ -269,10 +262,11 @@ pub(super) fn check_buffers(
     Ok(kvcodec_gpu::check_len("out", out_len, index.values(), "words")?)
 }
 
-/// Launches `exans_decode_records` (`f`) on `stream` over the records `records` of the
-/// device container, without synchronising. The caller has run [`check_buffers`],
-/// checked that `container` is 16-byte aligned and that `records` lies in `0..blocks`.
-/// An empty range launches nothing.
+/// Launches the decode kernel `f` (`checks.kernel()`, loaded: `exans_decode_records` or
+/// its checksum twin) on `stream` over the records `records` of the device container,
+/// without synchronising. The caller has run [`check_buffers`], prepared `checks` for
+/// `index`, checked that `container` is 16-byte aligned and that `records` lies in
+/// `0..blocks`. An empty range launches nothing.
 pub(super) fn launch_records(
     f: &CudaFunction,
     stream: &Arc<CudaStream>,
@@ -280,7 +274,7 @@ pub(super) fn launch_records(
     index: &DeviceIndex,
     records: Range<usize>,
     out: &mut CudaViewMut<'_, u16>,
-    status: &mut DeviceStatus,
+    checks: &mut DecodeChecks,
 ) -> Result<(), GpuError> {
     if records.is_empty() {
         return Ok(());
@@ -291,6 +285,7 @@ pub(super) fn launch_records(
     let (container_len, first, end) = (index.container_len as u64, records.start as u32, records.end as u32);
     let (layers, kv_heads, head_dim) = (s.layers as u32, s.kv_heads as u32, s.head_dim as u32);
     let (block_tokens, tokens) = (index.info.block_tokens as u32, s.tokens as u64);
+    let summing = checks.summing();
     let mut launch = stream.launch_builder(f);
     launch
         .arg(container)
@@ -304,7 +299,10 @@ pub(super) fn launch_records(
         .arg(&block_tokens)
         .arg(&tokens)
         .arg(&mut *out)
-        .arg(status.word());
+        .arg(checks.status.word());
+    if let Some(sums) = checks.sums.as_mut().filter(|_| summing) {
+        launch.arg(sums.counters_mut());
+    }
     let grid = records.len().clamp(1, MAX_GRID) as u32;
     // SAFETY: the arguments match exans_decode_records(container: *const u8, container_len:
     // u64, offsets: *const u64, first_record: u32, end_record: u32, layers, kv_heads,
@@ -315,7 +313,9 @@ pub(super) fn launch_records(
     // inside the slots of records first..end, after checking every section offset against
     // the slot, and writes only out[g T H D + i B H D + r] for g < 2L, i B + B' <= T,
     // r < B' H D, i.e. below 2 L T H D <= out.len() (checked by the caller), and the
-    // status word.
+    // status word. The checksum twin takes one more argument, record_sums: *mut u64, and
+    // adds to the pair of record i only (i < blocks: prepare grew the counters to the
+    // container's record count).
     unsafe { launch.launch(launch_config(grid, THREADS, DYNAMIC_SMEM)) }?;
     Ok(())
 }

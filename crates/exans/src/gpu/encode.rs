@@ -337,24 +337,36 @@ pub fn encode_device(
     check_aligned("out", device_address(out, stream))?;
     // Geometry::new: blocks >= 1.
     let per_chunk = workspace.chunk_blocks.unwrap_or_else(|| balanced_chunk_blocks(workspace.wave, g.blocks));
+    // The checksum's sums: cleared on the context's stream before the fork, then added by
+    // `exans_encode_blocks_checksum` as it reads the values in 16-byte chunks (H D a
+    // multiple of 8, `words` 16-byte aligned: the kernel's own test), or else by a pass
+    // of their own here; the record writers (on the writer stream, after each chunk's
+    // blocks) read them.
+    let fused = checksum
+        && (shape.kv_heads * shape.head_dim).is_multiple_of(8)
+        && device_address(words, stream).is_multiple_of(16);
+    if checksum {
+        workspace.sums.clear(gpu)?;
+        if !fused {
+            let runs = super::record_runs(shape, block_tokens);
+            add_record_sums(gpu, &words.slice(..shape.total_values()), &runs, &mut workspace.sums)?;
+        }
+    }
     let kernels = Kernels {
-        encode_blocks: gpu.function(ExansKernel::EncodeBlocks)?,
+        encode_blocks: gpu.function(if fused {
+            ExansKernel::EncodeBlocksChecksum
+        } else {
+            ExansKernel::EncodeBlocks
+        })?,
         write_index: gpu.function(ExansKernel::EncodeIndex)?,
         write_records: gpu.function(ExansKernel::EncodeRecords)?,
     };
-    // The checksum's sums, on the context's stream before the fork: the record writers
-    // (on the writer stream, forked after them) read them.
-    if checksum {
-        workspace.sums.clear(gpu)?;
-        let runs = super::record_runs(shape, block_tokens);
-        add_record_sums(gpu, &words.slice(..shape.total_values()), &runs, &mut workspace.sums)?;
-    }
     // Fork, launch, join. The join comes after a failed launch too: the streams may
     // still hold kernels of earlier chunks that read `words` and write `out` and the
     // workspace, and a caller that frees those after an error, or encodes again, must
     // find them done once the context's stream is (the next call forks after it).
     workspace.pipeline.fork(stream)?;
-    let plan = ChunkPlan { per_chunk, checksum };
+    let plan = ChunkPlan { per_chunk, checksum, fused };
     let launched = launch_chunks(gpu, &kernels, words, &g, plan, out, workspace);
     let joined = workspace.pipeline.join(stream);
     launched?;
@@ -363,12 +375,14 @@ pub fn encode_device(
     Ok(())
 }
 
-/// How [`launch_chunks`] runs: blocks per chunk, and whether the record writers add
-/// the checksums (the sums are then in the workspace).
+/// How [`launch_chunks`] runs: blocks per chunk, whether the record writers add the
+/// checksums (the sums are then in the workspace), and whether the block encoder adds
+/// the sums (`exans_encode_blocks_checksum`, which takes the counters as a last argument).
 #[derive(Clone, Copy)]
 struct ChunkPlan {
     per_chunk: usize,
     checksum: bool,
+    fused: bool,
 }
 
 /// The encoder's three kernels, loaded.
@@ -391,7 +405,7 @@ fn launch_chunks(
     out: &mut CudaViewMut<'_, u8>,
     workspace: &mut EncodeWorkspace,
 ) -> Result<(), GpuError> {
-    let ChunkPlan { per_chunk, checksum } = plan;
+    let ChunkPlan { per_chunk, checksum, fused } = plan;
     let stream = gpu.stream();
     let p = &workspace.pipeline;
     // The record writer's `record_sums`: the sums, or a null pointer without the checksum.
@@ -417,10 +431,16 @@ fn launch_chunks(
             .arg(&mut workspace.lens)
             .arg(&mut workspace.scratch)
             .arg(&mut workspace.sign_mantissa);
+        if fused {
+            launch.arg(workspace.sums.counters_mut());
+        }
         // SAFETY: the arguments match exans_encode_blocks(words: *const u16, layers,
         // kv_heads, head_dim, block_tokens: u32, tokens: u64, blocks, first, end: u32,
         // gain: *const u64, centers: *mut u8, freqs: *mut u16, dir: *mut u32, lens: *mut
-        // u64, scratch: *mut u16, sign_mantissa: *mut u8).
+        // u64, scratch: *mut u16, sign_mantissa: *mut u8), and when `fused`
+        // exans_encode_blocks_checksum's last argument record_sums: *mut u64, two per
+        // block (the workspace's counters hold two per block of its capacity, check_fits),
+        // to which block i adds atomically, in its own pair only.
         // It reads words[g T H D + i B H D + r] for g < 2L, r < B' H D: below 2 L T H D <=
         // words.len() (checked by encode_device), and gain[f] for 1 <= f <= 4095. Block i
         // in [first, end) writes only its own slots: centers[i 2L ..][..2L], freqs[i 256

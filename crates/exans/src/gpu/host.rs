@@ -40,7 +40,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSl
 use kvcodec_gpu::GpuContext;
 
 use super::decode::{check_buffers, launch_records};
-use super::{DecodeChecks, DeviceIndex, ExansKernel, GpuError};
+use super::{DecodeChecks, DeviceIndex, GpuError};
 
 /// Default [`HostDecodeOptions::chunk_bytes`]: 8 MiB. Large enough that the per-chunk
 /// driver work (a copy, an event record and wait, a launch: some microseconds) is a
@@ -230,7 +230,6 @@ impl HostDecoder {
         check_buffers(index, container.len(), out.len())?;
         let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
         let main = gpu.stream();
-        let f = gpu.function(ExansKernel::DecodeRecords)?;
         if staged {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
             self.ensure_staging(gpu, largest)?;
@@ -248,6 +247,7 @@ impl HostDecoder {
 
         let issued = (|| -> Result<(), GpuError> {
             checks.prepare(gpu, index)?;
+            let f = gpu.function(checks.kernel())?;
             // Fork: the copies and every decode stream start after the work already on the main
             // stream (an earlier decode still reading the device buffer, the caller's use of
             // `out`).
@@ -278,7 +278,7 @@ impl HostDecoder {
                 };
                 lane.wait(edge)?;
                 let whole = device.slice(..container.len());
-                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, checks.status_word())?;
+                launch_records(&f, lane, &whole, index, chunk.records.clone(), out, checks)?;
             }
             // Join: the main stream waits for every decode stream (and through them for
             // every copy).
@@ -286,7 +286,7 @@ impl HostDecoder {
                 edge.record(lane)?;
                 main.wait(edge)?;
             }
-            checks.sum_output(gpu, index, &out.slice(..index.values()))
+            Ok(())
         })();
         if let Err(e) = issued {
             // Copies already issued may still read `container`, whose borrow ends with

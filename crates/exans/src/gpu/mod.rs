@@ -48,8 +48,15 @@ kvcodec_gpu::register_module!(ENCODE_MODULE);
 pub enum ExansKernel {
     /// One CTA per record of a record range: rANS decode, join, store.
     DecodeRecords,
+    /// [`ExansKernel::DecodeRecords`] that also adds the Adler-32 sums of each record's
+    /// decoded values to a pair of counters per record (records with checksums).
+    DecodeRecordsChecksum,
     /// One CTA per block: centers, model, the 8 partitions' rANS streams.
     EncodeBlocks,
+    /// [`ExansKernel::EncodeBlocks`] that also adds the Adler-32 sums of each block's
+    /// values to a pair of counters per block (the checksum option, when the block
+    /// encoder reads the values in 16-byte chunks).
+    EncodeBlocksChecksum,
     /// One CTA: record offsets, container header and index.
     EncodeIndex,
     /// One CTA per record: the record at its offset.
@@ -59,14 +66,16 @@ pub enum ExansKernel {
 impl Kernel for ExansKernel {
     fn module(self) -> &'static Module {
         match self {
-            ExansKernel::DecodeRecords => &DECODE_MODULE,
+            ExansKernel::DecodeRecords | ExansKernel::DecodeRecordsChecksum => &DECODE_MODULE,
             _ => &ENCODE_MODULE,
         }
     }
     fn symbol(self) -> &'static str {
         match self {
             ExansKernel::DecodeRecords => "exans_decode_records",
+            ExansKernel::DecodeRecordsChecksum => "exans_decode_records_checksum",
             ExansKernel::EncodeBlocks => "exans_encode_blocks",
+            ExansKernel::EncodeBlocksChecksum => "exans_encode_blocks_checksum",
             ExansKernel::EncodeIndex => "exans_encode_index",
             ExansKernel::EncodeRecords => "exans_encode_records",
         }
