@@ -586,10 +586,13 @@ pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> R
 /// # Errors
 /// Those of [`decode_cache_into`].
 pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
-    let header = CacheHeader::parse(bytes)?;
-    let mut words = vec![0u16; header.shape.total_values()];
-    decode_cache_into(bytes, &mut words)?;
-    Ok(KvCache::from_words(header.shape, WordOrder::LayerMajor, words).expect("a checked shape"))
+    // The whole container is checked before the output is allocated: its length bounds
+    // the values it can hold, so a hostile header cannot ask for a huge buffer.
+    let info = cache_info(bytes)?;
+    let shape = info.header.shape;
+    let mut words = vec![0u16; shape.total_values()];
+    decode_checked_into(bytes, &info, &mut words)?;
+    Ok(KvCache::from_words(shape, WordOrder::LayerMajor, words).expect("a checked shape"))
 }
 
 /// Decodes a container into `out`, layer-major (layer 0 K `[T, H, D]`, layer 0 V, ...),
@@ -601,6 +604,12 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
 /// (the values written).
 pub fn decode_cache_into(bytes: &[u8], out: &mut [u16]) -> Result<CacheHeader> {
     let info = cache_info(bytes)?;
+    decode_checked_into(bytes, &info, out)?;
+    Ok(info.header)
+}
+
+/// Decodes a container that [`cache_info`] accepted (as `info`) into `out`.
+fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Result<()> {
     let header = info.header;
     let s = header.shape;
     let n = s.total_values();
@@ -664,5 +673,5 @@ pub fn decode_cache_into(bytes: &[u8], out: &mut [u16]) -> Result<CacheHeader> {
             return Err(Error::ChecksumMismatch { stored, computed });
         }
     }
-    Ok(header)
+    Ok(())
 }
