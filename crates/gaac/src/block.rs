@@ -8,19 +8,17 @@
 use bf16_field::{KvKind, exponent_of, join, sign_mantissa_of};
 
 use crate::format::{
-    BlockShape, GROUP_CHANNELS, HI4_BYTES_PER_GROUP, RAW_BYTES_PER_GROUP, SLAB_BYTES, Tag, fragment_coords,
-    plane3_position, window_start,
+    BlockShape, GROUP_CHANNELS, HI4_BYTES_PER_GROUP, LANES, RAW_BYTES_PER_GROUP, SLAB_BYTES, SLAB_TILES,
+    TILE_VALUES, Tag, fragment_coords, window_start,
 };
 use crate::{Error, Result};
 
-/// The fragment order of a (kind, D) block as tables: for fragment index `p`, the
-/// natural index `token * D + channel` of its value and where its 3-bit field sits.
+/// The fragment order of a (kind, D) block as a table: for fragment index `p`, the
+/// natural index `token * D + channel` of its value.
 #[derive(Clone, Debug)]
 pub(crate) struct FragmentOrder {
     /// `natural[p]`: the value at fragment index `p`.
     natural: Vec<u32>,
-    /// `(byte offset of the lane word in bit plane 0, bit)` of fragment index `p`.
-    plane3: Vec<(u32, u8)>,
 }
 
 impl FragmentOrder {
@@ -32,13 +30,7 @@ impl FragmentOrder {
                 (token * shape.head_dim + channel) as u32
             })
             .collect();
-        let plane3 = (0..n)
-            .map(|p| {
-                let (at, bit) = plane3_position(p);
-                (at as u32, bit as u8)
-            })
-            .collect();
-        FragmentOrder { natural, plane3 }
+        FragmentOrder { natural }
     }
 }
 
@@ -122,7 +114,6 @@ pub(crate) fn encode_into(
     let (plane3, rest) = rest.split_at_mut(shape.plane3_len());
     let (sign_mantissa, rest) = rest.split_at_mut(shape.sign_mantissa_len());
     tags.fill(0);
-    plane3.fill(0);
     let mut extra = 0usize;
     let mut exponents = [0u8; GROUP_CHANNELS];
     for g in 0..groups {
@@ -159,13 +150,26 @@ pub(crate) fn encode_into(
             }
         }
     }
-    for (p, (&i, &(at, bit))) in order.natural.iter().zip(&order.plane3).enumerate() {
-        let w = words[i as usize];
-        let field = exponent_of(w) - addend[i as usize];
-        sign_mantissa[p] = sign_mantissa_of(w);
-        for k in 0..3 {
-            let byte = at as usize + k * (SLAB_BYTES / 3) + (bit / 8) as usize;
-            plane3[byte] |= ((field >> k) & 1) << (bit % 8);
+    for (slab, plane) in plane3.chunks_exact_mut(SLAB_BYTES).enumerate() {
+        for lane in 0..LANES {
+            let mut w = [0u32; 3];
+            for m in 0..SLAB_TILES {
+                let p0 = (slab * SLAB_TILES + m) * TILE_VALUES + 4 * lane;
+                for r in 0..4 {
+                    let p = p0 + r;
+                    let i = order.natural[p] as usize;
+                    let field = u32::from(exponent_of(words[i]) - addend[i]);
+                    sign_mantissa[p] = sign_mantissa_of(words[i]);
+                    let bit = 8 * r + m;
+                    for (k, wk) in w.iter_mut().enumerate() {
+                        *wk |= ((field >> k) & 1) << bit;
+                    }
+                }
+            }
+            for (k, wk) in w.iter().enumerate() {
+                let at = k * (SLAB_BYTES / 3) + 4 * lane;
+                plane[at..at + 4].copy_from_slice(&wk.to_le_bytes());
+            }
         }
     }
     shape.planes_len() + extra
@@ -239,14 +243,26 @@ pub(crate) fn decode_checked(
             }
         }
     }
-    for (p, (&i, &(at, bit))) in order.natural.iter().zip(&order.plane3).enumerate() {
-        let word = |k: usize| {
-            let at = at as usize + k * (SLAB_BYTES / 3) + (bit / 8) as usize;
-            (plane3[at] >> (bit % 8)) & 1
-        };
-        let field = word(0) | (word(1) << 1) | (word(2) << 2);
-        let i = i as usize;
-        // A valid base keeps `addend + field <= 255` (spec §2.2, §3.7).
-        out[i] = join(addend[i] + field, sign_mantissa[p]);
+    // A slab at a time, a lane at a time: the lane's three words hold the 3-bit fields of
+    // its 32 values of the slab, bit `8 r + m` for tile `m`, half `r` (spec §3.2).
+    for (slab, words) in plane3.chunks_exact(SLAB_BYTES).enumerate() {
+        for lane in 0..LANES {
+            let word = |k: usize| {
+                let at = k * (SLAB_BYTES / 3) + 4 * lane;
+                u32::from_le_bytes([words[at], words[at + 1], words[at + 2], words[at + 3]])
+            };
+            let (w0, w1, w2) = (word(0), word(1), word(2));
+            for m in 0..SLAB_TILES {
+                let p0 = (slab * SLAB_TILES + m) * TILE_VALUES + 4 * lane;
+                for r in 0..4 {
+                    let bit = 8 * r + m;
+                    let field = ((w0 >> bit) & 1) | (((w1 >> bit) & 1) << 1) | (((w2 >> bit) & 1) << 2);
+                    let p = p0 + r;
+                    let i = order.natural[p] as usize;
+                    // A valid base keeps `addend + field <= 255` (spec §2.2, §3.3).
+                    out[i] = join(addend[i] + field as u8, sign_mantissa[p]);
+                }
+            }
+        }
     }
 }

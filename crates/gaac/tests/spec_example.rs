@@ -36,3 +36,23 @@ fn k_block_as_the_spec_reads_it() {
     // Status bytes: K coded, V raw.
     assert_eq!(&bytes[192..194], &[0, 1]);
 }
+
+#[test]
+fn fields_where_the_spec_places_them() {
+    let bytes = example_container();
+    let slot = &bytes[208..208 + 1488];
+    let field = |index: usize| {
+        let (at, bit) = gaac::format::plane3_position(index);
+        (0..3).map(|k| ((slot[32 + at + 128 * k + (bit / 8) as usize] >> (bit % 8)) & 1) << k).sum::<u8>()
+    };
+    for index in 0..1024 {
+        let (token, channel) = gaac::fragment_coords(bf16_field::KvKind::K, 64, index);
+        let expected = match (token, channel) {
+            (0, 0) => 3,      // 126 - w, w = 123
+            (0, 1..=7) => 4,  // 127 - 123
+            (1, 8..=15) => 7, // raw: E mod 8
+            _ => 0,           // 127 - b
+        };
+        assert_eq!(field(index), expected, "token {token} channel {channel}");
+    }
+}
