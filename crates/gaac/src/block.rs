@@ -114,7 +114,10 @@ pub(crate) fn encode_into(
     let (plane3, rest) = rest.split_at_mut(shape.plane3_len());
     let (sign_mantissa, rest) = rest.split_at_mut(shape.sign_mantissa_len());
     tags.fill(0);
+    // 4th bits go first, in group order, then all raw highs (spec §3.4, §3.5): the raw
+    // highs wait in `highs` until the 4th bits are counted.
     let mut extra = 0usize;
+    let mut highs = Vec::new();
     let mut exponents = [0u8; GROUP_CHANNELS];
     for g in 0..groups {
         let at = g * GROUP_CHANNELS;
@@ -144,9 +147,7 @@ pub(crate) fn encode_into(
                     high |= u64::from(e >> 3) << (5 * j);
                     *a = e & !7;
                 }
-                rest[extra..extra + RAW_BYTES_PER_GROUP]
-                    .copy_from_slice(&high.to_le_bytes()[..RAW_BYTES_PER_GROUP]);
-                extra += RAW_BYTES_PER_GROUP;
+                highs.extend_from_slice(&high.to_le_bytes()[..RAW_BYTES_PER_GROUP]);
             }
         }
     }
@@ -172,7 +173,8 @@ pub(crate) fn encode_into(
             }
         }
     }
-    shape.planes_len() + extra
+    rest[extra..extra + highs.len()].copy_from_slice(&highs);
+    shape.planes_len() + extra + highs.len()
 }
 
 /// Reads a coded block's tags (spec §3.3) and returns its length and tag counts.
@@ -217,7 +219,11 @@ pub(crate) fn decode_checked(
     let tags = &bytes[..shape.tags_len()];
     let plane3 = &bytes[shape.plane3_at()..shape.sign_mantissa_at()];
     let sign_mantissa = &bytes[shape.sign_mantissa_at()..shape.planes_len()];
+    // The 4th bits of 4-bit groups, then the raw highs (spec §3.4, §3.5): a tag byte's
+    // 4-bit groups are its `01` fields.
+    let offset4: usize = tags.iter().map(|&t| (t & 0x55 & !(t >> 1)).count_ones() as usize).sum();
     let mut extra = shape.planes_len();
+    let mut raw_at = shape.planes_len() + offset4;
     for g in 0..shape.groups() {
         let at = g * GROUP_CHANNELS;
         let c0 = at % d;
@@ -234,8 +240,8 @@ pub(crate) fn decode_checked(
             }
             _ => {
                 let mut high = [0u8; 8];
-                high[..RAW_BYTES_PER_GROUP].copy_from_slice(&bytes[extra..extra + RAW_BYTES_PER_GROUP]);
-                extra += RAW_BYTES_PER_GROUP;
+                high[..RAW_BYTES_PER_GROUP].copy_from_slice(&bytes[raw_at..raw_at + RAW_BYTES_PER_GROUP]);
+                raw_at += RAW_BYTES_PER_GROUP;
                 let high = u64::from_le_bytes(high);
                 for (j, a) in add.iter_mut().enumerate() {
                     *a = (((high >> (5 * j)) & 0x1f) as u8) << 3;

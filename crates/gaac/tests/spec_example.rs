@@ -56,3 +56,24 @@ fn fields_where_the_spec_places_them() {
         assert_eq!(field(index), expected, "token {token} channel {channel}");
     }
 }
+
+#[test]
+fn fourth_bits_come_before_every_raw_high() {
+    // Token 0: group 0 raw (2^16 at channel 0), group 1 4-bit (exponent 135 at channel 8:
+    // 135 - 123 = 12, bit 3 set). In group order the raw group comes first, but its highs
+    // follow all 4th bits (spec §3.4, §3.5).
+    let mut k = vec![0x3f80u16; 16 * 64];
+    k[0] = 0x4780;
+    k[8] = 0x4380;
+    let v = vec![0x3f00u16; 16 * 64];
+    let cache =
+        bf16_field::KvCache::new(bf16_field::KvShape::new(1, 1, 64, 16).unwrap(), vec![k], vec![v]).unwrap();
+    let options = gaac::EncodeOptions { bases: Some(common::example_bases()), ..Default::default() };
+    let bytes = gaac::encode_cache(&cache, &options).unwrap();
+    let slot = &bytes[208..208 + 1488];
+    assert_eq!(slot[0], 0b0110, "group 0 raw, group 1 4-bit");
+    assert_eq!(slot[1440], 0x01, "group 1's 4th bits: channel 8 only");
+    let high: u64 = [17u64, 15, 15, 15, 15, 15, 15, 15].iter().enumerate().map(|(i, &h)| h << (5 * i)).sum();
+    assert_eq!(&slot[1441..1446], &high.to_le_bytes()[..5], "group 0's raw highs");
+    assert_eq!(gaac::decode_cache(&bytes).unwrap(), cache);
+}
