@@ -633,6 +633,14 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
         }
     }
     let orders = KvKind::BOTH.map(|kind| FragmentOrder::new(kind, block));
+    // The 3-bit addends of every (layer, kind, head) in fragment order, made once.
+    let base_addends: Vec<Vec<u8>> = (0..2 * s.layers * s.kv_heads)
+        .map(|th| {
+            let (tensor, head) = (th / s.kv_heads, th % s.kv_heads);
+            let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
+            orders[tensor % 2].base_addends(bases, block)
+        })
+        .collect();
     out.par_chunks_exact_mut(s.values_per_tensor()).enumerate().for_each(|(tensor, words)| {
         let (pages, tail) = words.split_at_mut(per_head * BLOCK_TOKENS * hd);
         pages.par_chunks_exact_mut(BLOCK_TOKENS * hd).enumerate().for_each_init(
@@ -644,7 +652,16 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
                         Some(_) => {
                             let slot = &bytes[sec.slots + i * capacity..sec.slots + (i + 1) * capacity];
                             let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
-                            block::decode_checked(slot, bases, block, &orders[tensor % 2], addend, scratch);
+                            let base_addends = &base_addends[tensor * s.kv_heads + head];
+                            block::decode_checked(
+                                slot,
+                                bases,
+                                base_addends,
+                                block,
+                                &orders[tensor % 2],
+                                addend,
+                                scratch,
+                            );
                         }
                         None => {
                             let at = sec.overflow + raw_index[i] * block.raw_len();
