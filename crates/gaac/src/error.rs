@@ -94,7 +94,7 @@ pub enum Error {
     /// A list in a bases file or argument has the wrong number of entries.
     #[error("bases: {what} has {got} entries, expected {expected}")]
     BasesCountMismatch {
-        /// Which list ("k", "k[3]", "v[0][1]").
+        /// Which list (`"k"`, `"k[3]"`, `"v[0][1]"`).
         what: String,
         /// Entries found.
         got: usize,
