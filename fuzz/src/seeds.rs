@@ -243,6 +243,52 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
             bytes.extend(le_words(&special));
             add("special-never-p7".into(), bytes);
         }
+        "gaac_cache" => {
+            // Real blocks need a head_dim of 64: whole heads of the fixtures, 16-40 tokens.
+            for (i, c) in caches.iter().enumerate() {
+                let name = ["code", "prose"][i];
+                let piece = sub_cache(c, 3, 64, KvShape::new(1, 1, 64, 35).expect("shape"));
+                let bases = caches.get(1 - i).map(|other| {
+                    let cut = sub_cache(other, 3, 0, KvShape::new(1, 1, 64, 128).expect("shape"));
+                    gaac::Bases::calibrate(&cut)
+                });
+                let given = gaac::EncodeOptions { bases, ..Default::default() };
+                add(format!("{name}-l1h1d64t35"), gaac::encode_cache(&piece, &given).expect("encode"));
+                let own = gaac::EncodeOptions {
+                    checksum: true,
+                    calibration_tokens: Some(16),
+                    ..Default::default()
+                };
+                add(format!("{name}-self-checksum"), gaac::encode_cache(&piece, &own).expect("encode"));
+            }
+            let cache = KvCache::from_words(
+                KvShape::new(1, 1, 64, 17).expect("shape"),
+                bf16_field::WordOrder::LayerMajor,
+                special_words(96).into_iter().cycle().take(2 * 17 * 64).collect(),
+            )
+            .expect("cache");
+            let tight = gaac::EncodeOptions { slot_capacity: Some(1440), ..Default::default() };
+            add("special-tight-slot".into(), gaac::encode_cache(&cache, &tight).expect("encode"));
+        }
+        "gaac_bases_json" => {
+            for (i, c) in caches.iter().enumerate() {
+                let cut = sub_cache(c, 0, 0, KvShape::new(2, 1, 64, 32).expect("shape"));
+                add(format!("bases-{i}"), gaac::Bases::calibrate(&cut).to_json().into_bytes());
+            }
+        }
+        "gaac_roundtrip" => {
+            for (i, c) in caches.iter().enumerate() {
+                let piece = sub_cache(c, 5, 0, KvShape::new(1, 1, 64, 20).expect("shape"));
+                for (opts, tag) in [(0u8, "self"), (0x07, "given-bases-checksum")] {
+                    let mut bytes = vec![0, 0, 0, 19, opts, 15];
+                    bytes.extend(le_words(&piece.words_in(bf16_field::WordOrder::LayerMajor)));
+                    add(format!("{}-{tag}", ["code", "prose"][i]), bytes);
+                }
+            }
+            let mut bytes = vec![1, 1, 1, 39, 0x05, 0];
+            bytes.extend(le_words(&special_words(96)));
+            add("special".into(), bytes);
+        }
         "field_split_merge" => {
             add("special".into(), le_words(&special));
             if let Some((name, piece)) = pieces.first() {

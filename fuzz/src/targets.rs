@@ -12,6 +12,7 @@
 
 use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
 use exans::{EncodeOptions, ExansCodec, Model, RawPolicy};
+use gaac::{Bases, GaacCodec};
 use splitzip::{Codebook, PayloadHeader, SplitzipCodec};
 
 /// A target: its name (the libFuzzer binary's and the seed folder's) and its body.
@@ -30,6 +31,9 @@ pub const TARGETS: &[Target] = &[
     ("exans_model_table", exans_model_table),
     ("exans_quantize", exans_quantize),
     ("exans_roundtrip", exans_roundtrip),
+    ("gaac_cache", gaac_cache),
+    ("gaac_bases_json", gaac_bases_json),
+    ("gaac_roundtrip", gaac_roundtrip),
     ("field_split_merge", field_split_merge),
     ("field_safetensors", field_safetensors),
 ];
@@ -409,6 +413,92 @@ pub fn exans_roundtrip(data: &[u8]) {
         let codec = ExansCodec { block_tokens, checksum };
         assert!(codec.encode(&cache).expect("valid cache") == container, "the trait writes the same bytes");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// GAAC
+
+/// `gaac::decode_cache` and `gaac::cache_info` of arbitrary bytes (the container records
+/// its shape). An accepted container's values round-trip through the encoder with its
+/// own bases, slot capacity and checksum option. Byte equality is not asserted: the
+/// decoder accepts wider tags and raw blocks that would fit (spec §7.2), which the
+/// encoder never writes.
+pub fn gaac_cache(data: &[u8]) {
+    let cache = match gaac::decode_cache(data) {
+        Ok(cache) => cache,
+        Err(e) => {
+            shown(&e);
+            // cache_info runs the same structural checks; the checksum is over values.
+            if !matches!(e, gaac::Error::ChecksumMismatch { .. }) {
+                assert_eq!(gaac::cache_info(data).map(|_| ()), Err(e), "cache_info runs the same checks");
+            }
+            return;
+        }
+    };
+    let info = gaac::cache_info(data).expect("a decoded container is valid");
+    assert!(!info.to_string().is_empty());
+    assert!(info.content_len() <= info.resident_len());
+    let codec = GaacCodec {
+        bases: Some(info.bases.clone()),
+        slot_capacity: Some(info.header.slot_capacity),
+        checksum: info.header.checksum.is_some(),
+    };
+    let shape = cache.shape();
+    assert_eq!(codec.decode(data, shape).expect("the trait accepts it too"), cache);
+    let again = codec.encode(&cache).expect("a decoded cache encodes");
+    assert_eq!(gaac::decode_cache(&again).expect("encoder output decodes"), cache);
+    if info.header.calibration_tokens.is_none() && again == data {
+        assert_eq!(gaac::cache_info(&again).expect("valid"), info);
+    }
+}
+
+/// `Bases::from_json` on arbitrary text (the files `cargo xtask calibrate --codec gaac`
+/// writes): what parses serializes and parses back to itself, every base at most 248.
+pub fn gaac_bases_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match Bases::from_json(text) {
+        Ok(bases) => {
+            assert_eq!(Bases::from_json(&bases.to_json()).expect("own output"), bases);
+            assert!(bases.as_bytes().iter().all(|&b| b <= gaac::format::MAX_BASE));
+        }
+        Err(e) => shown(&e),
+    }
+}
+
+/// A GAAC round trip of arbitrary words: bytes 0-3 give L in 1..=2, H in 1..=2, D 64 or
+/// 128 and T in 1..=40; byte 4 the options (bit 0 checksum, bit 1 given bases from the
+/// data, bits 2-7 the slot's extra 16-byte units, 0 = the default slot) and byte 5 the
+/// self-calibration tokens. `decode(encode(x)) == x`, within `max_encoded_len`.
+pub fn gaac_roundtrip(data: &[u8]) {
+    let Some((&[l, h, d, t, opts, calibration], rest)) = data.split_first_chunk::<6>() else { return };
+    let head_dim = if d & 1 == 0 { 64 } else { 128 };
+    let shape = KvShape::new(1 + l as usize % 2, 1 + h as usize % 2, head_dim, 1 + t as usize % 40)
+        .expect("small dimensions");
+    let block = gaac::BlockShape::new(head_dim).expect("a multiple of 64");
+    let extra = (opts >> 2) as usize;
+    let slot_capacity = (extra != 0).then(|| (block.planes_len() + 16 * extra).min(block.max_coded_len()));
+    let mut words = words_of(rest);
+    if words.is_empty() {
+        words = vec![0x3f80];
+    }
+    let words: Vec<u16> = words.iter().copied().cycle().take(shape.total_values()).collect();
+    let bases = (opts & 2 != 0).then(|| {
+        let n = 2 * shape.layers * shape.kv_heads * head_dim;
+        let seed = if rest.is_empty() { &[127u8][..] } else { rest };
+        let bytes = seed.iter().copied().cycle().take(n).map(|b| b % (gaac::format::MAX_BASE + 1)).collect();
+        Bases::from_bytes(shape.layers, shape.kv_heads, head_dim, bytes).expect("valid bases")
+    });
+    let options = gaac::EncodeOptions {
+        bases,
+        slot_capacity,
+        calibration_tokens: Some(1 + calibration as usize % 48),
+        checksum: opts & 1 != 0,
+    };
+    let container = gaac::encode_words(&words, shape, &options).expect("valid arguments");
+    let capacity = slot_capacity.unwrap_or(block.default_capacity());
+    assert!(container.len() <= gaac::max_encoded_len(shape, capacity).expect("valid shape"));
+    let cache = gaac::decode_cache(&container).expect("encoder output decodes");
+    assert_eq!(cache.words_in(WordOrder::LayerMajor), words);
 }
 
 // ---------------------------------------------------------------------------------------

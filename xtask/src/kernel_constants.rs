@@ -259,6 +259,44 @@ pub(crate) fn headers() -> Vec<Header> {
             ],
             status: Some(("SPLITZIP_STATUS", splitzip::gpu::DECODE_STATUS)),
         },
+        Header {
+            path: "kernels/gaac/gaac_format.gen.cuh",
+            source: "gaac::format",
+            defines: gaac_defines(),
+            status: None,
+        },
+    ]
+}
+
+/// GAAC's format constants (docs/formats/gaac.md), for its kernels.
+fn gaac_defines() -> Vec<Define> {
+    use gaac::format as gf;
+    vec![
+        d("GAAC_VERSION", gf::VERSION as usize, "u", "container format version (spec 5.1)"),
+        d("GAAC_MAGIC", magic(gf::MAGIC), "u", "\"KVGA\" read as a little-endian u32"),
+        d("GAAC_HEADER_LEN", gf::HEADER_LEN, "ull", "bytes of the container header (spec 5.1)"),
+        d("GAAC_BLOCK_TOKENS", gf::BLOCK_TOKENS, "", "tokens per block (spec 3)"),
+        d("GAAC_GROUP_CHANNELS", gf::GROUP_CHANNELS, "", "channels per tagged group (spec 2.2)"),
+        d("GAAC_TILE_VALUES", gf::TILE_VALUES, "", "values per mma.m16n8k16 B fragment tile (spec 3.1)"),
+        d("GAAC_LANES", gf::LANES, "", "lanes of the warp that restores a block (spec 3.1)"),
+        d("GAAC_SLAB_TILES", gf::SLAB_TILES, "", "tiles per slab of the 3-bit plane (spec 3.2)"),
+        d("GAAC_SLAB_BYTES", gf::SLAB_BYTES, "", "bytes per slab of the 3-bit plane (spec 3.2)"),
+        d("GAAC_TAG_OFFSET4", gf::Tag::Offset4 as usize, "u", "tag of a 4-bit group (spec 2.2)"),
+        d("GAAC_TAG_RAW", gf::Tag::Raw as usize, "u", "tag of a raw group (spec 2.2)"),
+        d("GAAC_WINDOW_BELOW_BASE", gf::WINDOW_BELOW_BASE as usize, "u", "w = b - 4, clamped (spec 2.2)"),
+        d("GAAC_MAX_WINDOW_START", gf::MAX_WINDOW_START as usize, "u", "the largest w (spec 2.2)"),
+        d(
+            "GAAC_RAW_BYTES_PER_GROUP",
+            gf::RAW_BYTES_PER_GROUP,
+            "",
+            "high-bit bytes of a raw group (spec 3.5)",
+        ),
+        d(
+            "GAAC_STATUS_RAW",
+            gf::STATUS_RAW as usize,
+            "u",
+            "block status: raw in the overflow section (spec 5.3)",
+        ),
     ]
 }
 

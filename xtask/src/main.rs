@@ -17,6 +17,7 @@ mod venv;
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 pub(crate) use output::shown;
@@ -52,9 +53,11 @@ enum Command {
         input: Option<PathBuf>,
     },
     /// Calibrate a codec on a KV file and save what it learnt as JSON (SplitZip: the K and
-    /// V top-16 exponent codebooks).
+    /// V top-16 exponent codebooks; GAAC: the per-(layer, K|V, head, channel) bases). One
+    /// command for every calibrated codec; `--codec splitzip` is SplitZip's earlier
+    /// `calibrate`, unchanged.
     Calibrate {
-        /// The calibrated codec: splitzip.
+        /// The calibrated codec: splitzip or gaac.
         #[arg(long)]
         codec: String,
         /// The calibration KV safetensors file (the same model as the caches to encode).
@@ -105,9 +108,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask calibrate`: a calibrated codec's offline step (the SplitZip paper,
-/// "Codec API": calibrate on separate data of the same model) over one KV file.
+/// "Codec API"; the GAAC paper's `examples/calibrate.py`: calibrate on separate data of
+/// the same model) over one KV file.
 fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(codec == "splitzip", "--codec {codec}: the calibrated codecs are: splitzip");
+    match codec {
+        "splitzip" => calibrate_splitzip(input, out),
+        "gaac" => calibrate_gaac(input, out),
+        _ => anyhow::bail!("--codec {codec}: the calibrated codecs are: splitzip, gaac"),
+    }
+}
+
+fn calibrate_splitzip(input: &Path, out: &Path) -> anyhow::Result<()> {
     let cache = read_cache(input)?;
     let calibrated = splitzip::SplitzipCodec::calibrate(&cache)?;
     calibrated.save(out).map_err(|e| codebook_error("--out", out, e))?;
@@ -124,6 +135,28 @@ fn calibrate(codec: &str, input: &Path, out: &Path) -> anyhow::Result<()> {
     }
     outln!(
         "-> {} (use it with `cargo xtask bench --calibration {}`, or SplitzipCodec::load)",
+        shown(out),
+        shown(out)
+    )?;
+    Ok(())
+}
+
+/// GAAC's bases: one per (layer, K|V, KV head, channel), from every token of the input.
+fn calibrate_gaac(input: &Path, out: &Path) -> anyhow::Result<()> {
+    let cache = read_cache(input)?;
+    let bases = gaac::Bases::calibrate(&cache);
+    bases.save(out).with_context(|| format!("--out {}", shown(out)))?;
+    let s = cache.shape();
+    outln!(
+        "{} bases ({} layers x {{K,V}} x {} heads x {} channels): {:.4}% of the calibration values within [b, b + 7]",
+        2 * s.layers * s.kv_heads * s.head_dim,
+        s.layers,
+        s.kv_heads,
+        s.head_dim,
+        100.0 * bases.coverage(&cache)?
+    )?;
+    outln!(
+        "-> {} (use it with `cargo xtask bench --calibration {}`, or gaac::Bases::load)",
         shown(out),
         shown(out)
     )?;

@@ -1,6 +1,7 @@
 //! `cargo xtask stats [--input FILE]`: exponent and sign+mantissa entropy of a KV file,
 //! overall, per K/V and per layer (the ExANS paper's "Table 1"; SplitZip's top-16
-//! coverage), then where ExANS's bytes go against the entropy of the data.
+//! coverage), then where ExANS's bytes go against the entropy of the data, and GAAC's
+//! slots: how many blocks fit, the content and resident ratios, the groups by tag.
 
 use std::path::PathBuf;
 
@@ -53,6 +54,7 @@ pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
             row(&format!("L{layer:02} V"), v)?;
         }
         exans_bytes(&cache, exans::format::DEFAULT_BLOCK_TOKENS)?;
+        gaac_slots(&path, &cache)?;
         outln!()?;
     }
     Ok(())
@@ -137,4 +139,60 @@ fn row(scope: &str, st: &FieldStats) -> std::io::Result<()> {
         st.sign_mantissa.effective_alphabet(),
         st.exponent_coding_bound()
     )
+}
+
+/// GAAC with the default slot (docs/formats/gaac.md §4), for each source of bases: the
+/// share of blocks that fit their slot and the length percentiles of the coded blocks,
+/// the content and resident ratios, and the groups of the coded blocks by tag.
+fn gaac_slots(path: &std::path::Path, cache: &KvCache) -> anyhow::Result<()> {
+    let Some(block) = gaac::BlockShape::new(cache.shape().head_dim) else {
+        outln!("gaac: none, its blocks need a head_dim that is a multiple of 64")?;
+        return Ok(());
+    };
+    let mut sources = Vec::new();
+    if let Some(other) = crate::bench::other_text_of_model(path) {
+        let bases = gaac::Bases::calibrate(&crate::read_cache(&other)?);
+        sources.push((format!("bases from {} (same model, other text)", crate::shown(&other)), Some(bases)));
+    }
+    sources.push(("bases from this file".to_string(), Some(gaac::Bases::calibrate(cache))));
+    sources.push(("self-calibrated (first 128 tokens)".to_string(), None));
+    let capacity = block.default_capacity();
+    for (label, bases) in sources {
+        // Every block coded (the largest slot) to see the lengths, then the default slot.
+        let widest = gaac::EncodeOptions {
+            bases: bases.clone(),
+            slot_capacity: Some(block.max_coded_len()),
+            ..Default::default()
+        };
+        let info = gaac::cache_info(&gaac::encode_cache(cache, &widest)?)?;
+        let mut lens: Vec<usize> = info.blocks.iter().flatten().map(|(_, len)| *len).collect();
+        lens.sort_unstable();
+        let Some(&max) = lens.last() else {
+            outln!("gaac {label}: no full block")?;
+            return Ok(());
+        };
+        let at = |q: f64| lens[((lens.len() - 1) as f64 * q).round() as usize];
+        let fit = lens.iter().filter(|&&len| len <= capacity).count();
+        let options = gaac::EncodeOptions { bases, ..Default::default() };
+        let info = gaac::cache_info(&gaac::encode_cache(cache, &options)?)?;
+        let tags = info.tag_counts();
+        let (o3, o4, raw, total) = tags
+            .iter()
+            .fold((0, 0, 0, 0), |(a, b, c, d), t| (a + t.offset3, b + t.offset4, c + t.raw, d + t.total()));
+        let pct = |n: usize| 100.0 * n as f64 / total.max(1) as f64;
+        outln!(
+            "gaac {label}: slot {capacity} B fits {:.2}% of {} blocks (coded lengths p50 {} p99 {} max {}); content ratio {:.4}, resident ratio {:.4}; groups 3-bit {:.2}% 4-bit {:.2}% raw {:.2}%",
+            100.0 * fit as f64 / lens.len() as f64,
+            lens.len(),
+            at(0.5),
+            at(0.99),
+            max,
+            info.bf16_len() as f64 / info.content_len() as f64,
+            info.bf16_len() as f64 / info.resident_len() as f64,
+            pct(o3),
+            pct(o4),
+            pct(raw)
+        )?;
+    }
+    Ok(())
 }

@@ -90,6 +90,22 @@ fn errors_are_one_line_that_says_each_cause_once() {
 }
 
 #[test]
+fn calibrate_gaac_writes_a_bases_file() {
+    let dir = Scratch::new("calibrate-gaac");
+    let input = dir.kv_file("kv.safetensors");
+    let args = ["calibrate", "--codec", "gaac", "--input", input.to_str().unwrap(), "--out", "bases.json"];
+    let out = xtask(&dir.0, &args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bases = gaac::Bases::load(&dir.0.join("bases.json")).unwrap();
+    let shape = bf16_field::io::read_kv_cache(&input).unwrap().shape();
+    bases.check_shape(shape).unwrap();
+    let line = error_line(
+        &xtask(&dir.0, &["calibrate", "--codec", "nope", "--input", "x", "--out", "y"]).output().unwrap(),
+    );
+    assert!(line.contains("the calibrated codecs are: splitzip, gaac"), "{line}");
+}
+
+#[test]
 fn stats_shows_the_input_without_dot_steps() {
     let dir = Scratch::new("shown");
     dir.kv_file("kv.safetensors");

@@ -16,8 +16,9 @@ mod report;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
-use bf16_field::KvCache;
+use bf16_field::{CacheCodec, KvCache};
 use exans::ExansCodec;
+use gaac::GaacCodec;
 use kvcodec_gpu::timing::CopyRoofline;
 use kvcodec_gpu::{Backend, BackendChoice, GpuCacheCodec, GpuContext};
 use splitzip::SplitzipCodec;
@@ -74,6 +75,8 @@ pub(crate) struct Ctx<'a> {
     calibration_arg: Option<&'a Path>,
     /// SplitZip's codebooks and where they came from, made on first use.
     splitzip: std::cell::OnceCell<(SplitzipCodec, String)>,
+    /// GAAC's bases and where they came from, made on first use.
+    gaac: std::cell::OnceCell<(gaac::Bases, String)>,
     method: Method,
     gpu: Option<(&'a GpuContext, &'a CopyRoofline)>,
 }
@@ -98,6 +101,36 @@ impl Ctx<'_> {
         };
         eprintln!("[bench] {}: splitzip codebooks from {}", self.name, made.1);
         Ok(self.splitzip.get_or_init(|| made))
+    }
+}
+
+impl Ctx<'_> {
+    /// GAAC's bases: a GAAC bases file given as `--calibration`, else calibrated on the
+    /// KV file [`calibration_for`] picks (a SplitZip codebook file counts as none).
+    fn gaac_bases(&self) -> anyhow::Result<&(gaac::Bases, String)> {
+        if let Some(done) = self.gaac.get() {
+            return Ok(done);
+        }
+        let from_json = match self.calibration_arg {
+            Some(json) if json.extension().is_some_and(|e| e == "json") => match gaac::Bases::load(json) {
+                Ok(bases) => Some((bases, crate::shown(json))),
+                Err(e) => {
+                    eprintln!("[bench] {}: --calibration is not a GAAC bases file ({e})", self.name);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let made = match from_json {
+            Some(made) => made,
+            None => {
+                let kv_file = self.calibration_arg.filter(|p| p.extension().is_none_or(|e| e != "json"));
+                let (cache, source) = calibration_for(self.path, kv_file, self.cache)?;
+                (gaac::Bases::calibrate(&cache), source)
+            }
+        };
+        eprintln!("[bench] {}: gaac bases from {}", self.name, made.1);
+        Ok(self.gaac.get_or_init(|| made))
     }
 }
 
@@ -126,6 +159,17 @@ const CODECS: &[Entry] = &[
             Ok(codec_rows(ctx, &ExansCodec::default())?.into_iter().chain(exans_host::rows(ctx)?).collect())
         },
     },
+    Entry {
+        name: "gaac",
+        rows: |ctx| {
+            let (bases, source) = ctx.gaac_bases()?;
+            let codec = GaacCodec { bases: Some(bases.clone()), ..Default::default() };
+            let mut row = cpu_row(ctx, &codec)?;
+            row.calibrated_on = Some(source.clone());
+            Ok(vec![row])
+        },
+    },
+    Entry { name: "gaac-self", rows: |ctx| Ok(vec![cpu_row(ctx, &GaacCodec::default())?]) },
     Entry {
         name: "splitzip-checksum",
         rows: |ctx| {
@@ -190,6 +234,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             cache: &cache,
             calibration_arg: args.calibration.as_deref(),
             splitzip: std::cell::OnceCell::new(),
+            gaac: std::cell::OnceCell::new(),
             method,
             gpu: backend.gpu().zip(copy.as_ref()),
         };
@@ -226,25 +271,17 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
 /// (the SplitZip paper's protocol: calibrate on separate data of the same model); else
 /// the input itself, said on stderr. Never another model's cache: a codebook from another
 /// model escapes many more values.
-fn calibration_for(input: &Path, given: Option<&Path>, cache: &KvCache) -> anyhow::Result<(KvCache, String)> {
+pub(crate) fn calibration_for(
+    input: &Path,
+    given: Option<&Path>,
+    cache: &KvCache,
+) -> anyhow::Result<(KvCache, String)> {
     if let Some(path) = given {
         return Ok((crate::read_cache(path)?, crate::shown(path)));
     }
-    let meta = |p: &Path| bf16_field::io::read_kv_metadata(p).unwrap_or_default();
-    let input_meta = meta(input);
-    let input_bytes = std::fs::read(input).unwrap_or_default();
-    if let Some(model) = input_meta.get("model") {
-        let other_text = |candidate: &Path| {
-            let m = meta(candidate);
-            let same_text = m.get("text_sha256").is_some_and(|h| Some(h) == input_meta.get("text_sha256"));
-            m.get("model") == Some(model)
-                && !same_text
-                && std::fs::read(candidate).ok().as_deref() != Some(input_bytes.as_slice())
-        };
-        if let Some(other) = crate::fixture_files().unwrap_or_default().into_iter().find(|f| other_text(f)) {
-            let cache = crate::read_cache(&other)?;
-            return Ok((cache, format!("{} (same model, other text)", crate::shown(&other))));
-        }
+    if let Some(other) = other_text_of_model(input) {
+        let cache = crate::read_cache(&other)?;
+        return Ok((cache, format!("{} (same model, other text)", crate::shown(&other))));
     }
     eprintln!(
         "[bench] {}: no other KV file of its model over other text (pass --calibration): calibrating on the input itself",
@@ -253,8 +290,34 @@ fn calibration_for(input: &Path, given: Option<&Path>, cache: &KvCache) -> anyho
     Ok((cache.clone(), format!("{} itself", crate::shown(input))))
 }
 
+/// A fixture of the same model as `input` (its `model` metadata) over other text, if
+/// there is one.
+pub(crate) fn other_text_of_model(input: &Path) -> Option<PathBuf> {
+    let meta = |p: &Path| bf16_field::io::read_kv_metadata(p).unwrap_or_default();
+    let input_meta = meta(input);
+    let input_bytes = std::fs::read(input).unwrap_or_default();
+    let model = input_meta.get("model")?;
+    let other_text = |candidate: &Path| {
+        let m = meta(candidate);
+        let same_text = m.get("text_sha256").is_some_and(|h| Some(h) == input_meta.get("text_sha256"));
+        m.get("model") == Some(model)
+            && !same_text
+            && std::fs::read(candidate).ok().as_deref() != Some(input_bytes.as_slice())
+    };
+    crate::fixture_files().unwrap_or_default().into_iter().find(|f| other_text(f))
+}
+
 /// A codec's CPU row and, with a GPU, its device-resident GPU row.
 fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<Row>> {
+    let mut rows = vec![cpu_row(ctx, codec)?];
+    if let Some((gpu, copy)) = ctx.gpu {
+        rows.push(gpu_row(ctx, codec, gpu, copy)?);
+    }
+    Ok(rows)
+}
+
+/// A codec's CPU row (the only row of a codec without a GPU path yet: GAAC).
+fn cpu_row<C: CacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Row> {
     let m = &ctx.method;
     let cache = ctx.cache;
     let shape = cache.shape();
@@ -270,7 +333,7 @@ fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<
     let mut out = vec![0u16; n];
     let decode_secs = median_secs(m, || codec.decode_into(&encoded, shape, &mut out))?;
     ensure!(out == words, "{}: CPU round trip differs", ctx.name);
-    let mut rows = vec![Row::cpu(Measured {
+    Ok(Row::cpu(Measured {
         input: ctx.name.into(),
         codec: codec.name().into(),
         values: n,
@@ -278,11 +341,7 @@ fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<
         encode_secs: Some(encode_secs),
         decode_secs,
         runs: m.runs,
-    })];
-    if let Some((gpu, copy)) = ctx.gpu {
-        rows.push(gpu_row(ctx, codec, gpu, copy)?);
-    }
-    Ok(rows)
+    }))
 }
 
 /// A codec's GPU row: the cache tiled past L2, two copies of every input alternated.

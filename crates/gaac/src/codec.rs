@@ -1,0 +1,71 @@
+//! [`GaacCodec`]: the [`CacheCodec`] implementation over this crate's container API.
+
+use bf16_field::{CacheCodec, KvShape, WordOrder};
+
+use crate::Error;
+use crate::bases::Bases;
+use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, decode_cache_into, encode_words};
+
+/// GAAC over a whole cache: one container (spec §5) of 16-token blocks in fixed-capacity
+/// slots and a BF16 tail per layer, taking the cache's words layer-major.
+///
+/// The options only shape what is encoded: a container records its bases, slot capacity
+/// and checksum option, and any codec value decodes any container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GaacCodec {
+    /// Calibrated bases (`cargo xtask calibrate --codec gaac`); `None`: every cache
+    /// calibrates on its own first tokens.
+    pub bases: Option<Bases>,
+    /// Slot capacity in bytes; `None`: the default for the cache's head_dim (spec §4).
+    pub slot_capacity: Option<usize>,
+    /// Store the Adler-32 of the values (spec §5.1), which every decoder then verifies;
+    /// off by default.
+    pub checksum: bool,
+}
+
+impl GaacCodec {
+    /// The encoder options of this codec value.
+    pub fn options(&self) -> EncodeOptions {
+        EncodeOptions {
+            bases: self.bases.clone(),
+            slot_capacity: self.slot_capacity,
+            calibration_tokens: None,
+            checksum: self.checksum,
+        }
+    }
+}
+
+impl CacheCodec for GaacCodec {
+    type Error = Error;
+
+    fn name(&self) -> &'static str {
+        match (self.bases.is_some(), self.checksum) {
+            (true, false) => "gaac",
+            (true, true) => "gaac-checksum",
+            (false, false) => "gaac-self",
+            (false, true) => "gaac-self-checksum",
+        }
+    }
+
+    fn word_order(&self) -> WordOrder {
+        WordOrder::LayerMajor
+    }
+
+    fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
+        encode_words(words, shape, &self.options())
+    }
+
+    fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
+        // The caller's shape first (it must be one the format can hold), then the
+        // container's header against it, then the body.
+        block_shape_of(shape)?;
+        let found = CacheHeader::parse(encoded)?.shape;
+        if found != shape {
+            return Err(Error::CacheShapeMismatch {
+                expected: [shape.layers, shape.kv_heads, shape.head_dim, shape.tokens],
+                found: [found.layers, found.kv_heads, found.head_dim, found.tokens],
+            });
+        }
+        decode_cache_into(encoded, out).map(|_| ())
+    }
+}
