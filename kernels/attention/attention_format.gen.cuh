@@ -6,6 +6,7 @@
 #define ATTENTION_PAGE_TOKENS 16                         // tokens per page
 #define ATTENTION_MAX_GROUP 8                            // query heads per KV head, at most
 #define ATTENTION_WARPS 4                                // warps per CTA
+#define ATTENTION_STAGES 2                               // page slots per warp (cp.async stages)
 
 // Device status values: a flag per problem (atomicOr).
 #define ATTENTION_STATUS_BAD_CONTEXT 1u                  // a context length of 0 or longer than its block-table row

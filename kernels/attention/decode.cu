@@ -9,7 +9,8 @@
 // GROUP query heads (so each KV byte is read once), and one contiguous range of pages (a
 // split of the context, so that batch 1 still fills every SM). Each of its warps takes
 // every WARPS-th page of that range, stages the page's K and V rows into shared memory
-// with 16-byte loads, and runs FlashAttention-2's register flow on the tensor cores
+// with 16-byte cp.async loads (the next page's in flight while one is computed), reads the
+// tensor-core fragments with ldmatrix (transposed for V), and runs FlashAttention-2's register flow on the tensor cores
 // (mma.sync m16n8k16, in compute_80 PTX): S = Q.K^T with the query heads as the 16 rows
 // (rows past GROUP are zero), an online softmax in the log2 domain, then O += P.V with P
 // taken straight from S's accumulators as the A operand.
@@ -33,11 +34,17 @@ constexpr int THREADS = WARPS * 32;
 constexpr int MAX_GROUP = ATTENTION_MAX_GROUP;
 
 // Shared-memory row of a staged page, in BF16 values: head_dim plus 8 values of padding,
-// so the fragment reads below (8 tokens x 4 channel pairs for K, 4 token pairs x 8
-// channels for V) fall in distinct banks.
+// so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks.
 template <int D> __host__ __device__ constexpr int staged_row() { return D + 8; }
 
-template <int D> __host__ __device__ constexpr int staging_bytes() { return WARPS * 2 * PAGE_TOKENS * staged_row<D>() * 2; }
+// Page slots per warp: the page being computed and the next one in flight (the loop
+// below is written for two).
+constexpr int STAGES = ATTENTION_STAGES;
+static_assert(STAGES == 2, "the page loop alternates two slots");
+
+template <int D> __host__ __device__ constexpr int staging_bytes() {
+    return WARPS * STAGES * 2 * PAGE_TOKENS * staged_row<D>() * 2;
+}
 template <int D> __host__ __device__ constexpr int combine_bytes() { return WARPS * MAX_GROUP * (D + 2) * 4; }
 template <int D> __host__ __device__ constexpr int shared_bytes() {
     return staging_bytes<D>() > combine_bytes<D>() ? staging_bytes<D>() : combine_bytes<D>();
@@ -46,14 +53,32 @@ template <int D> __host__ __device__ constexpr int shared_bytes() {
 __device__ __forceinline__ void mma_bf16(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
     // Rows g+8 of A (a1, a3) are zero and their accumulators (c2, c3) are thrown away:
     // a decode step has at most MAX_GROUP query rows.
-    float unused0, unused1;
+    float rows8_0 = 0.f, rows8_1 = 0.f;
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%11,%12,%13};\n"
-        : "=f"(d0), "=f"(d1), "=f"(unused0), "=f"(unused1)
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(d0), "f"(d1), "f"(0.f), "f"(0.f));
-    (void)unused0;
-    (void)unused1;
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d0), "+f"(d1), "+f"(rows8_0), "+f"(rows8_1)
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared)), "l"(global));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
 }
 
 // Two floats to a bf16x2 word, round to nearest even; `lo` in the low half.
@@ -117,80 +142,112 @@ __device__ __forceinline__ void decode_bf16(
     float m = -INFINITY;  // running max of row g, log2 domain
     float l = 0.f;        // this lane's share of row g's running sum
 
-    uint16_t* k_stage = reinterpret_cast<uint16_t*>(shared_raw) + warp * 2 * PAGE_TOKENS * ROW;
-    uint16_t* v_stage = k_stage + PAGE_TOKENS * ROW;
+    // Each warp owns STAGES page slots of K and V rows: the next page's loads (cp.async)
+    // are in flight while this page is computed.
+    uint16_t* warp_stage = reinterpret_cast<uint16_t*>(shared_raw) + warp * STAGES * 2 * PAGE_TOKENS * ROW;
     const size_t token_stride = (size_t)kv_heads * D;
 
-    for (uint32_t p = page_begin + warp; p < page_end; p += WARPS) {
-        const uint32_t page = block_table[(size_t)seq * max_pages + p];
-        if (page >= num_pages) {
-            if (lane == 0) atomicOr(status, ATTENTION_STATUS_BAD_PAGE);
-            continue;
-        }
-        const size_t base = ((size_t)page * PAGE_TOKENS * kv_heads + kv_head) * D;
-        constexpr int CHUNKS_PER_ROW = D / 8;
+    // Queues page p's K and V rows into slot `slot`, V rows past the context as zeros
+    // (a masked score weighs 0, but 0 x NaN would not be 0). Commits one cp.async group
+    // either way; returns whether the page is in the cache.
+    auto issue = [&](uint32_t p, int slot) -> bool {
+        bool ok = false;
+        if (p < page_end) {
+            const uint32_t page = block_table[(size_t)seq * max_pages + p];
+            ok = page < num_pages;
+            if (!ok && lane == 0) atomicOr(status, ATTENTION_STATUS_BAD_PAGE);
+            if (ok) {
+                uint16_t* k_slot = warp_stage + slot * 2 * PAGE_TOKENS * ROW;
+                uint16_t* v_slot = k_slot + PAGE_TOKENS * ROW;
+                const size_t base = ((size_t)page * PAGE_TOKENS * kv_heads + kv_head) * D;
+                constexpr int CHUNKS_PER_ROW = D / 8;
 #pragma unroll
-        for (int c = lane; c < PAGE_TOKENS * CHUNKS_PER_ROW; c += 32) {
-            const int r = c / CHUNKS_PER_ROW, col = (c % CHUNKS_PER_ROW) * 8;
-            const size_t at = base + r * token_stride + col;
-            *reinterpret_cast<uint4*>(k_stage + r * ROW + col) = __ldg(reinterpret_cast<const uint4*>(k_pages + at));
-            *reinterpret_cast<uint4*>(v_stage + r * ROW + col) = __ldg(reinterpret_cast<const uint4*>(v_pages + at));
+                for (int c = lane; c < PAGE_TOKENS * CHUNKS_PER_ROW; c += 32) {
+                    const int r = c / CHUNKS_PER_ROW, col = (c % CHUNKS_PER_ROW) * 8;
+                    const size_t at = base + r * token_stride + col;
+                    copy_async_16(k_slot + r * ROW + col, k_pages + at);
+                    if (p * PAGE_TOKENS + r < len)
+                        copy_async_16(v_slot + r * ROW + col, v_pages + at);
+                    else
+                        *reinterpret_cast<uint4*>(v_slot + r * ROW + col) = make_uint4(0, 0, 0, 0);
+                }
+            }
         }
-        __syncwarp();
+        asm volatile("cp.async.commit_group;\n" ::);
+        return ok;
+    };
 
-        // S for tokens 0..7 and 8..15 of the page: s[nb][j] is row g, token nb*8 + 2t + j.
-        float s[2][2];
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {
-            s[nb][0] = s[nb][1] = 0.f;
-            const uint16_t* krow = k_stage + (nb * 8 + g) * ROW + 2 * t;
+    // ldmatrix row addresses of this lane: matrix lane/8, row lane%8 of it.
+    const int mat = lane >> 3, mat_row = lane & 7;
+    // K (x4, not transposed): matrices (tokens 0-7 | 8-15) x (channels +0 | +8) of a k-step.
+    const int k_lane_offset = ((mat >> 1) * 8 + mat_row) * ROW + (mat & 1) * 8;
+    // V (x4, transposed): matrices (tokens 0-7 | 8-15) x (n-block c | c+1).
+    const int v_lane_offset = ((mat & 1) * 8 + mat_row) * ROW + (mat >> 1) * 8;
+
+    uint32_t p = page_begin + warp;
+    int slot = 0;
+    bool ready = issue(p, 0);
+    for (; p < page_end; p += WARPS, slot ^= 1) {
+        const bool next_ready = issue(p + WARPS, slot ^ 1);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncwarp();
+        if (ready) {
+            const uint32_t k_slot = shared_address(warp_stage + slot * 2 * PAGE_TOKENS * ROW);
+            const uint32_t v_slot = k_slot + PAGE_TOKENS * ROW * 2;
+
+            // S for tokens 0..7 and 8..15 of the page: s[nb][j] is row g, token nb*8 + 2t + j.
+            float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
-                const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kk * 16);
-                const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kk * 16 + 8);
-                mma_bf16(s[nb][0], s[nb][1], qa[kk][0], qa[kk][1], b0, b1);
+                uint32_t b[4];
+                ldmatrix_x4(b, k_slot + (k_lane_offset + kk * 16) * 2);
+                mma_bf16(s[0][0], s[0][1], qa[kk][0], qa[kk][1], b[0], b[1]);
+                mma_bf16(s[1][0], s[1][1], qa[kk][0], qa[kk][1], b[2], b[3]);
             }
-        }
-        float row_max = -INFINITY;
+            float row_max = -INFINITY;
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+            for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const uint32_t token = p * PAGE_TOKENS + nb * 8 + 2 * t + j;
-                s[nb][j] = token < len ? s[nb][j] * scale_log2 : -INFINITY;
-                row_max = fmaxf(row_max, s[nb][j]);
-            }
-        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
-        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-        // Every page in range holds at least one token below len: row_max is finite.
-        const float m_new = fmaxf(m, row_max);
-        const float correction = weight(m, m_new);
-        m = m_new;
-        float p_sum = 0.f;
+                for (int j = 0; j < 2; ++j) {
+                    const uint32_t token = p * PAGE_TOKENS + nb * 8 + 2 * t + j;
+                    s[nb][j] = token < len ? s[nb][j] * scale_log2 : -INFINITY;
+                    row_max = fmaxf(row_max, s[nb][j]);
+                }
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+            // Every page in range holds at least one token below len: row_max is finite.
+            const float m_new = fmaxf(m, row_max);
+            const float correction = weight(m, m_new);
+            m = m_new;
+            float p_sum = 0.f;
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+            for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                s[nb][j] = exp2f(s[nb][j] - m_new);
-                p_sum += s[nb][j];
-            }
-        l = l * correction + p_sum;
-        const uint32_t pa0 = pack_bf16x2(s[0][0], s[0][1]);
-        const uint32_t pa2 = pack_bf16x2(s[1][0], s[1][1]);
+                for (int j = 0; j < 2; ++j) {
+                    s[nb][j] = exp2f(s[nb][j] - m_new);
+                    p_sum += s[nb][j];
+                }
+            l = l * correction + p_sum;
+            const uint32_t pa0 = pack_bf16x2(s[0][0], s[0][1]);
+            const uint32_t pa2 = pack_bf16x2(s[1][0], s[1][1]);
 
-        // O += P.V: V's B fragment is tokens 2t, 2t+1 (and +8) of channel c*8 + g.
-        const uint16_t* vcol = v_stage + 2 * t * ROW + g;
+            // O += P.V over n-blocks c, c+1 per transposed ldmatrix.
 #pragma unroll
-        for (int c = 0; c < NBLOCKS; ++c) {
-            const uint16_t* v = vcol + c * 8;
-            const uint32_t b0 = (uint32_t)v[0] | ((uint32_t)v[ROW] << 16);
-            const uint32_t b1 = (uint32_t)v[8 * ROW] | ((uint32_t)v[9 * ROW] << 16);
-            o[c][0] *= correction;
-            o[c][1] *= correction;
-            mma_bf16(o[c][0], o[c][1], pa0, pa2, b0, b1);
+            for (int c = 0; c < NBLOCKS; c += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, v_slot + (v_lane_offset + c * 8) * 2);
+                o[c][0] *= correction;
+                o[c][1] *= correction;
+                o[c + 1][0] *= correction;
+                o[c + 1][1] *= correction;
+                mma_bf16(o[c][0], o[c][1], pa0, pa2, b[0], b[1]);
+                mma_bf16(o[c + 1][0], o[c + 1][1], pa0, pa2, b[2], b[3]);
+            }
         }
-        __syncwarp();
+        __syncwarp();  // the slot is refilled by the next iteration's issue
+        ready = next_ready;
     }
+    asm volatile("cp.async.wait_group 0;\n" ::);
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
 

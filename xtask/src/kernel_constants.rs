@@ -50,6 +50,12 @@ pub(crate) fn headers() -> Vec<Header> {
                     "query heads per KV head, at most",
                 ),
                 d("ATTENTION_WARPS", kvcodec_attention::gpu::WARPS, "", "warps per CTA"),
+                d(
+                    "ATTENTION_STAGES",
+                    kvcodec_attention::gpu::STAGES,
+                    "",
+                    "page slots per warp (cp.async stages)",
+                ),
             ],
             status: Some(("ATTENTION_STATUS", kvcodec_attention::gpu::STATUS)),
         },

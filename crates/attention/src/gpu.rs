@@ -51,9 +51,13 @@ impl Kernel for AttentionKernel {
 /// Warps per CTA: each takes every `WARPS`-th page of the CTA's split.
 pub const WARPS: usize = 4;
 
-/// CTAs per SM the split count aims for: enough bytes in flight per SM to cover the HBM
-/// latency (docs/formats/attention.md, "Splits").
-pub const CTAS_PER_SM: usize = 2;
+/// Waves of CTAs the split count aims for: several, so that the last wave's idle SMs cost
+/// little (docs/formats/attention.md, "Splits").
+pub const TARGET_WAVES: usize = 4;
+
+/// The fewest pages a split reads, so that its partial state (about `MAX_GROUP *
+/// head_dim` floats) stays a few percent of the bytes it reads.
+pub const MIN_PAGES_PER_SPLIT: usize = 16;
 
 /// What the kernels leave in their status word: flags for block-table entries that would
 /// read outside the cache (checked on the device, for problems whose tables live there).
@@ -69,10 +73,13 @@ pub const STATUS: StatusCodes = StatusCodes {
     ],
 };
 
-/// Shared memory of one CTA, in bytes: each warp's staged K and V page (rows padded by 8
-/// values against bank conflicts), reused for the combine of the warps.
+/// Page slots per warp: the page being computed and the next one in flight.
+pub const STAGES: usize = 2;
+
+/// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages (rows
+/// padded by 8 values against bank conflicts), reused for the combine of the warps.
 pub fn shared_bytes(head_dim: usize) -> usize {
-    let staging = WARPS * 2 * PAGE_TOKENS * (head_dim + 8) * 2;
+    let staging = WARPS * STAGES * 2 * PAGE_TOKENS * (head_dim + 8) * 2;
     let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4;
     staging.max(combine)
 }
@@ -88,14 +95,15 @@ pub struct SplitPlan {
 }
 
 impl SplitPlan {
-    /// Enough splits for [`CTAS_PER_SM`] CTAs on each of `multiprocessors` SMs, no more
-    /// than there are pages: `batch * kv_heads` units share the GPU, each over at most
-    /// `max_pages` pages.
-    pub fn new(shape: &DecodeShape, max_pages: usize, multiprocessors: usize) -> Self {
+    /// Enough splits for [`TARGET_WAVES`] waves of `slots` resident CTAs (SMs times CTAs
+    /// per SM), each split at least [`MIN_PAGES_PER_SPLIT`] pages where the context allows:
+    /// `batch * kv_heads` units share the GPU, each over at most `max_pages` pages.
+    pub fn new(shape: &DecodeShape, max_pages: usize, slots: usize) -> Self {
         let units = (shape.batch * shape.kv_heads).max(1);
-        let wanted = (multiprocessors * CTAS_PER_SM).div_ceil(units);
         let pages = max_pages.max(1);
-        let pages_per_split = pages.div_ceil(wanted.clamp(1, pages));
+        let most = pages.div_ceil(MIN_PAGES_PER_SPLIT);
+        let wanted = (TARGET_WAVES * slots).div_ceil(units).clamp(1, most);
+        let pages_per_split = pages.div_ceil(wanted);
         SplitPlan { splits: pages.div_ceil(pages_per_split), pages_per_split }
     }
 }
@@ -104,6 +112,7 @@ impl SplitPlan {
 /// (sequence, KV head). Reusable across launches of the same shape and plan.
 pub struct DecodeWorkspace {
     shape: DecodeShape,
+    max_pages: usize,
     plan: SplitPlan,
     partial: CudaSlice<f32>,
     tickets: CudaSlice<u32>,
@@ -121,19 +130,29 @@ impl std::fmt::Debug for DecodeWorkspace {
 
 impl DecodeWorkspace {
     /// Scratch for `shape` with block-table rows of `max_pages` entries, split by
-    /// [`SplitPlan::new`] for `gpu`'s device: `batch * kv_heads * splits * MAX_GROUP *
-    /// (head_dim + 2)` floats and `batch * kv_heads` tickets.
+    /// [`SplitPlan::new`] for `gpu`'s device and the kernel's occupancy: `batch * kv_heads *
+    /// splits * MAX_GROUP * (head_dim + 2)` floats and `batch * kv_heads` tickets.
     ///
     /// # Errors
-    /// [`AttentionError`] for a bad shape; [`kvcodec_gpu::Error::Cuda`] on allocation.
+    /// [`AttentionError`] for a bad shape; [`kvcodec_gpu::Error::Cuda`] on allocation or
+    /// the occupancy query.
     pub fn new(gpu: &GpuContext, shape: DecodeShape, max_pages: usize) -> Result<Self, GpuError> {
         shape.validate().map_err(GpuError::Codec)?;
-        let plan = SplitPlan::new(&shape, max_pages, gpu.multiprocessors() as usize);
+        let f = kernel_function(gpu, shape.head_dim)?;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(
+                (WARPS * 32) as u32,
+                shared_bytes(shape.head_dim),
+                None,
+            )
+            .map_err(kvcodec_gpu::Error::Cuda)?;
+        let slots = gpu.multiprocessors() as usize * (per_sm as usize).max(1);
+        let plan = SplitPlan::new(&shape, max_pages, slots);
         let units = shape.batch * shape.kv_heads;
         let partial = gpu.zeros(units * plan.splits * MAX_GROUP * (shape.head_dim + 2))?;
         let tickets = gpu.zeros(units.max(1))?;
         let status = DeviceStatus::new(gpu)?;
-        Ok(DecodeWorkspace { shape, plan, partial, tickets, status })
+        Ok(DecodeWorkspace { shape, max_pages, plan, partial, tickets, status })
     }
 
     /// The split plan launches use.
@@ -156,6 +175,22 @@ impl DecodeWorkspace {
             Err(GpuError::Disagreement { status, meaning: STATUS.describe(status) })
         }
     }
+}
+
+/// The twin's function for `head_dim`, allowed the dynamic shared memory it launches with.
+fn kernel_function(gpu: &GpuContext, head_dim: usize) -> Result<cudarc::driver::CudaFunction, GpuError> {
+    let kernel = match head_dim {
+        64 => AttentionKernel::DecodeBf16D64,
+        128 => AttentionKernel::DecodeBf16D128,
+        _ => AttentionKernel::DecodeBf16D256,
+    };
+    let f = gpu.function(kernel)?;
+    f.set_attribute(
+        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        shared_bytes(head_dim) as i32,
+    )
+    .map_err(kvcodec_gpu::Error::Cuda)?;
+    Ok(f)
 }
 
 /// A decode problem whose buffers live on the device; the shapes are [`DecodeProblem`]'s.
@@ -201,12 +236,13 @@ pub fn decode_device(
     if !(problem.scale.is_finite() && problem.scale > 0.0) {
         return Err(GpuError::Codec(AttentionError::Scale { scale: problem.scale }));
     }
-    if workspace.shape != shape
-        || workspace.plan != SplitPlan::new(&shape, problem.max_pages, gpu.multiprocessors() as usize)
-    {
+    if workspace.shape != shape || workspace.max_pages != problem.max_pages {
         return Err(kvcodec_gpu::Error::Buffer {
             what: "workspace",
-            why: format!("made for {:?} / {:?}, not this problem", workspace.shape, workspace.plan),
+            why: format!(
+                "made for {:?} with {} pages per row, not this problem",
+                workspace.shape, workspace.max_pages
+            ),
         }
         .into());
     }
@@ -246,15 +282,8 @@ pub fn decode_device(
     if shape.batch == 0 {
         return Ok(());
     }
-    let kernel = match shape.head_dim {
-        64 => AttentionKernel::DecodeBf16D64,
-        128 => AttentionKernel::DecodeBf16D128,
-        _ => AttentionKernel::DecodeBf16D256,
-    };
-    let f = gpu.function(kernel)?;
+    let f = kernel_function(gpu, shape.head_dim)?;
     let smem = shared_bytes(shape.head_dim) as u32;
-    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-        .map_err(kvcodec_gpu::Error::Cuda)?;
     let plan = workspace.plan;
     let (num_pages, max_pages) = (pages as u32, problem.max_pages as u32);
     let (kv_heads, group, pages_per_split) =

@@ -163,7 +163,9 @@ fn block_tables_on_the_device_are_checked_there() {
     bad_page.pages[1] = pages; // sequence 0, logical page 1
     let mut bad_len = common::random(shape, &[40, 3], 8, 1.0);
     bad_len.lens[1] = (bad_len.max_pages * 16 + 1) as u32;
-    for (owned, flag) in [(&bad_page, 2u32), (&bad_len, 1u32)] {
+    // A context past its row is flagged, then clamped to the row, whose unused entries
+    // (u32::MAX in these tables) are flagged as pages past the cache too.
+    for (owned, flag) in [(&bad_page, 2u32), (&bad_len, 1 | 2)] {
         let device = Device::upload(&gpu, owned);
         let mut workspace = DecodeWorkspace::new(&gpu, shape, owned.max_pages).unwrap();
         let mut out = gpu.zeros::<u16>(shape.q_values()).unwrap();
