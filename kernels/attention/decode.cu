@@ -150,10 +150,9 @@ __device__ __forceinline__ void decode_bf16(
     // Queues page p's K and V rows into slot `slot`, V rows past the context as zeros
     // (a masked score weighs 0, but 0 x NaN would not be 0). Commits one cp.async group
     // either way; returns whether the page is in the cache.
-    auto issue = [&](uint32_t p, int slot) -> bool {
+    auto issue = [&](uint32_t p, uint32_t page, int slot) -> bool {
         bool ok = false;
         if (p < page_end) {
-            const uint32_t page = block_table[(size_t)seq * max_pages + p];
             ok = page < num_pages;
             if (!ok && lane == 0) atomicOr(status, ATTENTION_STATUS_BAD_PAGE);
             if (ok) {
@@ -184,11 +183,21 @@ __device__ __forceinline__ void decode_bf16(
     // V (x4, transposed): matrices (tokens 0-7 | 8-15) x (n-block c | c+1).
     const int v_lane_offset = ((mat & 1) * 8 + mat_row) * ROW + (mat >> 1) * 8;
 
+    // The block-table entries of this warp's pages, 32 at a time, one per lane: the page
+    // loads then never wait on a table read.
+    uint32_t page_ids = 0;
+    auto load_ids = [&](uint32_t first) {
+        const uint32_t q = page_begin + warp + WARPS * (first + lane);
+        page_ids = q < page_end ? block_table[(size_t)seq * max_pages + q] : 0u;
+    };
+    load_ids(0);
+
     uint32_t p = page_begin + warp;
     int slot = 0;
-    bool ready = issue(p, 0);
-    for (; p < page_end; p += WARPS, slot ^= 1) {
-        const bool next_ready = issue(p + WARPS, slot ^ 1);
+    bool ready = issue(p, __shfl_sync(0xffffffffu, page_ids, 0), 0);
+    for (uint32_t it = 0; p < page_end; ++it, p += WARPS, slot ^= 1) {
+        if ((it + 1) % 32 == 0) load_ids(it + 1);
+        const bool next_ready = issue(p + WARPS, __shfl_sync(0xffffffffu, page_ids, (it + 1) % 32), slot ^ 1);
         asm volatile("cp.async.wait_group 1;\n" ::);
         __syncwarp();
         if (ready) {
@@ -323,19 +332,23 @@ __device__ __forceinline__ void decode_bf16(
     if (ticket != splits - 1) return;
     __threadfence();
 
-    float total_max = -INFINITY;
-    for (uint32_t sp = 0; sp < splits; ++sp)
-        total_max = fmaxf(total_max, __ldcg(partial + ((unit * splits + sp) * MAX_GROUP + r) * (D + 2)));
-    float total_sum = 0.f;
+    // One pass with the online rescaling of the softmax, unrolled so that the loads of
+    // several splits are in flight at once.
+    float total_max = -INFINITY, total_sum = 0.f;
     float total[D / THREADS_PER_ROW];
 #pragma unroll
     for (int i = 0; i < D / THREADS_PER_ROW; ++i) total[i] = 0.f;
+#pragma unroll 8
     for (uint32_t sp = 0; sp < splits; ++sp) {
         const float* theirs = partial + ((unit * splits + sp) * MAX_GROUP + r) * (D + 2);
-        const float w = weight(__ldcg(theirs), total_max);
-        total_sum += __ldcg(theirs + 1) * w;
+        const float their_max = __ldcg(theirs);
+        const float new_max = fmaxf(total_max, their_max);
+        const float keep = weight(total_max, new_max), add = weight(their_max, new_max);
+        total_sum = total_sum * keep + __ldcg(theirs + 1) * add;
 #pragma unroll
-        for (int i = 0; i < D / THREADS_PER_ROW; ++i) total[i] += __ldcg(theirs + 2 + part + i * THREADS_PER_ROW) * w;
+        for (int i = 0; i < D / THREADS_PER_ROW; ++i)
+            total[i] = total[i] * keep + __ldcg(theirs + 2 + part + i * THREADS_PER_ROW) * add;
+        total_max = new_max;
     }
     if (live_row) {
 #pragma unroll

@@ -51,13 +51,17 @@ impl Kernel for AttentionKernel {
 /// Warps per CTA: each takes every `WARPS`-th page of the CTA's split.
 pub const WARPS: usize = 4;
 
-/// Waves of CTAs the split count aims for: several, so that the last wave's idle SMs cost
-/// little (docs/formats/attention.md, "Splits").
-pub const TARGET_WAVES: usize = 4;
+/// The most splits per (sequence, KV head): the CTA that combines them reads every
+/// split's state, so their count bounds the combine's time.
+pub const MAX_SPLITS: usize = 64;
 
 /// The fewest pages a split reads, so that its partial state (about `MAX_GROUP *
 /// head_dim` floats) stays a few percent of the bytes it reads.
 pub const MIN_PAGES_PER_SPLIT: usize = 16;
+
+/// The share of the last wave's CTA slots that must be busy for a split count to be taken
+/// without looking further.
+const GOOD_WAVE_FILL: f64 = 0.9;
 
 /// What the kernels leave in their status word: flags for block-table entries that would
 /// read outside the cache (checked on the device, for problems whose tables live there).
@@ -95,14 +99,23 @@ pub struct SplitPlan {
 }
 
 impl SplitPlan {
-    /// Enough splits for [`TARGET_WAVES`] waves of `slots` resident CTAs (SMs times CTAs
-    /// per SM), each split at least [`MIN_PAGES_PER_SPLIT`] pages where the context allows:
-    /// `batch * kv_heads` units share the GPU, each over at most `max_pages` pages.
+    /// The split count for `batch * kv_heads` units over at most `max_pages` pages on a GPU
+    /// with `slots` resident CTAs (SMs times CTAs per SM): the fewest splits whose waves of
+    /// CTAs keep at least 90% of the slots busy, else the one that keeps the most busy; at
+    /// most [`MAX_SPLITS`], and at least [`MIN_PAGES_PER_SPLIT`] pages per split where the
+    /// context allows.
     pub fn new(shape: &DecodeShape, max_pages: usize, slots: usize) -> Self {
         let units = (shape.batch * shape.kv_heads).max(1);
+        let slots = slots.max(1);
         let pages = max_pages.max(1);
-        let most = pages.div_ceil(MIN_PAGES_PER_SPLIT);
-        let wanted = (TARGET_WAVES * slots).div_ceil(units).clamp(1, most);
+        let most = pages.div_ceil(MIN_PAGES_PER_SPLIT).clamp(1, MAX_SPLITS);
+        let fill = |splits: usize| {
+            let ctas = units * splits;
+            ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+        };
+        let wanted = (1..=most)
+            .find(|&s| fill(s) >= GOOD_WAVE_FILL)
+            .unwrap_or_else(|| (1..=most).rev().max_by(|&a, &b| fill(a).total_cmp(&fill(b))).unwrap_or(1));
         let pages_per_split = pages.div_ceil(wanted);
         SplitPlan { splits: pages.div_ceil(pages_per_split), pages_per_split }
     }
