@@ -14,6 +14,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+PAGES = "shuffled"
 SHAPES = {"llama3-8b": (32, 8, 128), "smollm2": (9, 3, 64), "gemma3": (4, 1, 256)}
 PAGE = 16
 
@@ -53,7 +54,8 @@ def flashinfer_decode(b, s, hq, hkv, d, runs, flush, tensor_cores):
     k = torch.randn(pages, PAGE, hkv, d, dtype=torch.bfloat16, device="cuda")
     v = torch.randn(pages, PAGE, hkv, d, dtype=torch.bfloat16, device="cuda")
     perm = list(range(pages))
-    random.Random(0x5EED).shuffle(perm)
+    if PAGES == "shuffled":
+        random.Random(0x5EED).shuffle(perm)
     indices = torch.tensor(perm, dtype=torch.int32, device="cuda")
     indptr = torch.arange(0, b + 1, dtype=torch.int32, device="cuda") * pages_per_seq
     last = torch.full((b,), s - (pages_per_seq - 1) * PAGE, dtype=torch.int32, device="cuda")
@@ -73,8 +75,12 @@ def main():
     ap.add_argument("--contexts", default="8192,32768,65536,131072")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--pages", choices=["shuffled", "contiguous"], default="shuffled",
+                    help="FlashInfer's page placement, as bench-attention's --pages")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
+    global PAGES
+    PAGES = args.pages
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     try:
         import flashinfer  # noqa: F401

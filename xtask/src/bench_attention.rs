@@ -7,7 +7,8 @@
 //! kernel that keeps the host's launch latency out of the time. KV values are the real
 //! fixture's, tiled in file order: K pages from the K tensors, V pages from the V tensors,
 //! layer after layer, so a 128- or 256-wide head holds two or four consecutive 64-value
-//! heads of SmolLM2. Pages are placed by a random permutation, as in a cache after churn.
+//! heads of SmolLM2. Pages are placed by a random permutation, as in a cache after churn
+//! (`--pages contiguous` puts each sequence's pages in order).
 
 use std::path::PathBuf;
 
@@ -32,6 +33,10 @@ pub(crate) struct AttentionArgs {
     /// The KV file whose values fill the pages (default: the code fixture).
     #[arg(long)]
     input: Option<PathBuf>,
+    /// Page placement: `shuffled` (a random permutation, as in a cache after churn) or
+    /// `contiguous` (each sequence's pages in order, back to back).
+    #[arg(long, default_value = "shuffled", value_parser = ["shuffled", "contiguous"])]
+    pages: String,
     /// The peers' JSON from xtask/attention/peers.py, joined into the table.
     #[arg(long)]
     peers: Option<PathBuf>,
@@ -84,6 +89,7 @@ struct Report {
     device: String,
     command: String,
     values: String,
+    pages: String,
     cells: Vec<Cell>,
 }
 
@@ -104,7 +110,12 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--peers {}", crate::shown(p)))?,
         None => Vec::new(),
     };
-    outln!("[bench-attention] {} ; KV values from {}", gpu.info(), crate::shown(&input))?;
+    outln!(
+        "[bench-attention] {} ; KV values from {} ; {} pages",
+        gpu.info(),
+        crate::shown(&input),
+        args.pages
+    )?;
     outln!(
         "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8}",
         "shape",
@@ -128,8 +139,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         for &batch in &args.batches {
             for &context in &args.contexts {
                 let shape = DecodeShape { batch, q_heads, kv_heads, head_dim };
-                let cell = measure(&gpu, shape, context, &k_source, &v_source, &mut flush, args.runs)
-                    .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
+                let shuffled = args.pages == "shuffled";
+                let cell =
+                    measure(&gpu, shape, context, shuffled, &k_source, &v_source, &mut flush, args.runs)
+                        .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
                 let cell = Cell { shape: shape_name.to_string(), ..cell };
                 let peer =
                     peers.iter().find(|p| p.shape == cell.shape && p.batch == batch && p.context == context);
@@ -172,6 +185,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             device: gpu.info().to_string(),
             command: std::env::args().collect::<Vec<_>>().join(" "),
             values: format!("{} tiled in file order", crate::shown(&input)),
+            pages: args.pages.clone(),
             cells,
         };
         std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")
@@ -191,10 +205,12 @@ fn tile(gpu: &GpuContext, src: &CudaSlice<u16>, dst: &mut CudaSlice<u16>) -> any
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn measure(
     gpu: &GpuContext,
     shape: DecodeShape,
     context: usize,
+    shuffled: bool,
     k_source: &CudaSlice<u16>,
     v_source: &CudaSlice<u16>,
     flush: &mut CudaSlice<u8>,
@@ -208,7 +224,7 @@ fn measure(
     tile(gpu, v_source, &mut v)?;
     let mut rng = xorshift(0x5eed);
     let mut order: Vec<u32> = (0..pages as u32).collect();
-    for i in (1..order.len()).rev() {
+    for i in (1..order.len()).rev().filter(|_| shuffled) {
         order.swap(i, rng() as usize % (i + 1));
     }
     let table = gpu.upload(&order)?;
