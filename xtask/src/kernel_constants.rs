@@ -39,6 +39,27 @@ pub(crate) fn headers() -> Vec<Header> {
     use splitzip::format as sf;
     vec![
         Header {
+            path: "kernels/attention/attention_format.gen.cuh",
+            source: "kvcodec_attention and kvcodec_attention::gpu",
+            defines: vec![
+                d("ATTENTION_PAGE_TOKENS", kvcodec_attention::PAGE_TOKENS, "", "tokens per page"),
+                d(
+                    "ATTENTION_MAX_GROUP",
+                    kvcodec_attention::MAX_GROUP,
+                    "",
+                    "query heads per KV head, at most",
+                ),
+                d("ATTENTION_WARPS", kvcodec_attention::gpu::WARPS, "", "warps per CTA"),
+                d(
+                    "ATTENTION_STAGES",
+                    kvcodec_attention::gpu::STAGES,
+                    "",
+                    "page slots per warp (cp.async stages)",
+                ),
+            ],
+            status: Some(("ATTENTION_STATUS", kvcodec_attention::gpu::STATUS)),
+        },
+        Header {
             path: "kernels/exans/exans_format.gen.cuh",
             source: "exans::format and exans::gpu",
             defines: vec![

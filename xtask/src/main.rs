@@ -7,6 +7,7 @@
 mod output;
 
 mod bench;
+mod bench_attention;
 mod bundle;
 mod fixtures;
 mod kernel_constants;
@@ -69,6 +70,9 @@ enum Command {
     },
     /// The main job: every codec on the input, bit-exact round trip checked, one table.
     Bench(bench::BenchArgs),
+    /// Decode attention on the GPU per model shape, context and batch, beside the BF16
+    /// peers' times from xtask/attention/peers.py (--peers).
+    BenchAttention(bench_attention::AttentionArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
@@ -103,6 +107,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats { input } => stats::run(input),
         Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
+        Command::BenchAttention(args) => bench_attention::run(args),
         Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),
     }
 }

@@ -11,7 +11,7 @@
 
 mod exans_host;
 mod method;
-mod report;
+pub(crate) mod report;
 
 use std::path::{Path, PathBuf};
 
@@ -443,7 +443,7 @@ fn field_rows(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Row>> {
 /// The commit this binary was built from and whether its tree was dirty: from
 /// `build-info.json` beside the executable (written by `cargo xtask gpu-bundle`), else
 /// from git in the workspace; `("unknown", false)` without either.
-fn build_info() -> (String, bool) {
+pub(crate) fn build_info() -> (String, bool) {
     let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("build-info.json")));
     if let Some(info) = beside.and_then(|p| std::fs::read_to_string(p).ok())
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(&info)
@@ -456,7 +456,7 @@ fn build_info() -> (String, bool) {
 
 /// SHA-256 of the `kernels/kernels.lock` compiled into this binary (the lock names the
 /// hash of every PTX the crates embed).
-fn kernels_lock_sha256() -> String {
+pub(crate) fn kernels_lock_sha256() -> String {
     use sha2::{Digest, Sha256};
     let lock = include_bytes!("../../../kernels/kernels.lock");
     Sha256::digest(lock).iter().map(|b| format!("{b:02x}")).collect()

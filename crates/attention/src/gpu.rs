@@ -1,0 +1,366 @@
+//! The GPU BF16 twin (`kernels/attention/decode.cu`): decode attention over BF16 pages on
+//! the tensor cores, split over the context so that batch 1 fills the GPU, the splits
+//! combined in the same launch. The fused kernels over GAAC and ZipFusion pages share its
+//! accumulation order, so that a compressed cache and its decoded copy give identical
+//! outputs (issue 18; design notes in /docs/formats/attention.md).
+//!
+//! [`decode_device`] queues one launch on the context's stream and does not synchronise, so
+//! it can be captured in a CUDA graph: the workspace's tickets return to zero at the end of
+//! every launch. [`decode_to_vec`] is the host convenience: it checks the problem, uploads,
+//! runs and downloads.
+
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg, sys};
+use kvcodec_gpu::{
+    DeviceStatus, GpuContext, Kernel, Module, StatusCodes, StatusEncoding, StatusValue, check_len,
+    launch_config,
+};
+
+use crate::{Attention, AttentionError, DecodeProblem, DecodeShape, MAX_GROUP, PAGE_TOKENS};
+
+/// An error of the GPU path: the problem's own [`AttentionError`] or a GPU error.
+pub type GpuError = kvcodec_gpu::GpuError<AttentionError>;
+
+/// The attention PTX module.
+pub static MODULE: Module = Module::new("attention", include_str!("../ptx/decode.ptx"));
+kvcodec_gpu::register_module!(MODULE);
+
+/// The kernels of [`MODULE`]: one instance of the BF16 twin per head width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// BF16 pages, head_dim 64.
+    DecodeBf16D64,
+    /// BF16 pages, head_dim 128.
+    DecodeBf16D128,
+    /// BF16 pages, head_dim 256.
+    DecodeBf16D256,
+}
+
+impl Kernel for AttentionKernel {
+    fn module(self) -> &'static Module {
+        &MODULE
+    }
+    fn symbol(self) -> &'static str {
+        match self {
+            AttentionKernel::DecodeBf16D64 => "attention_decode_bf16_d64",
+            AttentionKernel::DecodeBf16D128 => "attention_decode_bf16_d128",
+            AttentionKernel::DecodeBf16D256 => "attention_decode_bf16_d256",
+        }
+    }
+}
+
+/// Warps per CTA: each takes every `WARPS`-th page of the CTA's split.
+pub const WARPS: usize = 4;
+
+/// The most splits per (sequence, KV head): the CTA that combines them reads every
+/// split's state, so their count bounds the combine's time.
+pub const MAX_SPLITS: usize = 64;
+
+/// The fewest pages a split reads, so that its partial state (about `MAX_GROUP *
+/// head_dim` floats) stays a few percent of the bytes it reads.
+pub const MIN_PAGES_PER_SPLIT: usize = 16;
+
+/// The share of the last wave's CTA slots that must be busy for a split count to be taken
+/// without looking further.
+const GOOD_WAVE_FILL: f64 = 0.9;
+
+/// What the kernels leave in their status word: flags for block-table entries that would
+/// read outside the cache (checked on the device, for problems whose tables live there).
+pub const STATUS: StatusCodes = StatusCodes {
+    encoding: StatusEncoding::Flags,
+    values: &[
+        StatusValue {
+            value: 1,
+            name: "BAD_CONTEXT",
+            meaning: "a context length of 0 or longer than its block-table row",
+        },
+        StatusValue { value: 2, name: "BAD_PAGE", meaning: "a block-table entry past the cache's pages" },
+    ],
+};
+
+/// Page slots per warp: the page being computed and the next one in flight.
+pub const STAGES: usize = 2;
+
+/// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages (rows
+/// padded by 8 values against bank conflicts), reused for the combine of the warps.
+pub fn shared_bytes(head_dim: usize) -> usize {
+    let staging = WARPS * STAGES * 2 * PAGE_TOKENS * (head_dim + 8) * 2;
+    let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4;
+    staging.max(combine)
+}
+
+/// How the context is split: `splits` CTAs per (sequence, KV head), each over
+/// `pages_per_split` consecutive pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitPlan {
+    /// CTAs per (sequence, KV head).
+    pub splits: usize,
+    /// Pages each CTA reads (the last may read fewer).
+    pub pages_per_split: usize,
+}
+
+impl SplitPlan {
+    /// The split count for `batch * kv_heads` units over at most `max_pages` pages on a GPU
+    /// with `slots` resident CTAs (SMs times CTAs per SM): the fewest splits whose waves of
+    /// CTAs keep at least 90% of the slots busy, else the one that keeps the most busy; at
+    /// most [`MAX_SPLITS`], and at least [`MIN_PAGES_PER_SPLIT`] pages per split where the
+    /// context allows.
+    pub fn new(shape: &DecodeShape, max_pages: usize, slots: usize) -> Self {
+        let units = (shape.batch * shape.kv_heads).max(1);
+        let slots = slots.max(1);
+        let pages = max_pages.max(1);
+        let most = pages.div_ceil(MIN_PAGES_PER_SPLIT).clamp(1, MAX_SPLITS);
+        let fill = |splits: usize| {
+            let ctas = units * splits;
+            ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+        };
+        let wanted = (1..=most)
+            .find(|&s| fill(s) >= GOOD_WAVE_FILL)
+            .unwrap_or_else(|| (1..=most).rev().max_by(|&a, &b| fill(a).total_cmp(&fill(b))).unwrap_or(1));
+        let pages_per_split = pages.div_ceil(wanted);
+        SplitPlan { splits: pages.div_ceil(pages_per_split), pages_per_split }
+    }
+}
+
+/// Device scratch of a decode launch: each split's partial state and a ticket per
+/// (sequence, KV head). Reusable across launches of the same shape and plan.
+pub struct DecodeWorkspace {
+    shape: DecodeShape,
+    max_pages: usize,
+    plan: SplitPlan,
+    partial: CudaSlice<f32>,
+    tickets: CudaSlice<u32>,
+    status: DeviceStatus,
+}
+
+impl std::fmt::Debug for DecodeWorkspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodeWorkspace")
+            .field("shape", &self.shape)
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecodeWorkspace {
+    /// Scratch for `shape` with block-table rows of `max_pages` entries, split by
+    /// [`SplitPlan::new`] for `gpu`'s device and the kernel's occupancy: `batch * kv_heads *
+    /// splits * MAX_GROUP * (head_dim + 2)` floats and `batch * kv_heads` tickets.
+    ///
+    /// # Errors
+    /// [`AttentionError`] for a bad shape; [`kvcodec_gpu::Error::Cuda`] on allocation or
+    /// the occupancy query.
+    pub fn new(gpu: &GpuContext, shape: DecodeShape, max_pages: usize) -> Result<Self, GpuError> {
+        shape.validate().map_err(GpuError::Codec)?;
+        let f = kernel_function(gpu, shape.head_dim)?;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(
+                (WARPS * 32) as u32,
+                shared_bytes(shape.head_dim),
+                None,
+            )
+            .map_err(kvcodec_gpu::Error::Cuda)?;
+        let slots = gpu.multiprocessors() as usize * (per_sm as usize).max(1);
+        let plan = SplitPlan::new(&shape, max_pages, slots);
+        let units = shape.batch * shape.kv_heads;
+        let partial = gpu.zeros(units * plan.splits * MAX_GROUP * (shape.head_dim + 2))?;
+        let tickets = gpu.zeros(units.max(1))?;
+        let status = DeviceStatus::new(gpu)?;
+        Ok(DecodeWorkspace { shape, max_pages, plan, partial, tickets, status })
+    }
+
+    /// The split plan launches use.
+    pub fn plan(&self) -> SplitPlan {
+        self.plan
+    }
+
+    /// Reads the status word the launches since the last check left (synchronises) and
+    /// clears it.
+    ///
+    /// # Errors
+    /// [`GpuError::Disagreement`] naming the flags when a launch met a context length or
+    /// block-table entry outside the cache; [`kvcodec_gpu::Error::Cuda`].
+    pub fn check(&mut self, gpu: &GpuContext) -> Result<(), GpuError> {
+        let status = self.status.read(gpu)?;
+        self.status.clear(gpu)?;
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(GpuError::Disagreement { status, meaning: STATUS.describe(status) })
+        }
+    }
+}
+
+/// The twin's function for `head_dim`, allowed the dynamic shared memory it launches with.
+fn kernel_function(gpu: &GpuContext, head_dim: usize) -> Result<cudarc::driver::CudaFunction, GpuError> {
+    let kernel = match head_dim {
+        64 => AttentionKernel::DecodeBf16D64,
+        128 => AttentionKernel::DecodeBf16D128,
+        _ => AttentionKernel::DecodeBf16D256,
+    };
+    let f = gpu.function(kernel)?;
+    f.set_attribute(
+        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        shared_bytes(head_dim) as i32,
+    )
+    .map_err(kvcodec_gpu::Error::Cuda)?;
+    Ok(f)
+}
+
+/// A decode problem whose buffers live on the device; the shapes are [`DecodeProblem`]'s.
+#[derive(Debug)]
+pub struct DeviceProblem<'a> {
+    /// The sizes.
+    pub shape: DecodeShape,
+    /// `[batch, q_heads, head_dim]` BF16 words.
+    pub q: CudaView<'a, u16>,
+    /// K pages, `[pages, PAGE_TOKENS, kv_heads, head_dim]` BF16 words.
+    pub k: CudaView<'a, u16>,
+    /// V pages, as `k`.
+    pub v: CudaView<'a, u16>,
+    /// `[batch, max_pages]` physical page ids.
+    pub block_table: CudaView<'a, u32>,
+    /// Entries per block-table row.
+    pub max_pages: usize,
+    /// `[batch]` context lengths in tokens.
+    pub context_lens: CudaView<'a, u32>,
+    /// Softmax scale.
+    pub scale: f32,
+}
+
+/// Queues decode attention on `gpu`'s stream without synchronising: `out` gets
+/// `[batch, q_heads, head_dim]` BF16 words, `lse` `[batch, q_heads]` natural-log
+/// log-sum-exps. Block-table entries and context lengths are checked on the device:
+/// [`DecodeWorkspace::check`] reports any that would have read outside the cache (those
+/// reads are skipped). Every buffer 16-byte aligned (fresh allocations are).
+///
+/// # Errors
+/// [`AttentionError`] for a shape, length or scale the host can check;
+/// [`kvcodec_gpu::Error::Buffer`] for short or misaligned buffers, a workspace of another
+/// shape or plan; [`kvcodec_gpu::Error::Cuda`] on a launch failure.
+pub fn decode_device(
+    gpu: &GpuContext,
+    workspace: &mut DecodeWorkspace,
+    problem: &DeviceProblem<'_>,
+    out: &mut CudaViewMut<'_, u16>,
+    lse: &mut CudaViewMut<'_, f32>,
+) -> Result<(), GpuError> {
+    let shape = problem.shape;
+    shape.validate().map_err(GpuError::Codec)?;
+    if !(problem.scale.is_finite() && problem.scale > 0.0) {
+        return Err(GpuError::Codec(AttentionError::Scale { scale: problem.scale }));
+    }
+    if workspace.shape != shape || workspace.max_pages != problem.max_pages {
+        return Err(kvcodec_gpu::Error::Buffer {
+            what: "workspace",
+            why: format!(
+                "made for {:?} with {} pages per row, not this problem",
+                workspace.shape, workspace.max_pages
+            ),
+        }
+        .into());
+    }
+    let page_values = shape.page_values();
+    if !problem.k.len().is_multiple_of(page_values) || problem.v.len() != problem.k.len() {
+        return Err(GpuError::Codec(AttentionError::Length {
+            what: "k/v pages",
+            got: problem.v.len(),
+            expected: problem.k.len() / page_values * page_values,
+            unit: "BF16 values (whole pages, k and v alike)",
+        }));
+    }
+    let pages = problem.k.len() / page_values;
+    if pages > u32::MAX as usize
+        || shape.batch > u16::MAX as usize
+        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
+    {
+        return Err(kvcodec_gpu::Error::Unsupported {
+            what: "problem size",
+            why: format!("{pages} pages, batch {}, {} pages per row", shape.batch, problem.max_pages),
+        }
+        .into());
+    }
+    check_len("q", problem.q.len(), shape.q_values(), "BF16 values")?;
+    check_len("block_table", problem.block_table.len(), shape.batch * problem.max_pages, "entries")?;
+    check_len("context_lens", problem.context_lens.len(), shape.batch, "entries")?;
+    check_len("out", out.len(), shape.q_values(), "BF16 values")?;
+    check_len("lse", lse.len(), shape.batch * shape.q_heads, "floats")?;
+    let stream = gpu.stream();
+    for (what, address) in [
+        ("q", kvcodec_gpu::device_address(&problem.q, stream)),
+        ("k", kvcodec_gpu::device_address(&problem.k, stream)),
+        ("v", kvcodec_gpu::device_address(&problem.v, stream)),
+    ] {
+        kvcodec_gpu::check_aligned(what, address)?;
+    }
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let f = kernel_function(gpu, shape.head_dim)?;
+    let smem = shared_bytes(shape.head_dim) as u32;
+    let plan = workspace.plan;
+    let (num_pages, max_pages) = (pages as u32, problem.max_pages as u32);
+    let (kv_heads, group, pages_per_split) =
+        (shape.kv_heads as u32, shape.group() as u32, plan.pages_per_split as u32);
+    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(&problem.q)
+        .arg(&problem.k)
+        .arg(&problem.v)
+        .arg(&problem.block_table)
+        .arg(&problem.context_lens)
+        .arg(out)
+        .arg(lse)
+        .arg(&mut workspace.partial)
+        .arg(&mut workspace.tickets)
+        .arg(workspace.status.word())
+        .arg(&num_pages)
+        .arg(&max_pages)
+        .arg(&kv_heads)
+        .arg(&group)
+        .arg(&pages_per_split)
+        .arg(&scale_log2);
+    let mut config = launch_config(1, (WARPS * 32) as u32, smem);
+    config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
+    // SAFETY: the kernel reads q [batch*q_heads*head_dim], the first ceil(len/16) entries of
+    // each block-table row, pages below num_pages (checked in the kernel) of k and v, and
+    // context_lens [batch]; it writes out and lse of the shape's sizes, and the workspace
+    // made for this shape and plan (partial: units*splits*MAX_GROUP*(head_dim+2) floats,
+    // tickets: units). Lengths and alignment are checked above; the dynamic shared memory
+    // is sized by shared_bytes for this head_dim and allowed by the attribute just set.
+    unsafe { launch.launch(config) }?;
+    Ok(())
+}
+
+/// Decode attention of a host problem on the GPU: checks it as [`crate::reference`] does,
+/// uploads, launches [`decode_device`], downloads (synchronises).
+///
+/// # Errors
+/// [`DecodeProblem::validate`]'s as [`GpuError::Codec`]; GPU errors.
+pub fn decode_to_vec(gpu: &GpuContext, problem: &DecodeProblem<'_>) -> Result<Attention<u16>, GpuError> {
+    problem.validate().map_err(GpuError::Codec)?;
+    let shape = problem.shape;
+    let q = gpu.upload(problem.q)?;
+    let k = gpu.upload(problem.kv.k)?;
+    let v = gpu.upload(problem.kv.v)?;
+    let table = gpu.upload(problem.tables.pages)?;
+    let lens = gpu.upload(problem.tables.context_lens)?;
+    let mut out = gpu.zeros::<u16>(shape.q_values().max(1))?;
+    let mut lse = gpu.zeros::<f32>((shape.batch * shape.q_heads).max(1))?;
+    let mut workspace = DecodeWorkspace::new(gpu, shape, problem.tables.max_pages)?;
+    let device = DeviceProblem {
+        shape,
+        q: q.slice(..),
+        k: k.slice(..),
+        v: v.slice(..),
+        block_table: table.slice(..),
+        max_pages: problem.tables.max_pages,
+        context_lens: lens.slice(..),
+        scale: problem.scale,
+    };
+    let n = shape.q_values();
+    let h = shape.batch * shape.q_heads;
+    decode_device(gpu, &mut workspace, &device, &mut out.slice_mut(..n), &mut lse.slice_mut(..h))?;
+    workspace.check(gpu)?;
+    Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}

@@ -1,0 +1,285 @@
+//! `cargo xtask bench-attention`: decode attention over a paged cache on the GPU, per
+//! model shape, context and batch, against the BF16 peers (torch SDPA, FlashInfer) timed by
+//! `xtask/attention/peers.py` in the same device call (issue 18's bench).
+//!
+//! Method (the peers script uses the same): CUDA events around one launch, 3 warm-ups,
+//! median of `--runs`, each run behind a 512 MiB memset that flushes the L2 and a hold
+//! kernel that keeps the host's launch latency out of the time. KV values are the real
+//! fixture's, tiled in file order: K pages from the K tensors, V pages from the V tensors,
+//! layer after layer, so a 128- or 256-wide head holds two or four consecutive 64-value
+//! heads of SmolLM2. Pages are placed by a random permutation, as in a cache after churn
+//! (`--pages contiguous` puts each sequence's pages in order).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use cudarc::driver::{CudaSlice, sys};
+use kvcodec_attention::gpu::{DecodeWorkspace, DeviceProblem, decode_device};
+use kvcodec_attention::{DecodeShape, PAGE_TOKENS};
+use kvcodec_gpu::GpuContext;
+
+/// `cargo xtask bench-attention`'s options.
+#[derive(clap::Args)]
+pub(crate) struct AttentionArgs {
+    /// Model shapes: llama3-8b (32/8/128), smollm2 (9/3/64), gemma3 (4/1/256).
+    #[arg(long, value_delimiter = ',', default_value = "llama3-8b,smollm2,gemma3")]
+    shapes: Vec<String>,
+    /// Context lengths in tokens.
+    #[arg(long, value_delimiter = ',', default_value = "8192,32768,65536,131072")]
+    contexts: Vec<usize>,
+    /// Batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    batches: Vec<usize>,
+    /// The KV file whose values fill the pages (default: the code fixture).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Page placement: `shuffled` (a random permutation, as in a cache after churn) or
+    /// `contiguous` (each sequence's pages in order, back to back).
+    #[arg(long, default_value = "shuffled", value_parser = ["shuffled", "contiguous"])]
+    pages: String,
+    /// The peers' JSON from xtask/attention/peers.py, joined into the table.
+    #[arg(long)]
+    peers: Option<PathBuf>,
+    /// Timed runs per cell (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Write the cells as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// A named model shape: query heads, KV heads, head_dim.
+const SHAPES: [(&str, usize, usize, usize); 3] =
+    [("llama3-8b", 32, 8, 128), ("smollm2", 9, 3, 64), ("gemma3", 4, 1, 256)];
+
+const WARMUP: usize = 3;
+const FLUSH_BYTES: usize = 512 << 20;
+const HOLD_NS: u64 = 2_000_000;
+
+/// One measured cell.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+struct Cell {
+    shape: String,
+    batch: usize,
+    context: usize,
+    /// K and V bytes the step reads.
+    kv_bytes: usize,
+    /// Median µs of the BF16 twin.
+    twin_us: f64,
+    splits: usize,
+}
+
+/// A peer cell as peers.py writes it (µs, `null` where the peer could not run).
+#[derive(serde::Deserialize, Clone, Debug)]
+struct PeerCell {
+    shape: String,
+    batch: usize,
+    context: usize,
+    sdpa_us: Option<f64>,
+    flashinfer_us: Option<f64>,
+    flashinfer_tc_us: Option<f64>,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    date: String,
+    commit: String,
+    dirty: bool,
+    kernels_lock_sha256: String,
+    device: String,
+    command: String,
+    values: String,
+    pages: String,
+    cells: Vec<Cell>,
+}
+
+pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
+    let gpu = GpuContext::new(0).context("bench-attention needs a GPU")?;
+    let input = match &args.input {
+        Some(p) => p.clone(),
+        None => crate::fixtures_dir().join("smollm2-135m-code.safetensors"),
+    };
+    let cache = crate::read_cache(&input)?;
+    let k_words: Vec<u16> = cache.tensors_of(bf16_field::KvKind::K).collect::<Vec<_>>().concat();
+    let v_words: Vec<u16> = cache.tensors_of(bf16_field::KvKind::V).collect::<Vec<_>>().concat();
+    let k_source = gpu.upload(&k_words)?;
+    let v_source = gpu.upload(&v_words)?;
+    let mut flush = gpu.zeros::<u8>(FLUSH_BYTES)?;
+    let peers: Vec<PeerCell> = match &args.peers {
+        Some(p) => serde_json::from_str(&std::fs::read_to_string(p).with_context(|| crate::shown(p))?)
+            .with_context(|| format!("--peers {}", crate::shown(p)))?,
+        None => Vec::new(),
+    };
+    outln!(
+        "[bench-attention] {} ; KV values from {} ; {} pages",
+        gpu.info(),
+        crate::shown(&input),
+        args.pages
+    )?;
+    outln!(
+        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8}",
+        "shape",
+        "B",
+        "S",
+        "KV MB",
+        "splits",
+        "twin us",
+        "GB/s",
+        "SDPA us",
+        "FI us",
+        "FI-TC us",
+        "vs best"
+    )?;
+    let mut cells = Vec::new();
+    for name in &args.shapes {
+        let &(shape_name, q_heads, kv_heads, head_dim) = SHAPES
+            .iter()
+            .find(|s| s.0 == name)
+            .with_context(|| format!("--shapes {name}: one of llama3-8b, smollm2, gemma3"))?;
+        for &batch in &args.batches {
+            for &context in &args.contexts {
+                let shape = DecodeShape { batch, q_heads, kv_heads, head_dim };
+                let shuffled = args.pages == "shuffled";
+                let cell =
+                    measure(&gpu, shape, context, shuffled, &k_source, &v_source, &mut flush, args.runs)
+                        .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
+                let cell = Cell { shape: shape_name.to_string(), ..cell };
+                let peer =
+                    peers.iter().find(|p| p.shape == cell.shape && p.batch == batch && p.context == context);
+                let best = peer.and_then(|p| {
+                    [p.sdpa_us, p.flashinfer_us, p.flashinfer_tc_us].into_iter().flatten().reduce(f64::min)
+                });
+                let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+                outln!(
+                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>8}",
+                    cell.shape,
+                    batch,
+                    context,
+                    cell.kv_bytes as f64 / 1e6,
+                    cell.splits,
+                    cell.twin_us,
+                    cell.kv_bytes as f64 / cell.twin_us / 1e3,
+                    show(peer.and_then(|p| p.sdpa_us)),
+                    show(peer.and_then(|p| p.flashinfer_us)),
+                    show(peer.and_then(|p| p.flashinfer_tc_us)),
+                    best.map_or("-".to_string(), |b| format!("{:.3}x", b / cell.twin_us)),
+                )?;
+                cells.push(cell);
+            }
+        }
+    }
+    outln!(
+        "twin: the BF16 twin (kvcodec_attention::gpu), byte ratio 1.000; vs best: the best peer's time / ours"
+    )?;
+    outln!(
+        "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
+        args.runs
+    )?;
+    if let Some(json) = &args.json {
+        let (commit, dirty) = crate::bench::build_info();
+        let report = Report {
+            date: crate::bench::report::today(),
+            commit,
+            dirty,
+            kernels_lock_sha256: crate::bench::kernels_lock_sha256(),
+            device: gpu.info().to_string(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            values: format!("{} tiled in file order", crate::shown(&input)),
+            pages: args.pages.clone(),
+            cells,
+        };
+        std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("--json {}", crate::shown(json)))?;
+    }
+    Ok(())
+}
+
+/// Fills `dst` with `src` repeated, on the device.
+fn tile(gpu: &GpuContext, src: &CudaSlice<u16>, dst: &mut CudaSlice<u16>) -> anyhow::Result<()> {
+    let mut at = 0;
+    while at < dst.len() {
+        let n = src.len().min(dst.len() - at);
+        gpu.stream().memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(at..at + n))?;
+        at += n;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    gpu: &GpuContext,
+    shape: DecodeShape,
+    context: usize,
+    shuffled: bool,
+    k_source: &CudaSlice<u16>,
+    v_source: &CudaSlice<u16>,
+    flush: &mut CudaSlice<u8>,
+    runs: usize,
+) -> anyhow::Result<Cell> {
+    let pages_per_seq = context.div_ceil(PAGE_TOKENS);
+    let pages = shape.batch * pages_per_seq;
+    let mut k = gpu.zeros::<u16>(pages * shape.page_values())?;
+    let mut v = gpu.zeros::<u16>(pages * shape.page_values())?;
+    tile(gpu, k_source, &mut k)?;
+    tile(gpu, v_source, &mut v)?;
+    let mut rng = xorshift(0x5eed);
+    let mut order: Vec<u32> = (0..pages as u32).collect();
+    for i in (1..order.len()).rev().filter(|_| shuffled) {
+        order.swap(i, rng() as usize % (i + 1));
+    }
+    let table = gpu.upload(&order)?;
+    let lens = gpu.upload(&vec![context as u32; shape.batch])?;
+    // Queries uniform in [-1, 1], truncated to BF16 (their values do not change the time).
+    let q_words: Vec<u16> = (0..shape.q_values())
+        .map(|_| (((rng() % 2001) as f32 / 1000.0 - 1.0).to_bits() >> 16) as u16)
+        .collect();
+    let q = gpu.upload(&q_words)?;
+    let mut out = gpu.zeros::<u16>(shape.q_values())?;
+    let mut lse = gpu.zeros::<f32>(shape.batch * shape.q_heads)?;
+    let mut workspace = DecodeWorkspace::new(gpu, shape, pages_per_seq)?;
+    let problem = DeviceProblem {
+        shape,
+        q: q.slice(..),
+        k: k.slice(..),
+        v: v.slice(..),
+        block_table: table.slice(..),
+        max_pages: pages_per_seq,
+        context_lens: lens.slice(..),
+        scale: 1.0 / (shape.head_dim as f32).sqrt(),
+    };
+    let start = gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..WARMUP + runs {
+        gpu.stream().memset_zeros(flush)?;
+        gpu.hold(HOLD_NS)?;
+        start.record(gpu.stream())?;
+        decode_device(gpu, &mut workspace, &problem, &mut out.slice_mut(..), &mut lse.slice_mut(..))?;
+        end.record(gpu.stream())?;
+        end.synchronize()?;
+        if i >= WARMUP {
+            times.push(f64::from(start.elapsed_ms(&end)?) * 1e3);
+        }
+    }
+    workspace.check(gpu)?;
+    times.sort_by(f64::total_cmp);
+    Ok(Cell {
+        shape: String::new(),
+        batch: shape.batch,
+        context,
+        kv_bytes: 2 * shape.batch * context * shape.kv_heads * shape.head_dim * 2,
+        twin_us: times[times.len() / 2],
+        splits: workspace.plan().splits,
+    })
+}
+
+/// xorshift32 for the page permutation and the queries.
+fn xorshift(seed: u32) -> impl FnMut() -> u32 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x
+    }
+}
