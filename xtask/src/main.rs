@@ -8,6 +8,7 @@ mod output;
 
 mod bench;
 mod bundle;
+mod cpu_bench;
 mod fixtures;
 mod kernel_constants;
 mod kernels;
@@ -66,6 +67,9 @@ enum Command {
     },
     /// The main job: every codec on the input, bit-exact round trip checked, one table.
     Bench(bench::BenchArgs),
+    /// Codecs with only a CPU path so far (ZipFusion), timed on one thread and on all:
+    /// encode and decode GB/s, round trip checked.
+    CpuBench(cpu_bench::CpuBenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
@@ -95,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats { input } => stats::run(input),
         Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
+        Command::CpuBench(args) => cpu_bench::run(args),
         Command::GpuBundle { out } => bundle::run(&out),
     }
 }

@@ -23,6 +23,7 @@ use kvcodec_gpu::{Backend, BackendChoice, GpuCacheCodec, GpuContext};
 use splitzip::SplitzipCodec;
 
 pub(crate) use method::{Method, TileAxis, median_secs, tiled_cache};
+pub(crate) use report::cpu_model;
 use report::{Measured, Report, Row};
 
 #[derive(clap::Args)]
