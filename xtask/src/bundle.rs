@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
-pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
+pub(crate) fn run(out: &Path, gpu_only: bool) -> anyhow::Result<()> {
     let root = crate::project_root();
     let out = if out.is_absolute() { out.to_path_buf() } else { root.join(out) };
     // Only an earlier bundle (or an empty folder) is replaced: anything else is the
@@ -28,7 +28,15 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
         .into_iter()
         .find(|exe| exe.file_stem().is_some_and(|s| s == "xtask"))
         .context("cargo build reported no xtask binary")?;
-    let test_binaries = executables(&root, &["test", "--workspace", "--release", "--no-run"], true)?;
+    let mut test_binaries = executables(&root, &["test", "--workspace", "--release", "--no-run"], true)?;
+    if gpu_only {
+        let gpu_tests = gpu_test_names(&root)?;
+        // A test binary is named `<file stem>-<hash>`.
+        test_binaries.retain(|exe| {
+            let name = exe.file_name().unwrap_or_default().to_string_lossy();
+            name.rsplit_once('-').is_some_and(|(stem, _)| gpu_tests.iter().any(|t| t == stem))
+        });
+    }
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(out.join("tests"))?;
     std::fs::create_dir_all(out.join("fixtures"))?;
@@ -47,8 +55,10 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
             std::fs::copy(&path, out.join(dir).join(path.file_name().context("file name")?))?;
         }
     }
-    for f in crate::fixture_files()? {
-        std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
+    if !gpu_only {
+        for f in crate::fixture_files()? {
+            std::fs::copy(&f, out.join("fixtures").join(f.file_name().context("fixture name")?))?;
+        }
     }
     // Debug info is most of each binary; the bundle travels, so strip it where `strip`
     // exists (binutils), and keep the binaries as they are elsewhere.
@@ -67,7 +77,7 @@ pub(crate) fn run(out: &Path) -> anyhow::Result<()> {
 set -euo pipefail\n\
 cd \"$(dirname \"$0\")\"\n\
 # The bundle mirrors the workspace's snapshots and specs, which the CPU tests compare with.\n\
-export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\" KVCODEC_WORKSPACE=\"$PWD\" INSTA_WORKSPACE_ROOT=\"$PWD\"\n\
+export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"${KVCODEC_FIXTURES:-$PWD/fixtures}\" KVCODEC_WORKSPACE=\"$PWD\" INSTA_WORKSPACE_ROOT=\"$PWD\"\n\
 for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
 ./xtask-bench.sh \"$@\"\n";
     std::fs::write(out.join("run.sh"), script)?;
@@ -76,27 +86,51 @@ for t in tests/*; do echo \"== $t\"; \"$t\" --test-threads=2; done\n\
 # The GPU bench on every fixture; each fixture's JSON goes to results/<fixture>.json.\n\
 set -euo pipefail\n\
 cd \"$(dirname \"$0\")\"\n\
-export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"$PWD/fixtures\"\n\
+export KVCODEC_REQUIRE_GPU=1 KVCODEC_FIXTURES=\"${KVCODEC_FIXTURES:-$PWD/fixtures}\"\n\
 mkdir -p results\n\
-for f in fixtures/*.safetensors; do\n\
+for f in \"$KVCODEC_FIXTURES\"/*.safetensors; do\n\
   ./xtask bench --backend cuda --input \"$f\" --json \"results/$(basename \"$f\" .safetensors).json\" \"$@\"\n\
 done\n";
     std::fs::write(out.join("xtask-bench.sh"), bench)?;
     for s in ["run.sh", "xtask-bench.sh"] {
         crate::venv::run(Command::new("chmod").arg("+x").arg(out.join(s)))?;
     }
-    outln!(
-        "gpu-bundle: {} ({} test binaries, {} fixtures)",
-        crate::shown(&out),
-        tests.len(),
-        crate::fixture_files()?.len()
-    )?;
+    let fixtures = if gpu_only { 0 } else { crate::fixture_files()?.len() };
+    outln!("gpu-bundle: {} ({} test binaries, {fixtures} fixtures)", crate::shown(&out), tests.len())?;
+    if gpu_only {
+        outln!("no fixtures in it: set KVCODEC_FIXTURES to the checkout's fixtures/ on the GPU machine")?;
+    }
     let name = out.file_name().unwrap_or_default().to_string_lossy();
     outln!("copy the folder to a GPU machine (x86-64 Linux, glibc 2.34+, CUDA 13 driver R580+), then:")?;
     outln!(
         "  bash {name}/run.sh   # every test with KVCODEC_REQUIRE_GPU=1, then the bench: {name}/results/*.json"
     )?;
     Ok(())
+}
+
+/// The stems of the test files that use a GPU (`gpu_or_skip`): the workspace crates'
+/// `tests/*.rs`.
+fn gpu_test_names(root: &Path) -> anyhow::Result<Vec<String>> {
+    let mut dirs = vec![root.join("xtask").join("tests")];
+    for krate in std::fs::read_dir(root.join("crates"))? {
+        dirs.push(krate?.path().join("tests"));
+    }
+    let mut names = Vec::new();
+    for dir in dirs {
+        let Ok(files) = std::fs::read_dir(&dir) else { continue };
+        for file in files {
+            let path = file?.path();
+            if path.extension().is_some_and(|e| e == "rs")
+                && std::fs::read_to_string(&path)?.contains("gpu_or_skip")
+                && let Some(stem) = path.file_stem()
+            {
+                names.push(stem.to_string_lossy().into_owned());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// The executables `cargo <args> --message-format=json` builds in `root`: test binaries

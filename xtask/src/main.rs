@@ -75,6 +75,11 @@ enum Command {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
         #[arg(long, default_value = "gpu-bundle")]
         out: PathBuf,
+        /// Only the test binaries that use a GPU, and no fixtures (run.sh then takes
+        /// KVCODEC_FIXTURES from the environment): small enough to travel with a
+        /// checkout that already holds the fixtures.
+        #[arg(long)]
+        gpu_only: bool,
     },
 }
 
@@ -100,7 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
         Command::CpuBench(args) => cpu_bench::run(args),
-        Command::GpuBundle { out } => bundle::run(&out),
+        Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),
     }
 }
 
