@@ -1,10 +1,14 @@
-//! [`ZipfusionCodec`]: the [`CacheCodec`] implementation over this crate's container API.
+//! [`ZipfusionCodec`]: the [`CacheCodec`] and [`GpuCacheCodec`] implementations over this
+//! crate's container API and its GPU path.
 
 use bf16_field::{CacheCodec, KvShape, WordOrder};
+use cudarc::driver::{CudaView, CudaViewMut};
+use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 
 use crate::Error;
 use crate::cache::{CacheHeader, EncodeOptions, decode_cache_into, encode_words, page_shape_of};
 use crate::format::Variant;
+use crate::gpu::{CacheDecoder, CacheEncoder, GpuError};
 
 /// ZipFusion over a whole cache: one container (spec §7) of `floor(T / 16)` compressed
 /// pages and a BF16 tail per layer, taking the cache's words layer-major.
@@ -18,6 +22,13 @@ pub struct ZipfusionCodec {
     /// Store the Adler-32 of the values (spec §7.3), which every decoder then verifies;
     /// off by default.
     pub checksum: bool,
+}
+
+impl ZipfusionCodec {
+    /// The encoder options of this codec value.
+    pub fn options(&self) -> EncodeOptions {
+        EncodeOptions { variant: self.variant, checksum: self.checksum }
+    }
 }
 
 impl CacheCodec for ZipfusionCodec {
@@ -37,7 +48,7 @@ impl CacheCodec for ZipfusionCodec {
     }
 
     fn encode_words(&self, words: &[u16], shape: KvShape) -> Result<Vec<u8>, Error> {
-        encode_words(words, shape, &EncodeOptions { variant: self.variant, checksum: self.checksum })
+        encode_words(words, shape, &self.options())
     }
 
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
@@ -52,5 +63,49 @@ impl CacheCodec for ZipfusionCodec {
             });
         }
         decode_cache_into(encoded, out).map(|_| ())
+    }
+}
+
+impl GpuCacheCodec for ZipfusionCodec {
+    type Encoder = CacheEncoder;
+    type Decoder = CacheDecoder;
+
+    fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<CacheEncoder, GpuError> {
+        CacheEncoder::new(gpu, shape, &self.options())
+    }
+
+    fn encode_device(
+        &self,
+        gpu: &GpuContext,
+        encoder: &mut CacheEncoder,
+        words: &CudaView<'_, u16>,
+    ) -> Result<(), GpuError> {
+        encoder.encode(gpu, words)
+    }
+
+    fn encoded_bytes(&self, gpu: &GpuContext, encoder: &CacheEncoder) -> Result<Vec<u8>, GpuError> {
+        encoder.to_vec(gpu)
+    }
+
+    fn device_decoder(
+        &self,
+        gpu: &GpuContext,
+        encoded: &[u8],
+        shape: KvShape,
+    ) -> Result<CacheDecoder, GpuError> {
+        CacheDecoder::new(gpu, encoded, Some(shape))
+    }
+
+    fn decode_device(
+        &self,
+        gpu: &GpuContext,
+        decoder: &mut CacheDecoder,
+        out: &mut CudaViewMut<'_, u16>,
+    ) -> Result<(), GpuError> {
+        decoder.decode(gpu, out)
+    }
+
+    fn finish_decode(&self, gpu: &GpuContext, decoder: &CacheDecoder) -> Result<(), GpuError> {
+        decoder.finish(gpu)
     }
 }

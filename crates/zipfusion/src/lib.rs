@@ -62,13 +62,16 @@
 //! to another value unless the container carries its checksum
 //! ([`EncodeOptions::checksum`], [`ZipfusionCodec::checksum`]; spec §7.3).
 //!
-//! **GPU.** Not yet: this crate has no kernels. The layout is made for them (spec §10).
+//! **GPU.** [`gpu`]: page compression and page decode on the caller's stream, and the
+//! whole-cache container through [`kvcodec_gpu::GpuCacheCodec`], byte-identical to this
+//! CPU reference both ways, with the CPU's errors for invalid pages (spec §10).
 
 mod block;
 mod cache;
 mod codec;
 mod error;
 pub mod format;
+pub mod gpu;
 mod page;
 
 pub use block::restore_high_bytes;
