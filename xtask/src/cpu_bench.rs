@@ -1,7 +1,7 @@
-//! `cargo xtask cpu-bench`: the codecs that have only a CPU path so far (ZipFusion: no
-//! `GpuCacheCodec` yet, so not in `cargo xtask bench`), timed on the CPU on one thread
-//! and on every thread, with the bench's method (wall-clock medians after warm-ups, GB/s
-//! of uncompressed BF16, round trip checked before a number is printed).
+//! `cargo xtask cpu-bench`: ZipFusion's CPU codec timed on one thread and on every thread
+//! (its per-core decode throughput, which `cargo xtask bench` does not separate), with the
+//! bench's method (wall-clock medians after warm-ups, GB/s of uncompressed BF16, round
+//! trip checked before a number is printed).
 
 use std::path::PathBuf;
 

@@ -67,8 +67,8 @@ enum Command {
     },
     /// The main job: every codec on the input, bit-exact round trip checked, one table.
     Bench(bench::BenchArgs),
-    /// Codecs with only a CPU path so far (ZipFusion), timed on one thread and on all:
-    /// encode and decode GB/s, round trip checked.
+    /// ZipFusion's CPU codec timed on one thread and on all: encode and decode GB/s per
+    /// core and in all, round trip checked.
     CpuBench(cpu_bench::CpuBenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
