@@ -8,11 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use bf16_field::{CacheCodec, KvCache, KvKind, KvShape};
+use bf16_field::{CacheCodec, KvCache, KvKind, KvShape, WordOrder};
 use exans::{BlockShape, EncodeOptions, RawPolicy};
 use splitzip::{Codebook, SplitzipCodec};
+use zipfusion::{PageShape, Variant, ZipfusionCodec};
 
-use crate::targets::cache_shape_prefix;
+use crate::targets::{cache_shape_prefix, zipfusion_page_prefix};
 
 /// The repository's `fixtures/` folder.
 pub fn fixtures_dir() -> PathBuf {
@@ -92,6 +93,34 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
         .collect();
     let toy_book = Codebook::new(std::array::from_fn(|i| 0x74 + i as u8)).expect("distinct");
     let special = special_words(96);
+    // ZipFusion needs head_dims of whole 32-channel blocks: its own small pieces (a page
+    // and a tail of real K and V, whose exact zeros make zero-aware blocks), and 1.0 with
+    // every special value among it (exponent 0: zero-aware; 255: raw).
+    let mut zipfusion_pieces: Vec<(String, KvCache)> = caches
+        .iter()
+        .zip(["code", "prose"])
+        .flat_map(|(c, name)| {
+            [
+                (
+                    format!("{name}-l1h1d64t19"),
+                    sub_cache(c, 0, 0, KvShape::new(1, 1, 64, 19).expect("shape")),
+                ),
+                (
+                    format!("{name}-l2h1d32t16"),
+                    sub_cache(c, 11, 200, KvShape::new(2, 1, 32, 16).expect("shape")),
+                ),
+            ]
+        })
+        .collect();
+    let specials: Vec<u16> =
+        (0..2 * 16 * 32).map(|i| if i % 41 == 0 { special[i % special.len()] } else { 0x3f80 }).collect();
+    let specials =
+        KvCache::from_words(KvShape::new(1, 1, 32, 16).expect("shape"), WordOrder::LayerMajor, specials);
+    zipfusion_pieces.push(("special".into(), specials.expect("cache")));
+    let zipfusion_codecs = [
+        ("base", ZipfusionCodec::default()),
+        ("zero-checksum", ZipfusionCodec { variant: Variant::ZeroAware, checksum: true }),
+    ];
 
     match target {
         "splitzip_header" | "splitzip_payload" => {
@@ -288,6 +317,36 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
             let mut bytes = vec![1, 1, 1, 39, 0x05, 0];
             bytes.extend(le_words(&special_words(96)));
             add("special".into(), bytes);
+        }
+        "zipfusion_page" => {
+            for (name, piece) in &zipfusion_pieces {
+                let shape = PageShape::new(piece.shape().kv_heads, piece.shape().head_dim).expect("shape");
+                let k = piece.page(0, KvKind::K, 0, 16).expect("a full page");
+                let v = piece.page(0, KvKind::V, 0, 16).expect("a full page");
+                for variant in Variant::ALL {
+                    let mut bytes = zipfusion_page_prefix(shape, variant).to_vec();
+                    bytes.extend(zipfusion::encode_page(k, v, shape, variant).expect("encode"));
+                    add(format!("{name}-{}", variant.name()), bytes);
+                }
+            }
+        }
+        "zipfusion_cache" => {
+            for (name, piece) in &zipfusion_pieces {
+                for (options, codec) in &zipfusion_codecs {
+                    add(format!("{name}-{options}"), codec.encode(piece).expect("encode"));
+                }
+            }
+        }
+        "zipfusion_roundtrip" => {
+            for (name, piece) in &zipfusion_pieces {
+                let s = piece.shape();
+                let shape =
+                    [s.layers - 1, s.kv_heads - 1, s.head_dim / 32 - 1, s.tokens - 1].map(|v| v as u8);
+                let mut bytes = shape.to_vec();
+                bytes.push(1); // zero-aware, no checksum
+                bytes.extend(le_words(&piece.words_in(WordOrder::LayerMajor)));
+                add(name.clone(), bytes);
+            }
         }
         "field_split_merge" => {
             add("special".into(), le_words(&special));

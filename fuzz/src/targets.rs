@@ -14,6 +14,7 @@ use bf16_field::{CacheCodec, KvCache, KvShape, WordOrder};
 use exans::{EncodeOptions, ExansCodec, Model, RawPolicy};
 use gaac::{Bases, GaacCodec};
 use splitzip::{Codebook, PayloadHeader, SplitzipCodec};
+use zipfusion::{PageShape, Variant, ZipfusionCodec};
 
 /// A target: its name (the libFuzzer binary's and the seed folder's) and its body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -31,6 +32,9 @@ pub const TARGETS: &[Target] = &[
     ("exans_model_table", exans_model_table),
     ("exans_quantize", exans_quantize),
     ("exans_roundtrip", exans_roundtrip),
+    ("zipfusion_page", zipfusion_page),
+    ("zipfusion_cache", zipfusion_cache),
+    ("zipfusion_roundtrip", zipfusion_roundtrip),
     ("gaac_cache", gaac_cache),
     ("gaac_bases_json", gaac_bases_json),
     ("gaac_roundtrip", gaac_roundtrip),
@@ -52,6 +56,26 @@ pub fn words_of(bytes: &[u8]) -> Vec<u16> {
 fn shown(error: &dyn std::error::Error) {
     let text = error.to_string();
     assert!(!text.is_empty(), "an error prints something");
+}
+
+/// A decoder's result and its parser's on the same bytes: both values when the decoder
+/// accepts (then the parser must too), else `None` after showing each error.
+fn decoded_and_parsed<T, U, E, F>(decoded: Result<T, E>, parsed: Result<U, F>) -> Option<(T, U)>
+where
+    E: std::error::Error,
+    F: std::error::Error,
+{
+    match (decoded, parsed) {
+        (Ok(value), Ok(layout)) => Some((value, layout)),
+        (Ok(_), Err(e)) => panic!("the decoder accepts what its parser rejects: {e}"),
+        (Err(e), parsed) => {
+            shown(&e);
+            if let Err(e) = parsed {
+                shown(&e);
+            }
+            None
+        }
+    }
 }
 
 /// The four bytes a whole-cache target reads its shape from, and the shape they give:
@@ -285,18 +309,10 @@ pub fn exans_record_decode(data: &[u8]) {
 /// `CacheCodec::decode` (the shape comes from the container itself). A decoded cache
 /// re-encodes into a container that decodes to it again.
 pub fn exans_container(data: &[u8]) {
-    let info = exans::container_info(data);
-    let cache = match exans::decode_cache(data) {
-        Ok(cache) => cache,
-        Err(e) => {
-            shown(&e);
-            if let Err(e) = info {
-                shown(&e);
-            }
-            return;
-        }
+    let Some((cache, info)) = decoded_and_parsed(exans::decode_cache(data), exans::container_info(data))
+    else {
+        return;
     };
-    let info = info.expect("what decodes has a valid index");
     assert_eq!(info.shape, cache.shape());
     for i in 0..info.blocks() {
         assert_eq!(exans::record_shape(info.record(data, i)), Ok(info.block_shape(i)));
@@ -499,6 +515,97 @@ pub fn gaac_roundtrip(data: &[u8]) {
     assert!(container.len() <= gaac::max_encoded_len(shape, capacity).expect("valid shape"));
     let cache = gaac::decode_cache(&container).expect("encoder output decodes");
     assert_eq!(cache.words_in(WordOrder::LayerMajor), words);
+}
+
+// ---------------------------------------------------------------------------------------
+// ZipFusion
+
+/// The page shape and variant a page target reads from its first two bytes: H in 1..=4,
+/// D = 32 x (1..=4), bit 7 of byte 1 the zero-aware variant.
+pub fn zipfusion_page_args(prefix: [u8; 2]) -> (PageShape, Variant) {
+    let [h, d] = prefix;
+    let shape = PageShape::new(1 + h as usize % 4, 32 * (1 + (d & 0x7f) as usize % 4)).expect("small shape");
+    (shape, if d & 0x80 != 0 { Variant::ZeroAware } else { Variant::Base })
+}
+
+/// The inverse of [`zipfusion_page_args`] for arguments in its range.
+pub fn zipfusion_page_prefix(shape: PageShape, variant: Variant) -> [u8; 2] {
+    let zero_aware = if variant == Variant::ZeroAware { 0x80 } else { 0 };
+    [(shape.kv_heads - 1) as u8, (shape.head_dim / 32 - 1) as u8 | zero_aware]
+}
+
+/// One page (spec §5, §6): `page_info` (on the bytes, which may run past the page) and
+/// `decode_page` (exactly the page), with the shape and variant from the first two bytes
+/// ([`zipfusion_page_args`]). What decodes has the length `page_info` gives, and its
+/// values re-encode into a page that decodes to them (pages are not canonical: spec §6).
+pub fn zipfusion_page(data: &[u8]) {
+    let Some((prefix, page)) = data.split_first_chunk::<2>() else { return };
+    let (shape, variant) = zipfusion_page_args(*prefix);
+    let info = zipfusion::page_info(page, shape, variant);
+    let [k, v] = match zipfusion::decode_page(page, shape, variant) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            shown(&e);
+            if let Ok(info) = info {
+                assert!(info.len < page.len(), "valid metadata fails decode_page only on trailing bytes");
+                assert!(info.to_string().contains("zipfusion page"));
+            }
+            return;
+        }
+    };
+    let info = info.expect("what decodes has valid metadata");
+    assert_eq!(info.len, page.len());
+    assert_eq!(info.block_counts().iter().map(|c| c.total()).sum::<usize>(), shape.blocks());
+    let again = zipfusion::encode_page(&k, &v, shape, variant).expect("decoded values encode");
+    assert_eq!(zipfusion::decode_page(&again, shape, variant).expect("encoder output decodes"), [k, v]);
+}
+
+/// A whole container (spec §7): `cache_info`, `decode_cache`, and `ZipfusionCodec`'s
+/// `CacheCodec::decode` with the header's shape. A decoded cache re-encodes, with the
+/// container's variant and checksum option, into a container that decodes to it.
+pub fn zipfusion_cache(data: &[u8]) {
+    let Some((cache, info)) = decoded_and_parsed(zipfusion::decode_cache(data), zipfusion::cache_info(data))
+    else {
+        return;
+    };
+    assert_eq!(info.header.shape, cache.shape());
+    assert_eq!(info.len, data.len());
+    assert!(!info.to_string().is_empty());
+    let codec = ZipfusionCodec { variant: info.header.variant, checksum: info.header.checksum.is_some() };
+    assert_eq!(codec.decode(data, cache.shape()).as_ref(), Ok(&cache));
+    let again = codec.encode(&cache).expect("a decoded cache encodes");
+    assert_eq!(zipfusion::decode_cache(&again).expect("encoder output decodes"), cache);
+}
+
+/// ZipFusion round trip: bytes 0..4 give the shape (L in 1..=2, H in 1..=2, D = 32 x
+/// (1..=3), T in 1..=40: at most 30,720 words), byte 4 the options (bit 0 zero-aware, bit
+/// 1 checksum); the rest are the words (repeated, or zeros, to fill the cache).
+/// `decode(encode(w)) == w` for the cache and for each of its pages, within
+/// `max_encoded_len`.
+pub fn zipfusion_roundtrip(data: &[u8]) {
+    let Some((&[l, h, d, t, options], rest)) = data.split_first_chunk::<5>() else { return };
+    let shape =
+        KvShape::new(1 + l as usize % 2, 1 + h as usize % 2, 32 * (1 + d as usize % 3), 1 + t as usize % 40)
+            .expect("small dimensions");
+    let variant = if options & 1 != 0 { Variant::ZeroAware } else { Variant::Base };
+    let codec = ZipfusionCodec { variant, checksum: options & 2 != 0 };
+    let mut words = words_of(rest);
+    if words.is_empty() {
+        words = vec![0];
+    }
+    let words: Vec<u16> = words.iter().copied().cycle().take(shape.total_values()).collect();
+    let encoded = codec.encode_words(&words, shape).expect("a valid shape encodes");
+    assert!(encoded.len() <= zipfusion::max_encoded_len(shape).expect("a valid shape"));
+    let mut out = vec![0u16; words.len()];
+    codec.decode_into(&encoded, shape, &mut out).expect("encoder output decodes");
+    assert_eq!(out, words);
+    let info = zipfusion::cache_info(&encoded).expect("encoder output is valid");
+    let page_shape = info.header.page_shape();
+    for (offset, page) in &info.pages {
+        let bytes = &encoded[*offset..*offset + page.len];
+        let [k, v] = zipfusion::decode_page(bytes, page_shape, variant).expect("encoder pages decode");
+        assert_eq!(zipfusion::encode_page(&k, &v, page_shape, variant).expect("valid shape"), bytes);
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ fn magic(bytes: [u8; 4]) -> usize {
 pub(crate) fn headers() -> Vec<Header> {
     use exans::format as ef;
     use splitzip::format as sf;
+    use zipfusion::format as zf;
     vec![
         Header {
             path: "kernels/attention/attention_format.gen.cuh",
@@ -285,6 +286,77 @@ pub(crate) fn headers() -> Vec<Header> {
             source: "gaac::format",
             defines: gaac_defines(),
             status: None,
+        },
+        Header {
+            path: "kernels/zipfusion/zipfusion_format.gen.cuh",
+            source: "zipfusion::format and zipfusion::gpu",
+            defines: vec![
+                d("ZIPFUSION_PAGE_TOKENS", zf::PAGE_TOKENS, "", "tokens per page (spec 2)"),
+                d(
+                    "ZIPFUSION_BLOCK_CHANNELS",
+                    zf::BLOCK_CHANNELS,
+                    "",
+                    "channels of one head per block (spec 2)",
+                ),
+                d("ZIPFUSION_BLOCK_VALUES", zf::BLOCK_VALUES, "", "values per block (spec 2)"),
+                d("ZIPFUSION_LOW_BYTES_LEN", zf::LOW_BYTES_LEN, "", "low bytes of a coded block (spec 4.1)"),
+                d("ZIPFUSION_CODED_BLOCK_LEN", zf::CODED_BLOCK_LEN, "u", "bytes of a coded block (spec 4.1)"),
+                d("ZIPFUSION_RAW_BLOCK_LEN", zf::RAW_BLOCK_LEN, "u", "bytes of a raw block (spec 4.2)"),
+                d("ZIPFUSION_MAX_HALF_BASE", zf::MAX_HALF_BASE as usize, "u", "the largest b/2 (spec 2.1)"),
+                d(
+                    "ZIPFUSION_WINDOW_SPAN",
+                    zf::WINDOW_SPAN as usize,
+                    "u",
+                    "the largest E - b of a coded block",
+                ),
+                d(
+                    "ZIPFUSION_ZERO_AWARE_WINDOW_SPAN",
+                    zf::ZERO_AWARE_WINDOW_SPAN as usize,
+                    "u",
+                    "the largest nonzero E - b of a zero-aware block (spec 2.2)",
+                ),
+                d("ZIPFUSION_ZERO_D", zf::ZERO_D as usize, "u", "the d of exponent 0 in a zero-aware block"),
+                d(
+                    "ZIPFUSION_RAW_BLOCK_BYTE",
+                    zf::RAW_BLOCK_BYTE as usize,
+                    "u",
+                    "metadata byte of a raw block (spec 5.1)",
+                ),
+                d(
+                    "ZIPFUSION_ZERO_AWARE_FLAG",
+                    zf::ZERO_AWARE_FLAG as usize,
+                    "u",
+                    "metadata bit of a zero-aware block (spec 5.1)",
+                ),
+                d(
+                    "ZIPFUSION_OFFSET_LEN",
+                    zf::OFFSET_LEN,
+                    "u",
+                    "bytes of an entry's first-block offset (spec 5.1)",
+                ),
+                d("ZIPFUSION_HEADER_LEN", zf::HEADER_LEN, "u", "bytes of the container header (spec 7.1)"),
+                d("ZIPFUSION_HEADER_CHECKSUM", zf::header::CHECKSUM, "u", "header field offsets (spec 7.1)"),
+                d("ZIPFUSION_HEADER_CRC", zf::header::HEADER_CRC, "u", ""),
+                d(
+                    "ZIPFUSION_THREADS",
+                    zipfusion::gpu::THREADS as usize,
+                    "",
+                    "threads per CTA of the page kernels",
+                ),
+                d(
+                    "ZIPFUSION_SCAN_THREADS",
+                    zipfusion::gpu::SCAN_THREADS as usize,
+                    "",
+                    "threads of the container's scan CTA",
+                ),
+                d(
+                    "ZIPFUSION_TILE_STRIDE",
+                    zipfusion::gpu::TILE_STRIDE,
+                    "",
+                    "words per row of a warp's shared-memory tile",
+                ),
+            ],
+            status: Some(("ZIPFUSION_STATUS", zipfusion::gpu::DECODE_STATUS)),
         },
     ]
 }

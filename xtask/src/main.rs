@@ -9,6 +9,7 @@ mod output;
 mod bench;
 mod bench_attention;
 mod bundle;
+mod cpu_bench;
 mod fixtures;
 mod kernel_constants;
 mod kernels;
@@ -73,6 +74,9 @@ enum Command {
     /// Decode attention on the GPU per model shape, context and batch, beside the BF16
     /// peers' times from xtask/attention/peers.py (--peers).
     BenchAttention(bench_attention::AttentionArgs),
+    /// ZipFusion's CPU codec timed on one thread and on all: encode and decode GB/s per
+    /// core and in all, round trip checked.
+    CpuBench(cpu_bench::CpuBenchArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
@@ -108,6 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
         Command::BenchAttention(args) => bench_attention::run(args),
+        Command::CpuBench(args) => cpu_bench::run(args),
         Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),
     }
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask stats [--input FILE]`: exponent and sign+mantissa entropy of a KV file,
 //! overall, per K/V and per layer (the ExANS paper's "Table 1"; SplitZip's top-16
-//! coverage), then where ExANS's bytes go against the entropy of the data, and GAAC's
-//! slots: how many blocks fit, the content and resident ratios, the groups by tag.
+//! coverage), then where ExANS's bytes go against the entropy of the data, GAAC's slots
+//! (how many blocks fit, the content and resident ratios, the groups by tag), and how many
+//! of ZipFusion's blocks each variant codes.
 
 use std::path::PathBuf;
 
@@ -55,6 +56,13 @@ pub(crate) fn run(input: Option<PathBuf>) -> anyhow::Result<()> {
         }
         exans_bytes(&cache, exans::format::DEFAULT_BLOCK_TOKENS)?;
         gaac_slots(&path, &cache)?;
+        if cache.shape().head_dim.is_multiple_of(zipfusion::format::BLOCK_CHANNELS) {
+            for variant in zipfusion::Variant::ALL {
+                zipfusion_blocks(&cache, variant)?;
+            }
+        } else {
+            outln!("zipfusion: none, its blocks need a head_dim that is a multiple of 32")?;
+        }
         outln!()?;
     }
     Ok(())
@@ -122,6 +130,45 @@ fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
         100.0 * (quantized_bytes / ideal_exponent_bytes - 1.0),
         100.0 * (words / ideal_exponent_bytes - 1.0),
         100.0 * ((words + states) / ideal_exponent_bytes - 1.0)
+    )?;
+    Ok(())
+}
+
+/// ZipFusion's container of `variant` (docs/formats/zipfusion.md §9): the share of
+/// blocks each kind codes (zero-aware among them), the ratio with every byte counted, and
+/// the ratio of the blocks alone (without page metadata, container header and BF16 tails).
+fn zipfusion_blocks(cache: &KvCache, variant: zipfusion::Variant) -> anyhow::Result<()> {
+    let raw = 2 * cache.shape().total_values();
+    let options = zipfusion::EncodeOptions { variant, checksum: false };
+    let container = zipfusion::encode_cache(cache, &options)?;
+    let info = zipfusion::cache_info(&container)?;
+    let counts = info.block_counts();
+    let kinds: Vec<String> = KvKind::BOTH
+        .iter()
+        .zip(&counts)
+        .map(|(kind, c)| {
+            format!(
+                "{} {:.2}% of {} ({} zero-aware)",
+                kind.suffix().to_uppercase(),
+                100.0 * c.eligible() as f64 / c.total() as f64,
+                c.total(),
+                c.zero_aware
+            )
+        })
+        .collect();
+    let (eligible, total) =
+        (counts[0].eligible() + counts[1].eligible(), counts[0].total() + counts[1].total());
+    let block_bytes =
+        eligible * zipfusion::format::CODED_BLOCK_LEN + (total - eligible) * zipfusion::format::RAW_BLOCK_LEN;
+    let block_values = total * zipfusion::format::BLOCK_VALUES;
+    outln!(
+        "zipfusion {}: blocks coded {:.2}% ({}), container {} bytes, ratio {:.4}, blocks alone {:.4}",
+        variant.name(),
+        100.0 * eligible as f64 / total as f64,
+        kinds.join(", "),
+        container.len(),
+        raw as f64 / container.len() as f64,
+        (2 * block_values) as f64 / block_bytes as f64
     )?;
     Ok(())
 }

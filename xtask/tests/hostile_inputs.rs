@@ -452,4 +452,13 @@ fn whole_cache_decoders_never_panic() {
         let exans = exans::ExansCodec { block_tokens: 8, checksum };
         attack(&exans, &exans.encode(&cache).unwrap(), &shapes);
     }
+    // ZipFusion's blocks are 32 channels wide: a cache of head_dim 32 with a page and a tail.
+    let cache = kvcodec_testkit::kv_like(2, 2, 32, 21, 5);
+    let shapes = shapes.map(|s| KvShape { head_dim: 32, ..s });
+    for variant in zipfusion::Variant::ALL {
+        for checksum in [false, true] {
+            let zipfusion = zipfusion::ZipfusionCodec { variant, checksum };
+            attack(&zipfusion, &zipfusion.encode(&cache).unwrap(), &shapes);
+        }
+    }
 }

@@ -22,8 +22,10 @@ use gaac::GaacCodec;
 use kvcodec_gpu::timing::CopyRoofline;
 use kvcodec_gpu::{Backend, BackendChoice, GpuCacheCodec, GpuContext};
 use splitzip::SplitzipCodec;
+use zipfusion::{Variant, ZipfusionCodec};
 
 pub(crate) use method::{Method, TileAxis, median_secs, tiled_cache};
+pub(crate) use report::cpu_model;
 use report::{Measured, Report, Row};
 
 #[derive(clap::Args)]
@@ -183,6 +185,11 @@ const CODECS: &[Entry] = &[
     Entry {
         name: "exans-checksum",
         rows: |ctx| codec_rows(ctx, &ExansCodec { checksum: true, ..Default::default() }),
+    },
+    Entry { name: "zipfusion", rows: |ctx| codec_rows(ctx, &ZipfusionCodec::default()) },
+    Entry {
+        name: "zipfusion-zero",
+        rows: |ctx| codec_rows(ctx, &ZipfusionCodec { variant: Variant::ZeroAware, checksum: false }),
     },
 ];
 

@@ -197,16 +197,24 @@ pub(crate) struct Report {
 
 /// The host CPU's model name, its hardware threads, and the threads the CPU rows used.
 pub(crate) fn host_cpu() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "{}, {cores} hardware threads, {} used by the CPU rows",
+        cpu_model(),
+        rayon::current_num_threads()
+    )
+}
+
+/// The CPU's model name from `/proc/cpuinfo`, or "unknown".
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("model name"))
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cores} hardware threads, {} used by the CPU rows", rayon::current_num_threads())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, no date crate needed for one line).

@@ -1,0 +1,246 @@
+//! The ZipFusion GPU page compression and page decode (PTX from
+//! `kernels/zipfusion/zipfusion.cu`), byte-identical to the CPU reference in both
+//! directions (spec §10).
+//!
+//! **Pages** (a paged pool's view): [`encode_pages_device`] compresses a run of full
+//! 16-token pages into fixed slots and leaves each page's length on the device;
+//! [`decode_pages_device`] checks each slot's metadata on the device (spec §6) and
+//! decodes the valid pages to BF16, leaving a status word that [`verify_pages`] turns
+//! into the CPU's exact [`crate::Error`]. Both enqueue on the context's stream with no
+//! host synchronisation, so they can be captured in a CUDA graph.
+//!
+//! **Caches** ([`CacheEncoder`], [`CacheDecoder`], and through them
+//! [`kvcodec_gpu::GpuCacheCodec`] for [`crate::ZipfusionCodec`]): the container of spec
+//! §7. Encoding is one pass over the input (`zipfusion_encode_fused`, one CTA per page):
+//! a page's blocks are loaded into shared memory and classified, the page's place in the
+//! container comes from a decoupled look-back over the earlier pages' lengths (pages
+//! taken in ticket order), and the page is written from shared memory; then one CTA
+//! writes the header with its checksum and CRC (`zipfusion_encode_header`) and the BF16
+//! tails are copied (`zipfusion_tails`). Pages of more than [`FUSED_MAX_BLOCKS`] blocks
+//! take two passes instead: classification (`zipfusion_encode_classify`), a scan of the
+//! page lengths that also writes the header (`zipfusion_encode_scan`, one CTA) and the
+//! page writer (`zipfusion_encode_pages`). The container's length stays on the device
+//! until [`CacheEncoder::encoded_len`] reads it. Decoding walks the container's page
+//! lengths on the host once ([`CacheDecoder::new`]: pages have no index), then each
+//! decode is one kernel over the pages plus the tail copy.
+//!
+//! How the kernels work: a warp per block of 512 values, a CTA per page; a block's 16
+//! rows move as 16-byte vectors and reach fragment order (spec §3) through a padded
+//! shared-memory tile; block positions inside a page are prefix sums of 768 and 1024 over
+//! the page's metadata bytes, computed per page on the device.
+//!
+//! GPU limits (the CPU path has none of them): device buffers 16-byte aligned; at most
+//! [`MAX_PAGE_BLOCKS`] blocks per page (the page's metadata is held in shared memory).
+
+mod decode;
+mod encode;
+
+use kvcodec_gpu::{Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
+
+pub use decode::{CacheDecoder, decode_pages_device, pages_cpu_verdict, verify_pages};
+pub use encode::{CacheEncoder, PageScratch, encode_pages_device};
+
+use crate::format::{PageShape, Variant};
+
+/// An error of the ZipFusion GPU path: the CPU's [`crate::Error`], a GPU error, or a
+/// disagreement with the CPU decoder.
+pub type GpuError = kvcodec_gpu::GpuError<crate::Error>;
+
+impl From<crate::Error> for GpuError {
+    fn from(e: crate::Error) -> Self {
+        GpuError::Codec(e)
+    }
+}
+
+/// The ZipFusion PTX module.
+pub static MODULE: Module = Module::new("zipfusion", include_str!("../../ptx/zipfusion.ptx"));
+kvcodec_gpu::register_module!(MODULE);
+
+/// The kernels of [`MODULE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZipfusionKernel {
+    /// Every block's metadata byte and each page's length, one CTA per page.
+    EncodeClassify,
+    /// Page offsets of a container (a scan over page lengths) and its header, one CTA.
+    EncodeScan,
+    /// Every page's metadata and blocks, one CTA per page.
+    EncodePages,
+    /// Classification, placement and writing of a page in one pass over its input, one
+    /// CTA per page, pages of at most [`FUSED_MAX_BLOCKS`] blocks.
+    EncodeFused,
+    /// A container's length and header after [`ZipfusionKernel::EncodeFused`], one CTA.
+    EncodeHeader,
+    /// The BF16 tails of a container, either way.
+    Tails,
+    /// The metadata checks and the blocks of every page, one CTA per page.
+    DecodePages,
+}
+
+impl Kernel for ZipfusionKernel {
+    fn module(self) -> &'static Module {
+        &MODULE
+    }
+    fn symbol(self) -> &'static str {
+        match self {
+            ZipfusionKernel::EncodeClassify => "zipfusion_encode_classify",
+            ZipfusionKernel::EncodeScan => "zipfusion_encode_scan",
+            ZipfusionKernel::EncodePages => "zipfusion_encode_pages",
+            ZipfusionKernel::EncodeFused => "zipfusion_encode_fused",
+            ZipfusionKernel::EncodeHeader => "zipfusion_encode_header",
+            ZipfusionKernel::Tails => "zipfusion_tails",
+            ZipfusionKernel::DecodePages => "zipfusion_decode_pages",
+        }
+    }
+}
+
+/// Threads per CTA of the page kernels: 4 warps, one block each at a time (a SmolLM2
+/// page of 12 blocks gives each warp 3).
+pub const THREADS: u32 = 128;
+/// Threads of the container's scan CTA.
+pub const SCAN_THREADS: u32 = 1024;
+/// Words per row of a warp's shared-memory tile: 32 channels and 8 of padding, so that
+/// the fragment-order gathers of spec §3 fall on distinct banks.
+pub const TILE_STRIDE: usize = 40;
+/// The most blocks of a page the one-pass encoder holds in shared memory (a tile of
+/// `16 x` [`TILE_STRIDE`] words each); larger pages are classified and written in two
+/// passes over the input.
+pub const FUSED_MAX_BLOCKS: usize = 32;
+/// The most blocks a page may have on the GPU (`2 H D / 32`): its metadata and offsets
+/// live in shared memory.
+pub const MAX_PAGE_BLOCKS: usize = 4096;
+
+/// What `zipfusion_decode_pages` leaves in its status word: the first problem's code
+/// (the checks of spec §6; the CPU's [`crate::page_info`] gives the exact error).
+/// `CHECKSUM` is the host's verdict on a container's checksum, reported the same way.
+pub const DECODE_STATUS: StatusCodes = StatusCodes {
+    encoding: StatusEncoding::FirstCode,
+    values: &[
+        StatusValue {
+            value: 1,
+            name: "TRUNCATED",
+            meaning: "a page's metadata or blocks end past its bytes",
+        },
+        StatusValue {
+            value: 2,
+            name: "ZERO_AWARE_IN_BASE",
+            meaning: "a zero-aware metadata byte in a base-variant cache",
+        },
+        StatusValue { value: 3, name: "HALF_BASE_TOO_LARGE", meaning: "a metadata byte with b/2 > 120" },
+        StatusValue { value: 4, name: "PADDING_NOT_ZERO", meaning: "a metadata padding byte is not zero" },
+        StatusValue {
+            value: 5,
+            name: "OFFSET_PAST_PAGE",
+            meaning: "a first-block offset past the page's bytes",
+        },
+        StatusValue {
+            value: 6,
+            name: "OFFSET_MISMATCH",
+            meaning: "a first-block offset not where the blocks before it end",
+        },
+        StatusValue {
+            value: 7,
+            name: "CHECKSUM",
+            meaning: "the decoded values' Adler-32 differs from the header's checksum (set by the host)",
+        },
+    ],
+};
+
+/// Where a run of pages lies in a buffer of BF16 words, and the page geometry, as the
+/// kernels take it (`ZfPages` in the kernel source, field for field): page `i`'s K starts
+/// at `(i / group_pages) * group_stride + (i % group_pages) * per_kind` and its V
+/// `kind_stride` words later, each `[16, H, D]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PagesArg {
+    per_kind: u64,
+    group_pages: u64,
+    group_stride: u64,
+    kind_stride: u64,
+    heads: u32,
+    head_dim: u32,
+    blocks_per_entry: u32,
+    entry_stride: u32,
+    metadata_len: u32,
+    page_blocks: u32,
+    variant: u32,
+    pad: u32,
+}
+
+// SAFETY: PagesArg is plain integers in C layout (4 u64, 8 u32), the layout of ZfPages.
+unsafe impl cudarc::driver::DeviceRepr for PagesArg {}
+
+impl PagesArg {
+    /// Dense pages: page `i`'s K at `2 i per_kind`, its V right after.
+    pub(crate) fn dense(shape: PageShape, variant: Variant) -> Result<Self, GpuError> {
+        let per_kind = shape.values_per_kind() as u64;
+        Self::new(shape, variant, 1, 2 * per_kind, per_kind)
+    }
+
+    /// The pages of a layer-major cache of `pages_per_layer` pages per layer and
+    /// `per_tensor` values per tensor.
+    pub(crate) fn cache(
+        shape: PageShape,
+        variant: Variant,
+        pages_per_layer: usize,
+        per_tensor: usize,
+    ) -> Result<Self, GpuError> {
+        Self::new(shape, variant, pages_per_layer.max(1) as u64, 2 * per_tensor as u64, per_tensor as u64)
+    }
+
+    fn new(
+        shape: PageShape,
+        variant: Variant,
+        group_pages: u64,
+        group_stride: u64,
+        kind_stride: u64,
+    ) -> Result<Self, GpuError> {
+        shape.validate()?;
+        if shape.blocks() > MAX_PAGE_BLOCKS {
+            return Err(kvcodec_gpu::Error::Unsupported {
+                what: "page blocks",
+                why: format!(
+                    "{} (2 H D / 32); the GPU kernels take at most {MAX_PAGE_BLOCKS}",
+                    shape.blocks()
+                ),
+            }
+            .into());
+        }
+        // validate() keeps the largest page within u32, so every count below fits.
+        Ok(PagesArg {
+            per_kind: shape.values_per_kind() as u64,
+            group_pages,
+            group_stride,
+            kind_stride,
+            heads: shape.kv_heads as u32,
+            head_dim: shape.head_dim as u32,
+            blocks_per_entry: shape.blocks_per_entry() as u32,
+            entry_stride: shape.entry_stride() as u32,
+            metadata_len: shape.metadata_len() as u32,
+            page_blocks: shape.blocks() as u32,
+            variant: variant.byte() as u32,
+            pad: 0,
+        })
+    }
+
+    /// Dynamic shared memory of the page kernels: two words per entry, the metadata and a
+    /// byte per block.
+    pub(crate) fn dynamic_smem(&self) -> u32 {
+        8 * 2 * self.heads + self.metadata_len + self.page_blocks
+    }
+
+    /// Whether the one-pass encoder takes pages of this shape, `pages` of them.
+    pub(crate) fn fused(&self, pages: usize) -> bool {
+        self.page_blocks as usize <= FUSED_MAX_BLOCKS && pages <= 1 << 30
+    }
+
+    /// Dynamic shared memory of the one-pass encoder: a tile per block, two words per
+    /// entry, a byte per block.
+    pub(crate) fn fused_smem(&self) -> u32 {
+        self.page_blocks * (32 * TILE_STRIDE as u32) + 8 * 2 * self.heads + self.page_blocks
+    }
+}
+
+/// The grid of a page kernel: a CTA per page (the kernels stride past 2^30 pages).
+pub(crate) fn page_grid(pages: usize) -> u32 {
+    pages.min(1 << 30) as u32
+}
