@@ -19,6 +19,9 @@
 #define ZIPFUSION_HEADER_LEN 48u                         // bytes of the container header (spec 7.1)
 #define ZIPFUSION_HEADER_CHECKSUM 32u                    // header field offsets (spec 7.1)
 #define ZIPFUSION_HEADER_CRC 36u
+#define ZIPFUSION_HEAD_METADATA_D64 16                   // bytes of a head's K and V metadata entries at head_dim 64 (spec 5.1)
+#define ZIPFUSION_HEAD_METADATA_D128 16                  // ... at head_dim 128
+#define ZIPFUSION_HEAD_METADATA_D256 32                  // ... at head_dim 256
 #define ZIPFUSION_THREADS 128                            // threads per CTA of the page kernels
 #define ZIPFUSION_SCAN_THREADS 1024                      // threads of the container's scan CTA
 #define ZIPFUSION_TILE_STRIDE 40                         // words per row of a warp's shared-memory tile

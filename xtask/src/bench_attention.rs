@@ -9,6 +9,12 @@
 //! layer after layer, so a 128- or 256-wide head holds two or four consecutive 64-value
 //! heads of SmolLM2. Pages are placed by a random permutation, as in a cache after churn
 //! (`--pages contiguous` puts each sequence's pages in order).
+//!
+//! ZipFusion fused: the same pages compressed on the device into fixed slots
+//! (`encode_kv_pages_device`, base and zero-aware), the same block table and workspace;
+//! each cell prints the data's byte ratio (BF16 bytes over compressed page bytes, page
+//! metadata included) beside the speedup over the twin, and whether out and lse are the
+//! twin's bits.
 
 use std::path::PathBuf;
 
@@ -17,6 +23,7 @@ use cudarc::driver::{CudaSlice, sys};
 use kvcodec_attention::gpu::{DecodeWorkspace, DeviceProblem, decode_device};
 use kvcodec_attention::{DecodeShape, PAGE_TOKENS};
 use kvcodec_gpu::GpuContext;
+use zipfusion::attention::{DeviceZfPagedKv, DeviceZfProblem, decode_device_fused};
 
 /// `cargo xtask bench-attention`'s options.
 #[derive(clap::Args)]
@@ -67,6 +74,23 @@ struct Cell {
     /// Median µs of the BF16 twin.
     twin_us: f64,
     splits: usize,
+    /// The ZipFusion fused kernel on the same pages compressed, per variant.
+    fused: Vec<FusedCell>,
+}
+
+/// The ZipFusion fused kernel in one cell.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+struct FusedCell {
+    /// `base` or `zero-aware`.
+    variant: String,
+    /// Median µs.
+    us: f64,
+    /// Bytes of the compressed pages (metadata included).
+    compressed_bytes: u64,
+    /// BF16 bytes / compressed bytes.
+    ratio: f64,
+    /// Whether out and lse are the twin's bits.
+    identical: bool,
 }
 
 /// A peer cell as peers.py writes it (µs, `null` where the peer could not run).
@@ -117,7 +141,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         args.pages
     )?;
     outln!(
-        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8}",
+        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
         "shape",
         "B",
         "S",
@@ -128,7 +152,14 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "SDPA us",
         "FI us",
         "FI-TC us",
-        "vs best"
+        "vs best",
+        "ZF us",
+        "ratio",
+        "vs twin",
+        "ZF-ZA us",
+        "ratio",
+        "vs twin",
+        "bits"
     )?;
     let mut cells = Vec::new();
     for name in &args.shapes {
@@ -150,8 +181,26 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     [p.sdpa_us, p.flashinfer_us, p.flashinfer_tc_us].into_iter().flatten().reduce(f64::min)
                 });
                 let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let zf = |i: usize| -> (String, String, String) {
+                    cell.fused.get(i).map_or(("-".into(), "-".into(), "-".into()), |f| {
+                        (
+                            format!("{:.1}", f.us),
+                            format!("{:.4}", f.ratio),
+                            format!("{:.3}x", cell.twin_us / f.us),
+                        )
+                    })
+                };
+                let (zf_us, zf_ratio, zf_speedup) = zf(0);
+                let (za_us, za_ratio, za_speedup) = zf(1);
+                let bits = if cell.fused.is_empty() {
+                    "-"
+                } else if cell.fused.iter().all(|f| f.identical) {
+                    "same"
+                } else {
+                    "DIFF"
+                };
                 outln!(
-                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>8}",
+                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
                     cell.shape,
                     batch,
                     context,
@@ -163,6 +212,13 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     show(peer.and_then(|p| p.flashinfer_us)),
                     show(peer.and_then(|p| p.flashinfer_tc_us)),
                     best.map_or("-".to_string(), |b| format!("{:.3}x", b / cell.twin_us)),
+                    zf_us,
+                    zf_ratio,
+                    zf_speedup,
+                    za_us,
+                    za_ratio,
+                    za_speedup,
+                    bits,
                 )?;
                 cells.push(cell);
             }
@@ -170,6 +226,11 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     }
     outln!(
         "twin: the BF16 twin (kvcodec_attention::gpu), byte ratio 1.000; vs best: the best peer's time / ours"
+    )?;
+    outln!(
+        "ZF / ZF-ZA: ZipFusion fused (zipfusion::attention), base / zero-aware pages compressed on the device from \
+         the same values; ratio: BF16 bytes / compressed page bytes (metadata included); vs twin: twin time / \
+         fused time; bits: out and lse identical to the twin's"
     )?;
     outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
@@ -218,10 +279,17 @@ fn measure(
 ) -> anyhow::Result<Cell> {
     let pages_per_seq = context.div_ceil(PAGE_TOKENS);
     let pages = shape.batch * pages_per_seq;
-    let mut k = gpu.zeros::<u16>(pages * shape.page_values())?;
-    let mut v = gpu.zeros::<u16>(pages * shape.page_values())?;
-    tile(gpu, k_source, &mut k)?;
-    tile(gpu, v_source, &mut v)?;
+    // K pages then V pages in one buffer: the twin reads the halves, the ZipFusion page
+    // compressor takes the whole.
+    let n = pages * shape.page_values();
+    let mut kv = gpu.zeros::<u16>(2 * n)?;
+    {
+        let mut k = gpu.zeros::<u16>(n)?;
+        tile(gpu, k_source, &mut k)?;
+        gpu.stream().memcpy_dtod(&k, &mut kv.slice_mut(..n))?;
+        tile(gpu, v_source, &mut k)?;
+        gpu.stream().memcpy_dtod(&k, &mut kv.slice_mut(n..))?;
+    }
     let mut rng = xorshift(0x5eed);
     let mut order: Vec<u32> = (0..pages as u32).collect();
     for i in (1..order.len()).rev().filter(|_| shuffled) {
@@ -240,8 +308,8 @@ fn measure(
     let problem = DeviceProblem {
         shape,
         q: q.slice(..),
-        k: k.slice(..),
-        v: v.slice(..),
+        k: kv.slice(..n),
+        v: kv.slice(n..),
         block_table: table.slice(..),
         max_pages: pages_per_seq,
         context_lens: lens.slice(..),
@@ -249,27 +317,101 @@ fn measure(
     };
     let start = gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
     let end = gpu.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-    let mut times = Vec::with_capacity(runs);
-    for i in 0..WARMUP + runs {
-        gpu.stream().memset_zeros(flush)?;
-        gpu.hold(HOLD_NS)?;
-        start.record(gpu.stream())?;
-        decode_device(gpu, &mut workspace, &problem, &mut out.slice_mut(..), &mut lse.slice_mut(..))?;
-        end.record(gpu.stream())?;
-        end.synchronize()?;
-        if i >= WARMUP {
-            times.push(f64::from(start.elapsed_ms(&end)?) * 1e3);
+    let mut time = |launch: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..WARMUP + runs {
+            gpu.stream().memset_zeros(flush)?;
+            gpu.hold(HOLD_NS)?;
+            start.record(gpu.stream())?;
+            launch()?;
+            end.record(gpu.stream())?;
+            end.synchronize()?;
+            if i >= WARMUP {
+                times.push(f64::from(start.elapsed_ms(&end)?) * 1e3);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    };
+    let twin_us = time(&mut || {
+        Ok(decode_device(gpu, &mut workspace, &problem, &mut out.slice_mut(..), &mut lse.slice_mut(..))?)
+    })?;
+    workspace.check(gpu)?;
+    let twin_out = gpu.download(&out, shape.q_values())?;
+    let twin_lse = gpu.download(&lse, shape.batch * shape.q_heads)?;
+
+    // ZipFusion: the same pages compressed on the device into fixed slots (every page is
+    // full at these contexts; a partial last page would stay BF16), the same block table.
+    let mut fused = Vec::new();
+    if context.is_multiple_of(PAGE_TOKENS) {
+        let page_shape = zipfusion::PageShape::new(shape.kv_heads, shape.head_dim)?;
+        let stride = page_shape.max_page_len().next_multiple_of(16);
+        let mut slots = gpu.zeros::<u8>(pages * stride)?;
+        let mut lens_dev = gpu.zeros::<u32>(pages)?;
+        let mut scratch = zipfusion::gpu::PageScratch::new(gpu, page_shape, pages)?;
+        let no_partial = gpu.zeros::<u16>(8)?;
+        for variant in zipfusion::Variant::ALL {
+            zipfusion::gpu::encode_kv_pages_device(
+                gpu,
+                &kv.slice(..),
+                page_shape,
+                variant,
+                pages,
+                &mut slots.slice_mut(..),
+                stride,
+                &mut lens_dev.slice_mut(..),
+                &mut scratch,
+            )?;
+            let page_lens = gpu.download(&lens_dev, pages)?;
+            let compressed: u64 = page_lens.iter().map(|&l| u64::from(l)).sum();
+            let fused_problem = DeviceZfProblem {
+                shape,
+                q: q.slice(..),
+                cache: DeviceZfPagedKv {
+                    variant,
+                    slots: slots.slice(..),
+                    slot_stride: stride,
+                    partial_k: no_partial.slice(..0),
+                    partial_v: no_partial.slice(..0),
+                },
+                block_table: table.slice(..),
+                max_pages: pages_per_seq,
+                context_lens: lens.slice(..),
+                scale: problem.scale,
+            };
+            let us = time(&mut || {
+                Ok(decode_device_fused(
+                    gpu,
+                    &mut workspace,
+                    &fused_problem,
+                    &mut out.slice_mut(..),
+                    &mut lse.slice_mut(..),
+                )?)
+            })?;
+            workspace.check(gpu)?;
+            let identical = gpu.download(&out, shape.q_values())? == twin_out
+                && gpu
+                    .download(&lse, shape.batch * shape.q_heads)?
+                    .iter()
+                    .zip(&twin_lse)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            fused.push(FusedCell {
+                variant: variant.name().to_string(),
+                us,
+                compressed_bytes: compressed,
+                ratio: (4 * n) as f64 / compressed as f64,
+                identical,
+            });
         }
     }
-    workspace.check(gpu)?;
-    times.sort_by(f64::total_cmp);
     Ok(Cell {
         shape: String::new(),
         batch: shape.batch,
         context,
         kv_bytes: 2 * shape.batch * context * shape.kv_heads * shape.head_dim * 2,
-        twin_us: times[times.len() / 2],
+        twin_us,
         splits: workspace.plan().splits,
+        fused,
     })
 }
 

@@ -338,6 +338,24 @@ pub(crate) fn headers() -> Vec<Header> {
                 d("ZIPFUSION_HEADER_CHECKSUM", zf::header::CHECKSUM, "u", "header field offsets (spec 7.1)"),
                 d("ZIPFUSION_HEADER_CRC", zf::header::HEADER_CRC, "u", ""),
                 d(
+                    "ZIPFUSION_HEAD_METADATA_D64",
+                    2 * zf::PageShape { kv_heads: 1, head_dim: 64 }.entry_stride(),
+                    "",
+                    "bytes of a head's K and V metadata entries at head_dim 64 (spec 5.1)",
+                ),
+                d(
+                    "ZIPFUSION_HEAD_METADATA_D128",
+                    2 * zf::PageShape { kv_heads: 1, head_dim: 128 }.entry_stride(),
+                    "",
+                    "... at head_dim 128",
+                ),
+                d(
+                    "ZIPFUSION_HEAD_METADATA_D256",
+                    2 * zf::PageShape { kv_heads: 1, head_dim: 256 }.entry_stride(),
+                    "",
+                    "... at head_dim 256",
+                ),
+                d(
                     "ZIPFUSION_THREADS",
                     zipfusion::gpu::THREADS as usize,
                     "",

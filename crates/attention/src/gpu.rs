@@ -74,6 +74,12 @@ pub const STATUS: StatusCodes = StatusCodes {
             meaning: "a context length of 0 or longer than its block-table row",
         },
         StatusValue { value: 2, name: "BAD_PAGE", meaning: "a block-table entry past the cache's pages" },
+        StatusValue {
+            value: 4,
+            name: "BAD_METADATA",
+            meaning: "a compressed page whose metadata would read outside its slot or holds a block byte its \
+                      format does not allow (fused kernels)",
+        },
     ],
 };
 
@@ -171,6 +177,25 @@ impl DecodeWorkspace {
     /// The split plan launches use.
     pub fn plan(&self) -> SplitPlan {
         self.plan
+    }
+
+    /// The shape the workspace was made for.
+    pub fn shape(&self) -> DecodeShape {
+        self.shape
+    }
+
+    /// The block-table row length the workspace was made for, in entries.
+    pub fn max_pages(&self) -> usize {
+        self.max_pages
+    }
+
+    /// The device buffers a launch of a kernel that shares the twin's body (`kernels/
+    /// attention/decode.cuh`, such as a codec's fused kernel) writes, in its parameter
+    /// order: each split's partial state (`batch * kv_heads * splits * MAX_GROUP *
+    /// (head_dim + 2)` floats), a ticket per (sequence, KV head), and the status word
+    /// ([`STATUS`] flags).
+    pub fn launch_buffers(&mut self) -> (&mut CudaSlice<f32>, &mut CudaSlice<u32>, &mut CudaSlice<u32>) {
+        (&mut self.partial, &mut self.tickets, self.status.word())
     }
 
     /// Reads the status word the launches since the last check left (synchronises) and

@@ -66,6 +66,7 @@
 //! whole-cache container through [`kvcodec_gpu::GpuCacheCodec`], byte-identical to this
 //! CPU reference both ways, with the CPU's errors for invalid pages (spec §10).
 
+pub mod attention;
 mod block;
 mod cache;
 mod codec;

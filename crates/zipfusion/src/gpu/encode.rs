@@ -158,6 +158,42 @@ pub fn encode_pages_device(
     scratch: &mut PageScratch,
 ) -> Result<(), GpuError> {
     let g = PagesArg::dense(shape, variant)?;
+    encode_slots(gpu, words, &g, shape, pages, out, slot_stride, lens, scratch)
+}
+
+/// [`encode_pages_device`] for pages whose K and V lie apart, as a paged attention cache
+/// keeps them: `kv` holds every page's K (`[pages, 16, H, D]`), then every page's V.
+///
+/// # Errors
+/// As [`encode_pages_device`].
+#[allow(clippy::too_many_arguments)]
+pub fn encode_kv_pages_device(
+    gpu: &GpuContext,
+    kv: &CudaView<'_, u16>,
+    shape: PageShape,
+    variant: Variant,
+    pages: usize,
+    out: &mut CudaViewMut<'_, u8>,
+    slot_stride: usize,
+    lens: &mut CudaViewMut<'_, u32>,
+    scratch: &mut PageScratch,
+) -> Result<(), GpuError> {
+    let g = PagesArg::cache(shape, variant, pages, pages * shape.values_per_kind())?;
+    encode_slots(gpu, kv, &g, shape, pages, out, slot_stride, lens, scratch)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encode_slots(
+    gpu: &GpuContext,
+    words: &CudaView<'_, u16>,
+    g: &PagesArg,
+    shape: PageShape,
+    pages: usize,
+    out: &mut CudaViewMut<'_, u8>,
+    slot_stride: usize,
+    lens: &mut CudaViewMut<'_, u32>,
+    scratch: &mut PageScratch,
+) -> Result<(), GpuError> {
     if slot_stride < shape.max_page_len() || !slot_stride.is_multiple_of(ALIGN) {
         return Err(kvcodec_gpu::Error::Buffer {
             what: "slot_stride",
@@ -176,10 +212,10 @@ pub fn encode_pages_device(
         return Ok(());
     }
     if g.fused(pages) {
-        return fused(gpu, words, &g, pages, None, None, 0, slot_stride as u64, Some(lens), out);
+        return fused(gpu, words, g, pages, None, None, 0, slot_stride as u64, Some(lens), out);
     }
-    classify(gpu, words, &g, pages, &mut scratch.metas, lens)?;
-    write_pages(gpu, words, &g, pages, &scratch.metas, None, slot_stride as u64, out)?;
+    classify(gpu, words, g, pages, &mut scratch.metas, lens)?;
+    write_pages(gpu, words, g, pages, &scratch.metas, None, slot_stride as u64, out)?;
     Ok(())
 }
 

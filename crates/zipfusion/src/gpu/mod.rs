@@ -38,7 +38,7 @@ mod encode;
 use kvcodec_gpu::{Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
 
 pub use decode::{CacheDecoder, decode_pages_device, pages_cpu_verdict, verify_pages};
-pub use encode::{CacheEncoder, PageScratch, encode_pages_device};
+pub use encode::{CacheEncoder, PageScratch, encode_kv_pages_device, encode_pages_device};
 
 use crate::format::{PageShape, Variant};
 

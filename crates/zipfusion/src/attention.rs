@@ -1,0 +1,540 @@
+//! Fused decode attention over a paged ZipFusion cache (issue 18; the ZipFusion paper's
+//! "Attention kernel"): the kernel copies each page's compressed blocks into shared memory
+//! and restores every 12-bit block straight into the tensor-core fragments, so BF16 KV is
+//! never written to global memory (`kernels/zipfusion/attention.cu`).
+//!
+//! The kernel body is the BF16 twin's (`kernels/attention/decode.cuh`,
+//! [`kvcodec_attention::gpu`]): the same split plan (from the same [`DecodeWorkspace`]),
+//! the same page-to-warp assignment, mma sequence and accumulation order; only the staging
+//! of a page differs. A cache and its decoded BF16 copy ([`ZfDecodeProblem::decoded_copy`])
+//! therefore give bit-identical outputs and log-sum-exps on the GPU.
+//!
+//! **The cache.** Full pages live compressed, one per fixed slot of `slot_stride` bytes
+//! (what [`crate::gpu::encode_pages_device`] writes; a page's bytes are
+//! [`crate::encode_page`]'s, spec §5); a sequence's unfilled last page stays BF16, as
+//! ZipFusion keeps it, in a pool of BF16 pages (`[pages, 16, kv_heads, head_dim]`, K and V
+//! apart, as [`PagedKv`]). Block-table row `b` lists sequence `b`'s pages in token order:
+//! slot ids for its full pages and, when its context is not a multiple of 16, a BF16 page
+//! id for the last one.
+//!
+//! [`decode_cpu`] is the CPU path for small problems (decode the pages, then
+//! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
+//! [`decode_fused_to_vec`] is the host convenience.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
+use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, shared_bytes};
+use kvcodec_attention::{
+    Attention, AttentionError, BlockTables, DecodeProblem, DecodeShape, PAGE_TOKENS, PagedKv,
+};
+use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, check_len, device_address, launch_config};
+
+use crate::format::{ALIGN, PageShape, Variant};
+
+/// The fused-attention PTX module.
+pub static MODULE: Module = Module::new("zipfusion_attention", include_str!("../ptx/attention.ptx"));
+kvcodec_gpu::register_module!(MODULE);
+
+/// One fused kernel per cache variant and head width: the base kernel has no zero-aware
+/// restore step and flags zero-aware block bytes as bad metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedKernel {
+    /// The cache's variant.
+    pub variant: Variant,
+    /// 64, 128 or 256.
+    pub head_dim: usize,
+}
+
+impl Kernel for FusedKernel {
+    fn module(self) -> &'static Module {
+        &MODULE
+    }
+    fn symbol(self) -> &'static str {
+        match (self.variant, self.head_dim) {
+            (Variant::Base, 64) => "zipfusion_attention_base_d64",
+            (Variant::Base, 128) => "zipfusion_attention_base_d128",
+            (Variant::Base, _) => "zipfusion_attention_base_d256",
+            (Variant::ZeroAware, 64) => "zipfusion_attention_zero_aware_d64",
+            (Variant::ZeroAware, 128) => "zipfusion_attention_zero_aware_d128",
+            (Variant::ZeroAware, _) => "zipfusion_attention_zero_aware_d256",
+        }
+    }
+}
+
+/// A paged ZipFusion cache of one layer on the host.
+#[derive(Clone, Copy, Debug)]
+pub struct ZfPagedKv<'a> {
+    /// The cache's variant (pages do not record it).
+    pub variant: Variant,
+    /// Compressed full pages, page `i` at `i * slot_stride` (its first bytes are the page,
+    /// the rest of the slot is ignored).
+    pub slots: &'a [u8],
+    /// Bytes per slot: a positive multiple of 16.
+    pub slot_stride: usize,
+    /// BF16 pages of the sequences' unfilled last pages.
+    pub partial: PagedKv<'a>,
+}
+
+/// One decode step of one layer over a [`ZfPagedKv`] cache; the shapes are
+/// [`DecodeProblem`]'s.
+#[derive(Clone, Copy, Debug)]
+pub struct ZfDecodeProblem<'a> {
+    /// The sizes.
+    pub shape: DecodeShape,
+    /// `[batch, q_heads, head_dim]` BF16 words.
+    pub q: &'a [u16],
+    /// The cache.
+    pub cache: ZfPagedKv<'a>,
+    /// Slot ids of full pages, BF16 page ids of partial last pages (module docs).
+    pub tables: BlockTables<'a>,
+    /// Softmax scale.
+    pub scale: f32,
+}
+
+/// An error of the fused path on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FusedError {
+    /// The problem's shape, lengths, scale or block tables.
+    Problem(AttentionError),
+    /// A slot stride that is zero or not a multiple of 16, in bytes.
+    SlotStride {
+        /// The stride given.
+        slot_stride: usize,
+    },
+    /// A page a sequence reads does not decode ([`crate::page_info`]'s error).
+    Page {
+        /// The sequence.
+        sequence: usize,
+        /// Its logical page.
+        logical: usize,
+        /// The slot.
+        slot: u32,
+        /// Why.
+        source: crate::Error,
+    },
+}
+
+impl fmt::Display for FusedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FusedError::Problem(e) => write!(f, "{e}"),
+            FusedError::SlotStride { slot_stride } => {
+                write!(f, "slot stride of {slot_stride} bytes; needs a positive multiple of 16")
+            }
+            FusedError::Page { sequence, logical, slot, source } => {
+                write!(f, "sequence {sequence}, logical page {logical}: slot {slot}: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FusedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FusedError::Problem(e) => Some(e),
+            FusedError::Page { source, .. } => Some(source),
+            FusedError::SlotStride { .. } => None,
+        }
+    }
+}
+
+impl From<AttentionError> for FusedError {
+    fn from(e: AttentionError) -> Self {
+        FusedError::Problem(e)
+    }
+}
+
+/// The BF16 copy of a [`ZfDecodeProblem`]'s cache that the BF16 twin reads: every slot a
+/// sequence reads decoded to a BF16 page (in order of first use), then the partial pages,
+/// with the block tables renumbered (entries no sequence reads are kept as they were).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedCopy {
+    /// K pages, `[pages, 16, kv_heads, head_dim]`.
+    pub k: Vec<u16>,
+    /// V pages, as `k`.
+    pub v: Vec<u16>,
+    /// `[batch, max_pages]` page ids into `k` and `v`.
+    pub pages: Vec<u32>,
+}
+
+impl DecodedCopy {
+    /// The twin's problem over this copy, with `problem`'s query, contexts and scale.
+    pub fn problem<'a>(&'a self, problem: &ZfDecodeProblem<'a>) -> DecodeProblem<'a> {
+        DecodeProblem {
+            shape: problem.shape,
+            q: problem.q,
+            kv: PagedKv { k: &self.k, v: &self.v },
+            tables: BlockTables { pages: &self.pages, ..problem.tables },
+            scale: problem.scale,
+        }
+    }
+}
+
+impl ZfDecodeProblem<'_> {
+    /// Slots in the cache.
+    pub fn slots(&self) -> usize {
+        self.cache.slots.len() / self.cache.slot_stride.max(1)
+    }
+
+    fn page_shape(&self) -> Result<PageShape, FusedError> {
+        self.shape.validate()?;
+        PageShape::new(self.shape.kv_heads, self.shape.head_dim).map_err(|source| FusedError::Page {
+            sequence: 0,
+            logical: 0,
+            slot: 0,
+            source,
+        })
+    }
+
+    /// Calls `f(sequence, logical, entry, partial)` for every block-table entry a
+    /// sequence reads, after the checks of [`DecodeProblem::validate`] on the contexts.
+    fn for_each_entry(
+        &self,
+        mut f: impl FnMut(usize, usize, u32, bool) -> Result<(), FusedError>,
+    ) -> Result<(), FusedError> {
+        let tables = self.tables;
+        for (sequence, &len) in tables.context_lens.iter().enumerate() {
+            let len = len as usize;
+            let used = len.div_ceil(PAGE_TOKENS);
+            for logical in 0..used {
+                let partial = logical + 1 == used && !len.is_multiple_of(PAGE_TOKENS);
+                f(sequence, logical, tables.pages[sequence * tables.max_pages + logical], partial)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the problem as [`DecodeProblem::validate`] does (block-table entries against
+    /// the slots, or the BF16 pages for a partial last page) and the slot stride; pages are
+    /// checked when decoded.
+    ///
+    /// # Errors
+    /// [`FusedError::Problem`], [`FusedError::SlotStride`].
+    pub fn validate(&self) -> Result<(), FusedError> {
+        let shape = self.shape;
+        let stride = self.cache.slot_stride;
+        if stride == 0 || !stride.is_multiple_of(ALIGN) {
+            return Err(FusedError::SlotStride { slot_stride: stride });
+        }
+        // Contexts and lengths as the twin checks them, with every entry pointing at page 0
+        // of a one-page stand-in; then each entry against its own pool.
+        let tables = self.tables;
+        let zeros = vec![0u32; tables.pages.len()];
+        let one_page = vec![0u16; shape.page_values()];
+        let stand_in = DecodeProblem {
+            shape,
+            q: self.q,
+            kv: PagedKv { k: &one_page, v: &one_page },
+            tables: BlockTables { pages: &zeros, ..tables },
+            scale: self.scale,
+        };
+        stand_in.validate()?;
+        let partial = self.cache.partial;
+        let page_values = shape.page_values();
+        if !partial.k.len().is_multiple_of(page_values) || partial.v.len() != partial.k.len() {
+            return Err(AttentionError::Length {
+                what: "partial k/v pages",
+                got: partial.v.len(),
+                expected: partial.k.len() / page_values * page_values,
+                unit: "BF16 values (whole pages, k and v alike)",
+            }
+            .into());
+        }
+        let (slots, bf16_pages) = (self.slots(), partial.k.len() / page_values);
+        self.for_each_entry(|sequence, logical, page, partial| {
+            let pages = if partial { bf16_pages } else { slots };
+            if page as usize >= pages {
+                return Err(AttentionError::PageOutOfRange { sequence, logical, page, pages }.into());
+            }
+            Ok(())
+        })
+    }
+
+    /// The BF16 copy the twin reads ([`DecodedCopy`]), pages decoded by the CPU decoder.
+    ///
+    /// # Errors
+    /// [`ZfDecodeProblem::validate`]'s; [`FusedError::Page`] for a slot that does not
+    /// decode.
+    pub fn decoded_copy(&self) -> Result<DecodedCopy, FusedError> {
+        self.validate()?;
+        let page_shape = self.page_shape()?;
+        let page_values = self.shape.page_values();
+        let stride = self.cache.slot_stride;
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        let mut pages = self.tables.pages.to_vec();
+        let mut decoded: HashMap<u32, u32> = HashMap::new();
+        let mut partial_entries = Vec::new();
+        let variant = self.cache.variant;
+        let slots = self.cache.slots;
+        self.for_each_entry(|sequence, logical, page, partial| {
+            let at = sequence * self.tables.max_pages + logical;
+            if partial {
+                partial_entries.push(at);
+                return Ok(());
+            }
+            if let Some(&copy) = decoded.get(&page) {
+                pages[at] = copy;
+                return Ok(());
+            }
+            let bytes = &slots[page as usize * stride..][..stride];
+            let page_error = |source| FusedError::Page { sequence, logical, slot: page, source };
+            let info = crate::page_info(bytes, page_shape, variant).map_err(page_error)?;
+            let copy = decoded.len() as u32;
+            k.resize(k.len() + page_values, 0);
+            v.resize(v.len() + page_values, 0);
+            let (k_out, v_out) =
+                (&mut k[copy as usize * page_values..], &mut v[copy as usize * page_values..]);
+            crate::decode_page_into(&bytes[..info.len], page_shape, variant, k_out, v_out)
+                .map_err(page_error)?;
+            decoded.insert(page, copy);
+            pages[at] = copy;
+            Ok(())
+        })?;
+        let first_partial = decoded.len() as u32;
+        for at in partial_entries {
+            pages[at] += first_partial;
+        }
+        k.extend_from_slice(self.cache.partial.k);
+        v.extend_from_slice(self.cache.partial.v);
+        Ok(DecodedCopy { k, v, pages })
+    }
+}
+
+/// The CPU path: decodes the pages the sequences read ([`ZfDecodeProblem::decoded_copy`])
+/// and runs [`kvcodec_attention::decode_cpu`] on them (FP64 accumulation, BF16 output).
+///
+/// # Errors
+/// As [`ZfDecodeProblem::decoded_copy`].
+pub fn decode_cpu(problem: &ZfDecodeProblem<'_>) -> Result<Attention<u16>, FusedError> {
+    let copy = problem.decoded_copy()?;
+    Ok(kvcodec_attention::decode_cpu(&copy.problem(problem))?)
+}
+
+/// A paged ZipFusion cache on the device: [`ZfPagedKv`]'s buffers.
+#[derive(Debug)]
+pub struct DeviceZfPagedKv<'a> {
+    /// The cache's variant.
+    pub variant: Variant,
+    /// Compressed full pages in fixed slots, 16-byte aligned.
+    pub slots: CudaView<'a, u8>,
+    /// Bytes per slot: a positive multiple of 16.
+    pub slot_stride: usize,
+    /// BF16 K pages of partial last pages, `[pages, 16, kv_heads, head_dim]`.
+    pub partial_k: CudaView<'a, u16>,
+    /// BF16 V pages, as `partial_k`.
+    pub partial_v: CudaView<'a, u16>,
+}
+
+/// A fused decode problem whose buffers live on the device.
+#[derive(Debug)]
+pub struct DeviceZfProblem<'a> {
+    /// The sizes.
+    pub shape: DecodeShape,
+    /// `[batch, q_heads, head_dim]` BF16 words.
+    pub q: CudaView<'a, u16>,
+    /// The cache.
+    pub cache: DeviceZfPagedKv<'a>,
+    /// `[batch, max_pages]` slot ids, or BF16 page ids for partial last pages.
+    pub block_table: CudaView<'a, u32>,
+    /// Entries per block-table row.
+    pub max_pages: usize,
+    /// `[batch]` context lengths in tokens.
+    pub context_lens: CudaView<'a, u32>,
+    /// Softmax scale.
+    pub scale: f32,
+}
+
+/// Queues the fused decode attention on `gpu`'s stream without synchronising: `out` gets
+/// `[batch, q_heads, head_dim]` BF16 words, `lse` `[batch, q_heads]` natural-log
+/// log-sum-exps, bit-identical to [`kvcodec_attention::gpu::decode_device`] on the decoded
+/// copy with a workspace of the same plan. Block-table entries, context lengths and the
+/// metadata of every page read are checked on the device: [`DecodeWorkspace::check`]
+/// reports entries past their pool and pages whose metadata would read outside the slot
+/// or hold a block byte the variant does not allow (those pages are skipped). Page bodies
+/// are not checked (spec §6). Every buffer 16-byte aligned (fresh allocations are).
+///
+/// # Errors
+/// [`AttentionError`] for a shape or scale; [`kvcodec_gpu::Error::Buffer`] for short or
+/// misaligned buffers, a bad slot stride, a workspace of another shape or row length;
+/// [`kvcodec_gpu::Error::Unsupported`] past `u32` counts; [`kvcodec_gpu::Error::Cuda`].
+pub fn decode_device_fused(
+    gpu: &GpuContext,
+    workspace: &mut DecodeWorkspace,
+    problem: &DeviceZfProblem<'_>,
+    out: &mut CudaViewMut<'_, u16>,
+    lse: &mut CudaViewMut<'_, f32>,
+) -> Result<(), kvcodec_attention::gpu::GpuError> {
+    use kvcodec_attention::gpu::GpuError;
+    let shape = problem.shape;
+    shape.validate().map_err(GpuError::Codec)?;
+    if !(problem.scale.is_finite() && problem.scale > 0.0) {
+        return Err(GpuError::Codec(AttentionError::Scale { scale: problem.scale }));
+    }
+    if workspace.shape() != shape || workspace.max_pages() != problem.max_pages {
+        return Err(kvcodec_gpu::Error::Buffer {
+            what: "workspace",
+            why: format!(
+                "made for {:?} with {} pages per row, not this problem",
+                workspace.shape(),
+                workspace.max_pages()
+            ),
+        }
+        .into());
+    }
+    let cache = &problem.cache;
+    let stride = cache.slot_stride;
+    if stride == 0 || !stride.is_multiple_of(ALIGN) {
+        return Err(kvcodec_gpu::Error::Buffer {
+            what: "slot_stride",
+            why: format!("{stride} bytes; needs a positive multiple of 16"),
+        }
+        .into());
+    }
+    let page_values = shape.page_values();
+    if !cache.partial_k.len().is_multiple_of(page_values) || cache.partial_v.len() != cache.partial_k.len() {
+        return Err(GpuError::Codec(AttentionError::Length {
+            what: "partial k/v pages",
+            got: cache.partial_v.len(),
+            expected: cache.partial_k.len() / page_values * page_values,
+            unit: "BF16 values (whole pages, k and v alike)",
+        }));
+    }
+    let slots = cache.slots.len() / stride;
+    let bf16_pages = cache.partial_k.len() / page_values;
+    if slots > u32::MAX as usize
+        || bf16_pages > u32::MAX as usize
+        || shape.batch > u16::MAX as usize
+        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
+    {
+        return Err(kvcodec_gpu::Error::Unsupported {
+            what: "problem size",
+            why: format!(
+                "{slots} slots, {bf16_pages} BF16 pages, batch {}, {} pages per row",
+                shape.batch, problem.max_pages
+            ),
+        }
+        .into());
+    }
+    check_len("q", problem.q.len(), shape.q_values(), "BF16 values")?;
+    check_len("block_table", problem.block_table.len(), shape.batch * problem.max_pages, "entries")?;
+    check_len("context_lens", problem.context_lens.len(), shape.batch, "entries")?;
+    check_len("out", out.len(), shape.q_values(), "BF16 values")?;
+    check_len("lse", lse.len(), shape.batch * shape.q_heads, "floats")?;
+    let stream = gpu.stream();
+    for (what, address) in [
+        ("q", device_address(&problem.q, stream)),
+        ("slots", device_address(&cache.slots, stream)),
+        ("partial_k", device_address(&cache.partial_k, stream)),
+        ("partial_v", device_address(&cache.partial_v, stream)),
+    ] {
+        check_aligned(what, address)?;
+    }
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(FusedKernel { variant: cache.variant, head_dim: shape.head_dim })?;
+    let smem = shared_bytes(shape.head_dim);
+    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(kvcodec_gpu::Error::Cuda)?;
+    let plan = workspace.plan();
+    let (slot_stride, num_slots, num_bf16) = (stride as u64, slots as u32, bf16_pages as u32);
+    let (max_pages, kv_heads, group, pages_per_split) =
+        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32, plan.pages_per_split as u32);
+    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
+    let (partial, tickets, status) = workspace.launch_buffers();
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(&problem.q)
+        .arg(&cache.slots)
+        .arg(&slot_stride)
+        .arg(&num_slots)
+        .arg(&cache.partial_k)
+        .arg(&cache.partial_v)
+        .arg(&num_bf16)
+        .arg(&problem.block_table)
+        .arg(&problem.context_lens)
+        .arg(out)
+        .arg(lse)
+        .arg(partial)
+        .arg(tickets)
+        .arg(status)
+        .arg(&max_pages)
+        .arg(&kv_heads)
+        .arg(&group)
+        .arg(&pages_per_split)
+        .arg(&scale_log2);
+    let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
+    config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
+    // SAFETY: the signature matches ZF_ATTENTION_KERNEL's. The kernel reads q
+    // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
+    // slots below num_slots (num_slots * slot_stride bytes, checked in the kernel, and
+    // within each slot only the head's metadata and a span its metadata places inside the
+    // slot, also checked), BF16 pages below num_bf16 of partial_k and partial_v, and
+    // context_lens [batch]; it writes out and lse of the shape's sizes and the workspace
+    // made for this shape and row length. Lengths and alignment are checked above; the
+    // dynamic shared memory is the twin's, allowed by the attribute just set.
+    unsafe { launch.launch(config) }?;
+    Ok(())
+}
+
+/// Fused decode attention of a host problem on the GPU: checks it
+/// ([`ZfDecodeProblem::validate`]), uploads, launches [`decode_device_fused`] with a fresh
+/// workspace, downloads (synchronises). Page metadata is checked on the device; a flagged
+/// page gets the CPU decoder's error.
+///
+/// # Errors
+/// [`FusedError`]s as [`kvcodec_gpu::GpuError::Codec`]; GPU errors.
+pub fn decode_fused_to_vec(
+    gpu: &GpuContext,
+    problem: &ZfDecodeProblem<'_>,
+) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
+    use kvcodec_gpu::GpuError;
+    let lift = |e: kvcodec_attention::gpu::GpuError| match e {
+        GpuError::Codec(e) => GpuError::Codec(FusedError::Problem(e)),
+        GpuError::Gpu(e) => GpuError::Gpu(e),
+        GpuError::Disagreement { status, meaning } => GpuError::Disagreement { status, meaning },
+        other => GpuError::Disagreement { status: 0, meaning: other.to_string() },
+    };
+    problem.validate().map_err(GpuError::Codec)?;
+    let shape = problem.shape;
+    let upload = |words: &[u16]| if words.is_empty() { gpu.zeros::<u16>(8) } else { gpu.upload(words) };
+    let q = gpu.upload(problem.q)?;
+    let slots =
+        if problem.cache.slots.is_empty() { gpu.zeros::<u8>(16)? } else { gpu.upload(problem.cache.slots)? };
+    let partial_k = upload(problem.cache.partial.k)?;
+    let partial_v = upload(problem.cache.partial.v)?;
+    let table = gpu.upload(problem.tables.pages)?;
+    let lens = gpu.upload(problem.tables.context_lens)?;
+    let mut out = gpu.zeros::<u16>(shape.q_values().max(1))?;
+    let mut lse = gpu.zeros::<f32>((shape.batch * shape.q_heads).max(1))?;
+    let mut workspace = DecodeWorkspace::new(gpu, shape, problem.tables.max_pages).map_err(lift)?;
+    let (slot_bytes, partial_words) = (problem.cache.slots.len(), problem.cache.partial.k.len());
+    let device = DeviceZfProblem {
+        shape,
+        q: q.slice(..),
+        cache: DeviceZfPagedKv {
+            variant: problem.cache.variant,
+            slots: slots.slice(..slot_bytes),
+            slot_stride: problem.cache.slot_stride,
+            partial_k: partial_k.slice(..partial_words),
+            partial_v: partial_v.slice(..partial_words),
+        },
+        block_table: table.slice(..),
+        max_pages: problem.tables.max_pages,
+        context_lens: lens.slice(..),
+        scale: problem.scale,
+    };
+    let n = shape.q_values();
+    let h = shape.batch * shape.q_heads;
+    decode_device_fused(gpu, &mut workspace, &device, &mut out.slice_mut(..n), &mut lse.slice_mut(..h))
+        .map_err(lift)?;
+    if let Err(e) = workspace.check(gpu) {
+        // A flagged page: the CPU decoder's error on the same bytes, if it has one.
+        problem.decoded_copy().map_err(GpuError::Codec)?;
+        return Err(lift(e));
+    }
+    Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}

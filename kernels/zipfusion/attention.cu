@@ -1,0 +1,274 @@
+// Fused decode attention over ZipFusion pages (crates/zipfusion/src/attention.rs; format in
+// docs/formats/zipfusion.md, the shared kernel body and its contract in
+// kernels/attention/decode.cuh and docs/formats/attention.md).
+//
+// The body is the BF16 twin's, so a compressed cache and its decoded BF16 copy give the same
+// bits; only the loader differs. A full page lives compressed in a fixed slot; each warp
+// copies its KV head's contiguous span of K and V blocks (spec 5.2) into shared memory with
+// 16-byte cp.async loads, still compressed, and restores every 12-bit block straight into
+// the mma B-fragment registers: a lane's 8 low bytes and 4 code bytes of a group (spec
+// 3.4) give the 4 registers that one ldmatrix x4 gives the twin, by one mask and one add
+// of b/2 for four high bytes and a byte permute per register. Raw blocks are read as BF16
+// words already in fragment order. The sequence's unfilled last page stays BF16 (as
+// ZipFusion keeps it) and goes through the twin's staging and ldmatrix path. BF16 KV is
+// never written to global memory.
+//
+// Block-table entries of full pages index the slots; the entry of a partial last page
+// indexes the BF16 pages. Page ids past either pool and metadata that would read outside
+// the slot or holds a block byte the variant does not allow are flagged in the status word
+// and the page is skipped, as the twin does with bad page ids.
+#include "../attention/decode.cuh"
+#include "zipfusion_format.gen.cuh"
+
+namespace {
+
+// Kinds of a block-table entry, beside the status flags of an entry that cannot be read.
+constexpr uint32_t ZF_ENTRY_COMPRESSED = 0u;
+constexpr uint32_t ZF_ENTRY_BF16 = 0x80u;
+static_assert((ZF_ENTRY_BF16 & (ATTENTION_STATUS_BAD_PAGE | ATTENTION_STATUS_BAD_METADATA)) == 0,
+              "entry kinds and status flags share a byte");
+
+template <int D> __host__ __device__ constexpr int zf_head_metadata() {
+    return D == 64 ? ZIPFUSION_HEAD_METADATA_D64 : D == 128 ? ZIPFUSION_HEAD_METADATA_D128 : ZIPFUSION_HEAD_METADATA_D256;
+}
+
+// A lane's prefetched block-table entry: the page id, the head's first-block offset in the
+// slot, the kind (or a status flag) with the sizes of the K and V spans in 16-byte units,
+// and the block bytes of K and V (block j in byte j % 4 of word j / 4).
+template <int D> struct ZfEntry {
+    static constexpr int WORDS = (D / ZIPFUSION_BLOCK_CHANNELS + 3) / 4;
+    uint32_t id, offset, info;
+    uint32_t k_meta[WORDS], v_meta[WORDS];
+};
+
+__device__ __forceinline__ uint32_t zf_kind(uint32_t info) { return info & 0xffu; }
+__device__ __forceinline__ uint32_t zf_k_units(uint32_t info) { return (info >> 8) & 0xfffu; }
+__device__ __forceinline__ uint32_t zf_v_units(uint32_t info) { return info >> 20; }
+
+template <int WORDS> __device__ __forceinline__ uint32_t zf_byte(const uint32_t (&meta)[WORDS], int j) {
+    return (meta[j >> 2] >> (8 * (j & 3))) & 0xffu;
+}
+
+// The offset of block j of an entry from its first block: the sizes of the blocks before it.
+template <int WORDS> __device__ __forceinline__ uint32_t zf_block_offset(const uint32_t (&meta)[WORDS], int j) {
+    uint32_t at = 0;
+#pragma unroll
+    for (int i = 0; i < j; ++i)
+        at += zf_byte(meta, i) == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+    return at;
+}
+
+__device__ __forceinline__ uint4 zf_lds128(uint32_t address) {
+    uint4 r;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(address));
+    return r;
+}
+__device__ __forceinline__ uint2 zf_lds64(uint32_t address) {
+    uint2 r;
+    asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "r"(address));
+    return r;
+}
+__device__ __forceinline__ uint32_t zf_lds32(uint32_t address) {
+    uint32_t r;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(address));
+    return r;
+}
+
+// The 4 B-fragment registers of group G (0 or 1) of the staged block at shared address
+// `block` with metadata byte `meta`: values 8G .. 8G + 7 of this lane (spec 3.2), the
+// registers ldmatrix x4 gives the twin for the same channels and tokens.
+template <bool ZERO_AWARE>
+__device__ __forceinline__ void zf_group(uint32_t block, uint32_t meta, int G, int lane, uint32_t (&b)[4]) {
+    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
+        // A raw block holds the lane's 8 registers in order (spec 4.2).
+        const uint4 w = zf_lds128(block + 32 * lane + 16 * G);
+        b[0] = w.x;
+        b[1] = w.y;
+        b[2] = w.z;
+        b[3] = w.w;
+        return;
+    }
+    // Low bytes of values 8G..8G+3 and 8G+4..8G+7, and the group's 4 code bytes (spec 4.1).
+    const uint2 low = zf_lds64(block + 16 * lane + 8 * G);
+    const uint32_t codes = zf_lds32(block + ZIPFUSION_LOW_BYTES_LEN + 8 * lane + 4 * G);
+    // One mask and one add of b/2 per byte restore four high bytes: b/2 + d <= 127 never
+    // carries into the sign bit or the next byte (spec 3.4).
+    const uint32_t half_base = (meta & 0x7fu) * 0x01010101u;
+    uint32_t first = (codes & 0x87878787u) + half_base;
+    uint32_t second = (((codes >> 3) & 0x07070707u) | ((codes << 1) & 0x80808080u)) + half_base;
+    if (ZERO_AWARE && (meta & ZIPFUSION_ZERO_AWARE_FLAG)) {
+        // d = 7 is exponent 0: keep the sign alone (spec 2.2). Uniform across the warp.
+        const uint32_t sevens = codes & (codes >> 1) & (codes >> 2);
+        first &= ~((sevens & 0x01010101u) * 0x7fu);
+        second &= ~(((sevens >> 3) & 0x01010101u) * 0x7fu);
+    }
+    // lo0 hi0 lo1 hi1: a bf16x2 register of two consecutive values.
+    b[0] = __byte_perm(low.x, first, 0x5140);
+    b[1] = __byte_perm(low.x, first, 0x7362);
+    b[2] = __byte_perm(low.y, second, 0x5140);
+    b[3] = __byte_perm(low.y, second, 0x7362);
+}
+
+// The B fragments of a staged compressed span: K blocks from shared address `k_span`, V
+// blocks after them.
+template <int D, bool ZERO_AWARE> struct ZfFragments {
+    uint32_t k_span, v_span;
+    const ZfEntry<D>& e;
+    int lane;
+    // K: k-step kk is group kk % 2 of block kk / 2 (spec 3.3).
+    __device__ __forceinline__ void k(int kk, uint32_t (&b)[4]) const {
+        const int j = kk >> 1;
+        zf_group<ZERO_AWARE>(k_span + zf_block_offset(e.k_meta, j), zf_byte(e.k_meta, j), kk & 1, lane, b);
+    }
+    // V: n-tiles c, c + 1 (c even) are group (c / 2) % 2 of block c / 4.
+    __device__ __forceinline__ void v(int c, uint32_t (&b)[4]) const {
+        const int j = c >> 2;
+        zf_group<ZERO_AWARE>(v_span + zf_block_offset(e.v_meta, j), zf_byte(e.v_meta, j), (c >> 1) & 1, lane, b);
+    }
+};
+
+// The loader of full pages in fixed slots (`slot_stride` bytes, a multiple of 16, from
+// `slots`) and partial last pages in BF16 pages ([num_bf16, PAGE_TOKENS, kv_heads, D]).
+template <int D, bool ZERO_AWARE> struct ZfLoader {
+    const uint8_t* __restrict__ slots;
+    unsigned long long slot_stride;
+    uint32_t num_slots;
+    const uint16_t* __restrict__ k_bf16;
+    const uint16_t* __restrict__ v_bf16;
+    uint32_t num_bf16;
+    size_t token_stride;  // kv_heads * D
+
+    static constexpr int NB = D / ZIPFUSION_BLOCK_CHANNELS;
+    using Entry = ZfEntry<D>;
+    // A head's span (at most 2 NB raw blocks) fits the twin's staging slot of a page.
+    static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= 2 * PAGE_TOKENS * staged_row<D>() * 2, "span fits a slot");
+
+    static __device__ __forceinline__ bool valid_byte(uint32_t m) {
+        if (m == ZIPFUSION_RAW_BLOCK_BYTE) return true;
+        if (!ZERO_AWARE && (m & ZIPFUSION_ZERO_AWARE_FLAG)) return false;
+        return (m & 0x7fu) <= ZIPFUSION_MAX_HALF_BASE;
+    }
+
+    // Reads the head's two metadata entries (spec 5.1) and checks what the kernel relies
+    // on: every block byte allowed, the V entry right after the K blocks, 16-byte alignment
+    // and the whole span inside the slot.
+    __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
+        Entry e;
+        e.id = id;
+        e.offset = 0;
+#pragma unroll
+        for (int w = 0; w < Entry::WORDS; ++w) e.k_meta[w] = e.v_meta[w] = 0;
+        if (!live) {
+            e.info = ZF_ENTRY_COMPRESSED;
+            return e;
+        }
+        if (partial) {
+            e.info = id < num_bf16 ? ZF_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
+            return e;
+        }
+        if (id >= num_slots) {
+            e.info = ATTENTION_STATUS_BAD_PAGE;
+            return e;
+        }
+        const uint4* meta =
+            reinterpret_cast<const uint4*>(slots + id * slot_stride + (size_t)kv_head * zf_head_metadata<D>());
+        uint32_t v_offset;
+        if constexpr (zf_head_metadata<D>() == 16) {
+            // Two 8-byte entries: offset, NB block bytes, padding.
+            const uint4 m = meta[0];
+            constexpr uint32_t mask = NB >= 4 ? 0xffffffffu : (1u << (8 * NB)) - 1;
+            e.offset = m.x;
+            e.k_meta[0] = m.y & mask;
+            v_offset = m.z;
+            e.v_meta[Entry::WORDS - 1] = m.w & mask;
+        } else {
+            static_assert(zf_head_metadata<D>() == 16 || (zf_head_metadata<D>() == 32 && NB == 8),
+                          "16-byte entries hold 8 block bytes");
+            const uint4 m0 = meta[0], m1 = meta[1];
+            e.offset = m0.x;
+            e.k_meta[0] = m0.y;
+            e.k_meta[Entry::WORDS - 1] = m0.z;
+            v_offset = m1.x;
+            e.v_meta[0] = m1.y;
+            e.v_meta[Entry::WORDS - 1] = m1.z;
+        }
+        bool ok = true;
+        uint32_t k_len = 0, v_len = 0;
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+            const uint32_t km = zf_byte(e.k_meta, j), vm = zf_byte(e.v_meta, j);
+            ok = ok && valid_byte(km) && valid_byte(vm);
+            k_len += km == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+            v_len += vm == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+        }
+        ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
+             (unsigned long long)e.offset + k_len + v_len <= slot_stride;
+        e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
+        return e;
+    }
+
+    static __device__ __forceinline__ Entry broadcast(const Entry& e, int from) {
+        Entry r;
+        r.id = __shfl_sync(0xffffffffu, e.id, from);
+        r.offset = __shfl_sync(0xffffffffu, e.offset, from);
+        r.info = __shfl_sync(0xffffffffu, e.info, from);
+#pragma unroll
+        for (int w = 0; w < Entry::WORDS; ++w) {
+            r.k_meta[w] = __shfl_sync(0xffffffffu, e.k_meta[w], from);
+            r.v_meta[w] = __shfl_sync(0xffffffffu, e.v_meta[w], from);
+        }
+        return r;
+    }
+
+    __device__ __forceinline__ bool issue(const Entry& e, uint32_t p, uint32_t len, uint16_t* stage, uint32_t kv_head,
+                                          uint32_t kv_heads, int lane, uint32_t* status) const {
+        const uint32_t kind = zf_kind(e.info);
+        if (kind == ZF_ENTRY_BF16) {
+            stage_bf16_page<D>(k_bf16, v_bf16, e.id, p * PAGE_TOKENS, len, stage, kv_head, kv_heads, token_stride,
+                               lane);
+            return true;
+        }
+        if (kind != ZF_ENTRY_COMPRESSED) {
+            if (lane == 0) atomicOr(status, kind);
+            return false;
+        }
+        // The head's K and V blocks are one contiguous span (spec 5.2): staged as is.
+        const uint8_t* span = slots + e.id * slot_stride + e.offset;
+        uint8_t* to = reinterpret_cast<uint8_t*>(stage);
+        const uint32_t units = zf_k_units(e.info) + zf_v_units(e.info);
+        for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + 16 * u, span + 16 * u);
+        return true;
+    }
+
+    template <class F>
+    __device__ __forceinline__ void compute(const Entry& e, uint32_t stage, const Bf16Lanes<D>& lanes, F&& f) const {
+        if (zf_kind(e.info) == ZF_ENTRY_BF16) {
+            f(Bf16Fragments<D>(stage, lanes));
+        } else {
+            const int lane = threadIdx.x & 31;
+            f(ZfFragments<D, ZERO_AWARE>{stage, stage + 16 * zf_k_units(e.info), e, lane});
+        }
+    }
+};
+
+}  // namespace
+
+#define ZF_ATTENTION_KERNEL(D, ZERO_AWARE, NAME)                                                               \
+    extern "C" __global__ void __launch_bounds__(THREADS) NAME(                                                 \
+        const uint16_t* q, const uint8_t* slots, unsigned long long slot_stride, uint32_t num_slots,           \
+        const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,        \
+        const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,            \
+        uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group, uint32_t pages_per_split,     \
+        float scale_log2) {                                                                                     \
+        const ZfLoader<D, ZERO_AWARE> loader{slots,  slot_stride, num_slots, k_bf16,                            \
+                                             v_bf16, num_bf16,    (size_t)kv_heads * D};                        \
+        decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages,    \
+                        kv_heads, group, pages_per_split, scale_log2);                                          \
+    }
+
+ZF_ATTENTION_KERNEL(64, false, zipfusion_attention_base_d64)
+ZF_ATTENTION_KERNEL(128, false, zipfusion_attention_base_d128)
+ZF_ATTENTION_KERNEL(256, false, zipfusion_attention_base_d256)
+ZF_ATTENTION_KERNEL(64, true, zipfusion_attention_zero_aware_d64)
+ZF_ATTENTION_KERNEL(128, true, zipfusion_attention_zero_aware_d128)
+ZF_ATTENTION_KERNEL(256, true, zipfusion_attention_zero_aware_d256)
