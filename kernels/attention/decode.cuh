@@ -50,6 +50,8 @@ constexpr int WARPS = ATTENTION_WARPS;
 constexpr int THREADS = WARPS * 32;
 // The mma's 16 rows hold at most this many query heads per KV head; rows g+8 stay zero.
 constexpr int MAX_GROUP = ATTENTION_MAX_GROUP;
+// ln 2: the log-sum-exp is kept in the log2 domain and returned as a natural log.
+constexpr float LN2 = 0.6931471805599453;
 
 // Shared-memory row of a staged page, in BF16 values: head_dim plus 8 values of padding,
 // so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks.
@@ -383,7 +385,7 @@ __device__ __forceinline__ void decode_paged(
 #pragma unroll
             for (int i = 0; i < D / THREADS_PER_ROW; ++i)
                 out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(combined[i] / cta_sum);
-            if (part == 0) lse[head_out] = (cta_max + log2f(cta_sum)) * 0.69314718055994531f;
+            if (part == 0) lse[head_out] = (cta_max + log2f(cta_sum)) * LN2;
         }
         return;
     }
@@ -427,7 +429,7 @@ __device__ __forceinline__ void decode_paged(
 #pragma unroll
         for (int i = 0; i < D / THREADS_PER_ROW; ++i)
             out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(total[i] / total_sum);
-        if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * 0.69314718055994531f;
+        if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * LN2;
     }
     if (threadIdx.x == 0) tickets[unit] = 0;
 }
