@@ -67,6 +67,13 @@ struct Cell {
     /// Median µs of the BF16 twin.
     twin_us: f64,
     splits: usize,
+    /// The peers' medians in µs from `--peers` (same cell), where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sdpa_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flashinfer_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flashinfer_tc_us: Option<f64>,
 }
 
 /// A peer cell as peers.py writes it (µs, `null` where the peer could not run).
@@ -270,6 +277,9 @@ fn measure(
         kv_bytes: 2 * shape.batch * context * shape.kv_heads * shape.head_dim * 2,
         twin_us: times[times.len() / 2],
         splits: workspace.plan().splits,
+        sdpa_us: None,
+        flashinfer_us: None,
+        flashinfer_tc_us: None,
     })
 }
 
