@@ -33,22 +33,16 @@ constexpr int THREADS = WARPS * 32;
 // The mma's 16 rows hold at most this many query heads per KV head; rows g+8 stay zero.
 constexpr int MAX_GROUP = ATTENTION_MAX_GROUP;
 
-// Shared-memory row of a staged page, in BF16 values: head_dim plus 8 values of padding,
-// so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks.
-template <int D> __host__ __device__ constexpr int staged_row() { return D + 8; }
+// Shared-memory row of a staged page, in BF16 values: head_dim plus ATTENTION_ROW_PAD values
+// of padding, so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks. The
+// launch's dynamic shared memory is sized in Rust from the same constants
+// (kvcodec_attention::gpu::shared_bytes).
+template <int D> __host__ __device__ constexpr int staged_row() { return D + ATTENTION_ROW_PAD; }
 
 // Page slots per warp: the page being computed and the next one in flight (the loop
 // below is written for two).
 constexpr int STAGES = ATTENTION_STAGES;
 static_assert(STAGES == 2, "the page loop alternates two slots");
-
-template <int D> __host__ __device__ constexpr int staging_bytes() {
-    return WARPS * STAGES * 2 * PAGE_TOKENS * staged_row<D>() * 2;
-}
-template <int D> __host__ __device__ constexpr int combine_bytes() { return WARPS * MAX_GROUP * (D + 2) * 4; }
-template <int D> __host__ __device__ constexpr int shared_bytes() {
-    return staging_bytes<D>() > combine_bytes<D>() ? staging_bytes<D>() : combine_bytes<D>();
-}
 
 __device__ __forceinline__ void mma_bf16(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
     // Rows g+8 of A (a1, a3) are zero and their accumulators (c2, c3) are thrown away:
@@ -101,7 +95,7 @@ __device__ __forceinline__ void decode_bf16(
     const uint32_t* __restrict__ block_table, const uint32_t* __restrict__ context_lens, uint16_t* __restrict__ out,
     float* __restrict__ lse, float* __restrict__ partial, uint32_t* __restrict__ tickets,
     uint32_t* __restrict__ status, uint32_t num_pages, uint32_t max_pages, uint32_t kv_heads, uint32_t group,
-    uint32_t pages_per_split, float scale_log2) {
+    float scale_log2) {
     constexpr int ROW = staged_row<D>();
     constexpr int KSTEPS = D / 16;
     constexpr int NBLOCKS = D / 8;
@@ -119,6 +113,9 @@ __device__ __forceinline__ void decode_bf16(
         len = min(len, max_pages * PAGE_TOKENS);
     }
     const uint32_t pages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    // Each sequence's own split of its pages (a table row may be much wider than the
+    // context): at least ATTENTION_MIN_PAGES_PER_SPLIT pages per split, later splits empty.
+    const uint32_t pages_per_split = max((uint32_t)ATTENTION_MIN_PAGES_PER_SPLIT, (pages + splits - 1) / splits);
     const uint32_t page_begin = split * pages_per_split;
     const uint32_t page_end = min(pages, page_begin + pages_per_split);
     const uint32_t q_heads = kv_heads * group;
@@ -187,8 +184,8 @@ __device__ __forceinline__ void decode_bf16(
     // loads then never wait on a table read.
     uint32_t page_ids = 0;
     auto load_ids = [&](uint32_t first) {
-        const uint32_t q = page_begin + warp + WARPS * (first + lane);
-        page_ids = q < page_end ? block_table[(size_t)seq * max_pages + q] : 0u;
+        const uint32_t logical = page_begin + warp + WARPS * (first + lane);
+        page_ids = logical < page_end ? block_table[(size_t)seq * max_pages + logical] : 0u;
     };
     load_ids(0);
 
@@ -366,9 +363,9 @@ __device__ __forceinline__ void decode_bf16(
         const uint16_t* q, const uint16_t* k_pages, const uint16_t* v_pages, const uint32_t* block_table,    \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \
         uint32_t* status, uint32_t num_pages, uint32_t max_pages, uint32_t kv_heads, uint32_t group,          \
-        uint32_t pages_per_split, float scale_log2) {                                                         \
+        float scale_log2) {                                                                                   \
         decode_bf16<D>(q, k_pages, v_pages, block_table, context_lens, out, lse, partial, tickets, status,    \
-                       num_pages, max_pages, kv_heads, group, pages_per_split, scale_log2);                   \
+                       num_pages, max_pages, kv_heads, group, scale_log2);                                    \
     }
 
 KV_ATTENTION_DECODE_BF16(64)

@@ -41,8 +41,8 @@ pub(crate) struct AttentionArgs {
     #[arg(long)]
     peers: Option<PathBuf>,
     /// Timed runs per cell (the median is reported).
-    #[arg(long, default_value_t = 20)]
-    runs: usize,
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// Write the cells as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -76,6 +76,18 @@ struct Cell {
     flashinfer_tc_us: Option<f64>,
 }
 
+/// What peers.py writes: where and how it measured, and its cells.
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug)]
+struct PeersFile {
+    device: String,
+    torch: String,
+    flashinfer: Option<String>,
+    pages: String,
+    runs: u32,
+    #[serde(skip_serializing)]
+    cells: Vec<PeerCell>,
+}
+
 /// A peer cell as peers.py writes it (µs, `null` where the peer could not run).
 #[derive(serde::Deserialize, Clone, Debug)]
 struct PeerCell {
@@ -97,6 +109,8 @@ struct Report {
     command: String,
     values: String,
     pages: String,
+    /// Where the peers' times come from (`--peers`).
+    peers: Option<PeersFile>,
     cells: Vec<Cell>,
 }
 
@@ -112,11 +126,23 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     let k_source = gpu.upload(&k_words)?;
     let v_source = gpu.upload(&v_words)?;
     let mut flush = gpu.zeros::<u8>(FLUSH_BYTES)?;
-    let peers: Vec<PeerCell> = match &args.peers {
-        Some(p) => serde_json::from_str(&std::fs::read_to_string(p).with_context(|| crate::shown(p))?)
-            .with_context(|| format!("--peers {}", crate::shown(p)))?,
-        None => Vec::new(),
+    let peers_file: Option<PeersFile> = match &args.peers {
+        Some(p) => {
+            let file: PeersFile =
+                serde_json::from_str(&std::fs::read_to_string(p).with_context(|| crate::shown(p))?)
+                    .with_context(|| format!("--peers {}", crate::shown(p)))?;
+            anyhow::ensure!(
+                file.pages == args.pages,
+                "--peers {}: measured with {} pages, this run places them {}",
+                crate::shown(p),
+                file.pages,
+                args.pages
+            );
+            Some(file)
+        }
+        None => None,
     };
+    let peers: &[PeerCell] = peers_file.as_ref().map_or(&[], |f| &f.cells);
     outln!(
         "[bench-attention] {} ; KV values from {} ; {} pages",
         gpu.info(),
@@ -147,18 +173,32 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             for &context in &args.contexts {
                 let shape = DecodeShape { batch, q_heads, kv_heads, head_dim };
                 let shuffled = args.pages == "shuffled";
-                let cell =
-                    measure(&gpu, shape, context, shuffled, &k_source, &v_source, &mut flush, args.runs)
-                        .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
-                let cell = Cell { shape: shape_name.to_string(), ..cell };
+                let cell = measure(
+                    &gpu,
+                    shape,
+                    context,
+                    shuffled,
+                    &k_source,
+                    &v_source,
+                    &mut flush,
+                    args.runs as usize,
+                )
+                .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
                 let peer =
-                    peers.iter().find(|p| p.shape == cell.shape && p.batch == batch && p.context == context);
+                    peers.iter().find(|p| p.shape == shape_name && p.batch == batch && p.context == context);
+                let cell = Cell {
+                    shape: shape_name.to_string(),
+                    sdpa_us: peer.and_then(|p| p.sdpa_us),
+                    flashinfer_us: peer.and_then(|p| p.flashinfer_us),
+                    flashinfer_tc_us: peer.and_then(|p| p.flashinfer_tc_us),
+                    ..cell
+                };
                 let best = peer.and_then(|p| {
                     [p.sdpa_us, p.flashinfer_us, p.flashinfer_tc_us].into_iter().flatten().reduce(f64::min)
                 });
                 let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
                 outln!(
-                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>8}",
+                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>6.3} {:>8}",
                     cell.shape,
                     batch,
                     context,
@@ -169,6 +209,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     show(peer.and_then(|p| p.sdpa_us)),
                     show(peer.and_then(|p| p.flashinfer_us)),
                     show(peer.and_then(|p| p.flashinfer_tc_us)),
+                    1.0,
                     best.map_or("-".to_string(), |b| format!("{:.3}x", b / cell.twin_us)),
                 )?;
                 cells.push(cell);
@@ -176,7 +217,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         }
     }
     outln!(
-        "twin: the BF16 twin (kvcodec_attention::gpu), byte ratio 1.000; vs best: the best peer's time / ours"
+        "twin: the BF16 twin (kvcodec_attention::gpu); ratio: BF16 bytes / bytes the kernel reads; vs best: the best peer's time / ours"
     )?;
     outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
@@ -193,6 +234,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             command: std::env::args().collect::<Vec<_>>().join(" "),
             values: format!("{} tiled in file order", crate::shown(&input)),
             pages: args.pages.clone(),
+            peers: peers_file.clone(),
             cells,
         };
         std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")
