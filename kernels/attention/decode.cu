@@ -42,6 +42,8 @@ template <int D> __host__ __device__ constexpr int staged_row() { return D + ATT
 // Page slots per warp: the page being computed and the next one in flight (the loop
 // below is written for two).
 constexpr int STAGES = ATTENTION_STAGES;
+// ln 2, to turn the log2-domain log-sum-exp into a natural log.
+constexpr float LN2 = 0.6931471805599453;
 static_assert(STAGES == 2, "the page loop alternates two slots");
 
 __device__ __forceinline__ void mma_bf16(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
@@ -307,7 +309,7 @@ __device__ __forceinline__ void decode_bf16(
 #pragma unroll
             for (int i = 0; i < D / THREADS_PER_ROW; ++i)
                 out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(combined[i] / cta_sum);
-            if (part == 0) lse[head_out] = (cta_max + log2f(cta_sum)) * 0.69314718055994531f;
+            if (part == 0) lse[head_out] = (cta_max + log2f(cta_sum)) * LN2;
         }
         return;
     }
@@ -351,7 +353,7 @@ __device__ __forceinline__ void decode_bf16(
 #pragma unroll
         for (int i = 0; i < D / THREADS_PER_ROW; ++i)
             out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(total[i] / total_sum);
-        if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * 0.69314718055994531f;
+        if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * LN2;
     }
     if (threadIdx.x == 0) tickets[unit] = 0;
 }
