@@ -28,9 +28,10 @@ all=(
   splitzip_header:512 splitzip_payload:4096 splitzip_codebook_json:1024 splitzip_cache:4096
   splitzip_roundtrip:4096 exans_record_parse:4096 exans_record_decode:4096 exans_container:8192
   exans_model_table:1024 exans_quantize:1026 exans_roundtrip:4096 zipfusion_page:8192
-  zipfusion_cache:8192 zipfusion_roundtrip:8192 field_split_merge:1024 field_safetensors:4096
+  zipfusion_cache:8192 zipfusion_roundtrip:8192 gaac_cache:8192 gaac_bases_json:4096 gaac_roundtrip:8192
+  field_split_merge:1024 field_safetensors:4096
 )
-no_trace_compares=" splitzip_roundtrip exans_quantize exans_roundtrip zipfusion_roundtrip "
+no_trace_compares=" splitzip_roundtrip exans_quantize exans_roundtrip zipfusion_roundtrip gaac_roundtrip "
 if [ $# -gt 0 ]; then
   chosen=()
   for t in "$@"; do

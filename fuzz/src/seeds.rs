@@ -333,7 +333,10 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
         "zipfusion_cache" => {
             for (name, piece) in &zipfusion_pieces {
                 for (options, codec) in &zipfusion_codecs {
-                    add(format!("{name}-{options}"), codec.encode(piece).expect("encode"));
+                    // Switch byte 1: the header CRC is recomputed (a no-op on a valid one).
+                    let mut bytes = vec![1u8];
+                    bytes.extend(codec.encode(piece).expect("encode"));
+                    add(format!("{name}-{options}"), bytes);
                 }
             }
         }

@@ -561,9 +561,20 @@ pub fn zipfusion_page(data: &[u8]) {
 }
 
 /// A whole container (spec §7): `cache_info`, `decode_cache`, and `ZipfusionCodec`'s
-/// `CacheCodec::decode` with the header's shape. A decoded cache re-encodes, with the
-/// container's variant and checksum option, into a container that decodes to it.
+/// `CacheCodec::decode` with the header's shape. Byte 0 is a switch, the container
+/// follows: with bit 0 set the header CRC-32C is recomputed first, so that a mutated L,
+/// H, D, T, variant or flag reaches the checks behind the CRC instead of stopping at it.
+/// A decoded cache re-encodes, with the container's variant and checksum option, into a
+/// container that decodes to it.
 pub fn zipfusion_cache(data: &[u8]) {
+    let Some((&switch, rest)) = data.split_first() else { return };
+    let mut bytes = rest.to_vec();
+    let crc_at = zipfusion::format::header::HEADER_CRC;
+    if switch & 1 != 0 && bytes.len() >= zipfusion::format::HEADER_LEN {
+        let crc = bf16_field::integrity::header_crc32c(&bytes[..zipfusion::format::HEADER_LEN], crc_at);
+        bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    let data = &bytes[..];
     let Some((cache, info)) = decoded_and_parsed(zipfusion::decode_cache(data), zipfusion::cache_info(data))
     else {
         return;

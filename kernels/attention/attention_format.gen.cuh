@@ -7,6 +7,8 @@
 #define ATTENTION_MAX_GROUP 8                            // query heads per KV head, at most
 #define ATTENTION_WARPS 4                                // warps per CTA
 #define ATTENTION_STAGES 2                               // page slots per warp (cp.async stages)
+#define ATTENTION_ROW_PAD 8                              // values of padding per staged row
+#define ATTENTION_MIN_PAGES_PER_SPLIT 16                 // fewest pages of a sequence per split
 
 // Device status values: a flag per problem (atomicOr).
 #define ATTENTION_STATUS_BAD_CONTEXT 1u                  // a context length of 0 or longer than its block-table row

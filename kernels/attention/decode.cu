@@ -13,10 +13,10 @@
         const uint16_t* q, const uint16_t* k_pages, const uint16_t* v_pages, const uint32_t* block_table,    \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \
         uint32_t* status, uint32_t num_pages, uint32_t max_pages, uint32_t kv_heads, uint32_t group,          \
-        uint32_t pages_per_split, float scale_log2) {                                                         \
+        float scale_log2) {                                                                                   \
         const Bf16Loader<D> loader{k_pages, v_pages, num_pages, (size_t)kv_heads * D};                          \
         decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages,  \
-                        kv_heads, group, pages_per_split, scale_log2);                                        \
+                        kv_heads, group, scale_log2);                                        \
     }
 
 KV_ATTENTION_DECODE_BF16(64)

@@ -55,20 +55,13 @@ constexpr float LN2 = 0.6931471805599453;
 
 // Shared-memory row of a staged page, in BF16 values: head_dim plus 8 values of padding,
 // so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks.
-template <int D> __host__ __device__ constexpr int staged_row() { return D + 8; }
+template <int D> __host__ __device__ constexpr int staged_row() { return D + ATTENTION_ROW_PAD; }
 
 // Page slots per warp: the page being computed and the next one in flight (the loop
 // below is written for two).
 constexpr int STAGES = ATTENTION_STAGES;
 static_assert(STAGES == 2, "the page loop alternates two slots");
 
-template <int D> __host__ __device__ constexpr int staging_bytes() {
-    return WARPS * STAGES * 2 * PAGE_TOKENS * staged_row<D>() * 2;
-}
-template <int D> __host__ __device__ constexpr int combine_bytes() { return WARPS * MAX_GROUP * (D + 2) * 4; }
-template <int D> __host__ __device__ constexpr int shared_bytes() {
-    return staging_bytes<D>() > combine_bytes<D>() ? staging_bytes<D>() : combine_bytes<D>();
-}
 
 __device__ __forceinline__ void mma_bf16(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
     // Rows g+8 of A (a1, a3) are zero and their accumulators (c2, c3) are thrown away:
@@ -198,7 +191,7 @@ __device__ __forceinline__ void decode_paged(
     const Loader& loader, const uint16_t* __restrict__ q, const uint32_t* __restrict__ block_table, const uint32_t* __restrict__ context_lens, uint16_t* __restrict__ out,
     float* __restrict__ lse, float* __restrict__ partial, uint32_t* __restrict__ tickets,
     uint32_t* __restrict__ status, uint32_t max_pages, uint32_t kv_heads, uint32_t group,
-    uint32_t pages_per_split, float scale_log2) {
+    float scale_log2) {
     constexpr int ROW = staged_row<D>();
     constexpr int KSTEPS = D / 16;
     constexpr int NBLOCKS = D / 8;
@@ -217,6 +210,9 @@ __device__ __forceinline__ void decode_paged(
         len = min(len, max_pages * PAGE_TOKENS);
     }
     const uint32_t pages = (len + PAGE_TOKENS - 1) / PAGE_TOKENS;
+    // Each sequence's own split of its pages (a table row may be much wider than the
+    // context): at least ATTENTION_MIN_PAGES_PER_SPLIT pages per split, later splits empty.
+    const uint32_t pages_per_split = max((uint32_t)ATTENTION_MIN_PAGES_PER_SPLIT, (pages + splits - 1) / splits);
     const uint32_t page_begin = split * pages_per_split;
     const uint32_t page_end = min(pages, page_begin + pages_per_split);
     const uint32_t q_heads = kv_heads * group;
@@ -260,10 +256,10 @@ __device__ __forceinline__ void decode_paged(
     // loader's entries (a page id, or more): the page loads then never wait on a table read.
     typename Loader::Entry entries;
     auto load_ids = [&](uint32_t first) {
-        const uint32_t q = page_begin + warp + WARPS * (first + lane);
-        const bool live = q < page_end;
-        const uint32_t id = live ? block_table[(size_t)seq * max_pages + q] : 0u;
-        entries = loader.entry(id, live, q + 1 == pages && len % PAGE_TOKENS != 0, kv_head);
+        const uint32_t logical = page_begin + warp + WARPS * (first + lane);
+        const bool live = logical < page_end;
+        const uint32_t id = live ? block_table[(size_t)seq * max_pages + logical] : 0u;
+        entries = loader.entry(id, live, logical + 1 == pages && len % PAGE_TOKENS != 0, kv_head);
     };
     load_ids(0);
 

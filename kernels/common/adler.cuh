@@ -31,6 +31,26 @@ __device__ __forceinline__ void kv_adler_add16(uint4 w, uint32_t rel, uint32_t& 
     ws += rel * sum + offs;
 }
 
+// The tile loops' form: running sums over the 16-byte groups a thread or lane holds,
+// s = sum of the bytes and o = sum of each byte times its offset (0..15) in its group,
+// the dp4a chained through both, so that a group costs its eight dp4a and nothing else.
+// The groups' own positions enter once, after the loop: for groups g at 16-byte-aligned
+// relative positions P_g = a + d g, the weighted sum is a S + d (G S - Q) + o, where
+// Q = sum of s after each group (one add a group, or one wide multiply-add, see the
+// callers) and G the number of groups; kv_adler_add16 instead paid a multiply-add by
+// the position and two adds a group.
+__device__ __forceinline__ void kv_adler_chain16(uint4 w, uint32_t& s, uint32_t& o) {
+    const unsigned ones = 0x01010101u;
+    s = __dp4a(w.x, ones, s);
+    s = __dp4a(w.y, ones, s);
+    s = __dp4a(w.z, ones, s);
+    s = __dp4a(w.w, ones, s);
+    o = __dp4a(w.x, 0x03020100u, o);
+    o = __dp4a(w.y, 0x07060504u, o);
+    o = __dp4a(w.z, 0x0b0a0908u, o);
+    o = __dp4a(w.w, 0x0f0e0d0cu, o);
+}
+
 // kv_adler_add16 for a thread whose weighted sum may pass 2^32 (relative positions below
 // 2^32 but too many groups for the bound above): W in 64 bits, one wide multiply-add
 // more. S stays 32 bits: the caller keeps the thread's bytes below 2^24.
@@ -79,11 +99,33 @@ __device__ __forceinline__ void kv_adler_warp_flush(uint32_t s, uint32_t ws, uns
     if (threadIdx.x % 32 == 0) kv_adler_commit(s64, ws64, base, sums);
 }
 
+// Adds a run's sums, each already below 65521, to the counters: S and W + base * S,
+// modulo 65521 (base below 2^64).
+__device__ __forceinline__ void kv_adler_commit32(uint32_t s, uint32_t ws, unsigned long long base,
+                                                  unsigned long long* sums) {
+    if ((s | ws) == 0) return;
+    const uint32_t m = (uint32_t)KV_ADLER_MOD;
+    const uint32_t base_m = (uint32_t)(base % KV_ADLER_MOD);
+    atomicAdd(sums, (unsigned long long)s);
+    atomicAdd(sums + 1, (unsigned long long)((ws + base_m * s % m) % m));
+}
+
 // kv_adler_warp_flush for sums of any size: each lane reduces its own modulo 65521
-// first, so that the warp's total fits 32 bits. All 32 lanes call it.
+// first, so that the warp's totals fit 32 bits and one redux.sync each sums them (where
+// five 64-bit shuffles and adds each did). All 32 lanes call it.
 __device__ __forceinline__ void kv_adler_warp_flush_mod(unsigned long long s, unsigned long long ws,
                                                         unsigned long long base, unsigned long long* sums) {
-    kv_adler_warp_flush((uint32_t)(s % KV_ADLER_MOD), (uint32_t)(ws % KV_ADLER_MOD), base, sums);
+    const uint32_t s_m = __reduce_add_sync(0xffffffffu, (uint32_t)(s % KV_ADLER_MOD));
+    const uint32_t ws_m = __reduce_add_sync(0xffffffffu, (uint32_t)(ws % KV_ADLER_MOD));
+    if (threadIdx.x % 32 == 0) kv_adler_commit32(s_m % (uint32_t)KV_ADLER_MOD, ws_m % (uint32_t)KV_ADLER_MOD, base, sums);
+}
+
+// kv_adler_warp_flush_mod for a 32-bit byte sum (a 32-bit modulo, not a 64-bit one).
+__device__ __forceinline__ void kv_adler_warp_flush_mod32(uint32_t s, unsigned long long ws, unsigned long long base,
+                                                          unsigned long long* sums) {
+    const uint32_t s_m = __reduce_add_sync(0xffffffffu, s % (uint32_t)KV_ADLER_MOD);
+    const uint32_t ws_m = __reduce_add_sync(0xffffffffu, (uint32_t)(ws % KV_ADLER_MOD));
+    if (threadIdx.x % 32 == 0) kv_adler_commit32(s_m % (uint32_t)KV_ADLER_MOD, ws_m % (uint32_t)KV_ADLER_MOD, base, sums);
 }
 
 // Sums every thread's (s, ws) over the CTA and commits them (thread 0). Every thread of
@@ -114,38 +156,36 @@ __device__ __forceinline__ void kv_adler_cta_flush(uint32_t s, uint32_t ws, unsi
 }
 
 // kv_adler_cta_flush for a CTA that flushes once (no barrier before the scratch is
-// written) and whose threads hold 32-bit sums: each thread reduces its sums modulo 65521
-// first, so that the warp and CTA totals fit 32 bits (blockDim.x <= 1024), and every
-// later step is 32-bit arithmetic: one barrier and a short tail for thread 0, where the
-// 64-bit reductions of kv_adler_cta_flush kept the CTA resident longer. `scratch` holds
-// 2 * (blockDim.x / 32) words.
+// written), with no modulo in the threads: each warp sums s and the two 16-bit halves
+// of ws with one redux.sync each (the halves' sums fit 32 bits for any ws), lane 0
+// writes the three to `scratch`, and after the one barrier warp 0 sums the warps' the
+// same way and commits. The caller keeps the CTA's total s below 2^32. `scratch` holds
+// 3 * (blockDim.x / 32) words. Every thread of the CTA calls it.
 __device__ __forceinline__ void kv_adler_cta_flush_once(uint32_t s, uint32_t ws, unsigned long long base,
                                                         uint32_t* scratch, unsigned long long* sums) {
-    const uint32_t m = (uint32_t)KV_ADLER_MOD;
-    s %= m;
-    ws %= m;
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) {
-        s += __shfl_down_sync(0xffffffffu, s, d);
-        ws += __shfl_down_sync(0xffffffffu, ws, d);
-    }
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    s = __reduce_add_sync(0xffffffffu, s);
+    uint32_t lo = __reduce_add_sync(0xffffffffu, ws & 0xffffu);
+    uint32_t hi = __reduce_add_sync(0xffffffffu, ws >> 16);
     if (lane == 0) {
-        scratch[2 * warp] = s;
-        scratch[2 * warp + 1] = ws;
+        scratch[3 * warp] = s;
+        scratch[3 * warp + 1] = lo;
+        scratch[3 * warp + 2] = hi;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t cs = 0, cws = 0;
-        for (unsigned w = 0; w < warps; ++w) {
-            cs += scratch[2 * w];
-            cws += scratch[2 * w + 1];
+    if (warp == 0) {
+        s = lo = hi = 0;
+        if (lane < warps) {
+            s = scratch[3 * lane];
+            lo = scratch[3 * lane + 1];
+            hi = scratch[3 * lane + 2];
         }
-        if ((cs | cws) == 0) return;
-        cs %= m;
-        const uint32_t base_m = (uint32_t)(base % KV_ADLER_MOD);
-        atomicAdd(sums, (unsigned long long)cs);
-        atomicAdd(sums + 1, (unsigned long long)((cws % m + base_m * cs % m) % m));
+        s = __reduce_add_sync(0xffffffffu, s);
+        lo = __reduce_add_sync(0xffffffffu, lo);
+        hi = __reduce_add_sync(0xffffffffu, hi);
+        // ws = 2^16 hi + lo, and 2^16 = 15 modulo 65521: below 2^31 for 1024 threads.
+        const uint32_t m = (uint32_t)KV_ADLER_MOD;
+        if (lane == 0) kv_adler_commit32(s % m, (15u * hi + lo) % m, base, sums);
     }
 }
 

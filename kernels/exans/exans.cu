@@ -434,7 +434,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                     if (kSums) kv_adler_add_word_wide(word, (uint32_t)(2 * (g * per_group + i)), raw_s, raw_ws);
                 }
             }
-            if (kSums) kv_adler_warp_flush_mod(raw_s, raw_ws, 0, record_sums + 2 * rec);
+            if (kSums) kv_adler_warp_flush_mod32(raw_s, raw_ws, 0, record_sums + 2 * rec);
             continue;
         }
 
@@ -556,15 +556,23 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // A regular partition (the common case: whole tiles, groups of whole tiles, both
         // starting at multiples of 256 values, aligned) stores every tile with 16-byte
         // stores at a running per-lane pointer, with no per-tile tests.
-        const bool regular =
-            aligned && p_len % EXANS_TILE == 0 && p_start % EXANS_TILE == 0 && group_len % EXANS_TILE == 0;
+        // With kSums, also a partition of at most 2^25 values (so the running sums of the
+        // regular path below fit 32 bits): larger ones take the general path.
+        const bool regular = aligned && p_len % EXANS_TILE == 0 && p_start % EXANS_TILE == 0 &&
+                             group_len % EXANS_TILE == 0 && (!kSums || p_len <= (1u << 25));
         uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
         const unsigned long long group_jump = tensor_values - group_len;
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
         // per-lane activity test; the rest the general one.
         const unsigned all_active = exans_lane_run(p_len, EXANS_LANES - 1);
-        // kSums: the lane's sums, relative to the partition's first byte.
-        uint32_t adler_s = 0;
+        // kSums: the lane's sums, relative to the partition's first byte. The general path
+        // adds each tile at its position (kv_adler_add16_wide). The regular path keeps
+        // running sums instead (kv_adler_chain16: s, and o < 2^32 for at most 2^17 tiles)
+        // and adds 512 s to adler_ws after each tile: the lane's bytes of tile t sit at
+        // 512 t + 16 lane, so after T tiles the weighted sum is (512 T + 16 lane) s + o -
+        // adler_ws (see after the loop), one wide multiply-add a tile where the general
+        // form pays a multiply-add by the position and two adds.
+        uint32_t adler_s = 0, adler_o = 0;
         unsigned long long adler_ws = 0;
         // Rounds of EXANS_DECODE_ROUND_STEPS steps, two tiles: the round's symbols are kept in registers
         // (4 per u32, compile-time indexed), then each tile is joined with its
@@ -616,14 +624,18 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                 // end (where the tile offset r comes back to 0).
                 const uint4 w0 =
                     ex_store_tile(dst, syms[0], syms[1], sgnman0, shared_centers ? s_centers[tile.g] : centers[tile.g]);
-                if (kSums) kv_adler_add16_wide(w0, 2u * (tile0 * EXANS_TILE + EXANS_GROUP * lane), adler_s, adler_ws);
+                if (kSums) {
+                    kv_adler_chain16(w0, adler_s, adler_o);
+                    adler_ws += 2ull * EXANS_TILE * adler_s;
+                }
                 ex_next_tile(tile, dst, group_len, group_jump);
                 if (second) {
                     const uint4 w1 = ex_store_tile(dst, syms[2], syms[3], sgnman1,
                                                    shared_centers ? s_centers[tile.g] : centers[tile.g]);
-                    if (kSums)
-                        kv_adler_add16_wide(w1, 2u * ((tile0 + 1) * EXANS_TILE + EXANS_GROUP * lane), adler_s,
-                                            adler_ws);
+                    if (kSums) {
+                        kv_adler_chain16(w1, adler_s, adler_o);
+                        adler_ws += 2ull * EXANS_TILE * adler_s;
+                    }
                     ex_next_tile(tile, dst, group_len, group_jump);
                 }
             } else {
@@ -657,7 +669,12 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                 }
             }
         }
-        if (kSums) kv_adler_warp_flush_mod(adler_s, adler_ws, 2ull * p_start, record_sums + 2 * rec);
+        if (kSums) {
+            if (regular)  // warp-uniform; every tile of the partition went through the regular path
+                adler_ws = (2ull * EXANS_TILE * (p_len / EXANS_TILE) + 2u * EXANS_GROUP * lane) * adler_s + adler_o -
+                           adler_ws;
+            kv_adler_warp_flush_mod32(adler_s, adler_ws, 2ull * p_start, record_sums + 2 * rec);
+        }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
         unsigned flags = 0;
         if (l.pos > l.count) flags |= EXANS_STATUS_EXHAUSTED;

@@ -363,7 +363,9 @@ __device__ __forceinline__ void ee_encode_blocks(
                 for (uint32_t b = 0; b < EE_HIST_BATCH; ++b)
                     cur[b] = lane + b * EXANS_LANES < n8 ? src4[lane + b * EXANS_LANES] : make_uint4(0, 0, 0, 0);
                 for (uint32_t v = lane; v < n8; v += EE_HIST_BATCH * EXANS_LANES) {
-                    uint32_t batch_s = 0, batch_ws = 0;  // kSums: relative to chunk v
+                    // kSums: running sums of the batch's chunks (kv_adler_chain16), chunk b at
+                    // byte 512 b after chunk v; q holds the byte sum after chunks 0 .. B - 2.
+                    uint32_t batch_s = 0, batch_o = 0, batch_q = 0;
                     uint4 nxt[EE_HIST_BATCH];
 #pragma unroll
                     for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
@@ -372,6 +374,7 @@ __device__ __forceinline__ void ee_encode_blocks(
                     }
 #pragma unroll
                     for (uint32_t b = 0; b < EE_HIST_BATCH; ++b) {
+                        if (kSums && b > 0) batch_q += batch_s;
                         if (v + b * EXANS_LANES < n8) {
                             ee_hist2(s_hist, cur[b].x, copy);
                             ee_hist2(s_hist, cur[b].y, copy);
@@ -383,11 +386,15 @@ __device__ __forceinline__ void ee_encode_blocks(
                             // and scratch_base are multiples of 8.
                             *(uint2*)(sgnman_plane + g * per_group + 8 * (v + b * EXANS_LANES)) =
                                 make_uint2(ee_sm4(cur[b].x, cur[b].y), ee_sm4(cur[b].z, cur[b].w));
-                            if (kSums) kv_adler_add16(cur[b], 16u * EXANS_LANES * b, batch_s, batch_ws);
+                            if (kSums) kv_adler_chain16(cur[b], batch_s, batch_o);
                         }
                         cur[b] = nxt[b];
                     }
                     if (kSums) {
+                        // Relative to chunk v: sum of 512 b S_b + o, and sum of b S_b =
+                        // (B - 1) S - q (below 2^32: 4 chunks of 16 bytes within 2 KiB).
+                        const uint32_t batch_ws =
+                            16u * EXANS_LANES * ((EE_HIST_BATCH - 1) * batch_s - batch_q) + batch_o;
                         // Chunk v of group g starts at byte 2 (g per_group + 8 v) < 2 N.
                         ulonglong2 acc = s_adler[tid];
                         acc.x += batch_s;

@@ -164,6 +164,23 @@ __device__ __noinline__ void sz_sum_tile(const uint16_t* __restrict__ words, uns
     kv_adler_cta_flush(s, ws, 2 * base, scratch, sums);
 }
 
+// A thread's Adler-32 sums in a tile, as running sums over its groups
+// (kv_adler_chain16): group u starts at byte G (256 u + tid) of the tile, G the group's
+// bytes, so the weighted sum is G tid S + 256 G (3 S - q) + o, with q the byte sum after
+// groups 0, 1 and 2. sz_adler_next subtracts 256 G q from o as it goes (one multiply-add
+// a group, and no register for q: the tile kernels run at their register cap), and
+// sz_adler_ws adds the rest. The sum is below 2^32 (positions below 2^14, 64 bytes a
+// thread), so arithmetic modulo 2^32 is exact.
+#define SZ_ADLER_PASS (2 * SPLITZIP_GROUP_VALUES * SPLITZIP_THREADS)  // bytes between a thread's groups
+static_assert(SZ_GROUPS_PER_THREAD == 4, "q holds the sums after groups 0, 1 and 2");
+
+// Before group u > 0 (whether or not it holds values).
+__device__ __forceinline__ void sz_adler_next(uint32_t s, uint32_t& o) { o -= SZ_ADLER_PASS * s; }
+
+__device__ __forceinline__ uint32_t sz_adler_ws(uint32_t s, uint32_t o) {
+    return (2u * SPLITZIP_GROUP_VALUES * threadIdx.x + 3u * SZ_ADLER_PASS) * s + o;
+}
+
 // The tile kernel; kSums also adds the tile's Adler-32 sums to the workspace (the
 // encoder's checksum option), in a kernel of its own so that the default one keeps its
 // registers.
@@ -202,11 +219,13 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
             w[u] = make_uint4(t[0] | (t[1] << 16), t[2] | (t[3] << 16), t[4] | (t[5] << 16), t[6] | (t[7] << 16));
         }
     }
-    uint32_t adler_s = 0, adler_ws = 0;  // relative to the tile's first byte
+    uint32_t adler_s = 0, adler_o = 0;  // kSums: see sz_adler_ws
     if (kSums) {
 #pragma unroll
-        for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u)  // values past n were loaded as 0
-            kv_adler_add16(w[u], 2u * (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES, adler_s, adler_ws);
+        for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {  // values past n were loaded as 0
+            if (u > 0) sz_adler_next(adler_s, adler_o);
+            kv_adler_chain16(w[u], adler_s, adler_o);
+        }
     }
     uint32_t esc_mask[SZ_GROUPS_PER_THREAD];
     unsigned long long packed_counts = 0;
@@ -264,8 +283,9 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
         if (pass_base) atomicAdd(workspace + SPLITZIP_WORKSPACE_HEADER_WORDS + tile / SPLITZIP_SUPER_TILES, (unsigned long long)pass_base);
     }
     if (kSums) {
-        __shared__ unsigned long long adler_scratch[2 * SPLITZIP_THREADS / 32];
-        kv_adler_cta_flush(adler_s, adler_ws, 2 * base, adler_scratch, workspace + SZ_WS_ADLER);
+        __shared__ uint32_t adler_scratch[3 * SPLITZIP_THREADS / 32];
+        kv_adler_cta_flush_once(adler_s, sz_adler_ws(adler_s, adler_o), 2 * base, adler_scratch,
+                                workspace + SZ_WS_ADLER);
     }
 }
 
@@ -510,7 +530,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     const uint8_t* esc_exponents = payload + exponents_at;
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
-    uint32_t adler_s = 0, adler_ws = 0;  // relative to the tile's first byte
+    uint32_t adler_s = 0, adler_o = 0;  // kSums: see sz_adler_ws
     // Load every group's codes and sign+mantissa first, then rebuild and store.
     uint32_t codes[SZ_GROUPS_PER_THREAD];
     uint2 sf[SZ_GROUPS_PER_THREAD];
@@ -532,6 +552,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     }
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
+        if (kSums && u > 0) sz_adler_next(adler_s, adler_o);  // also before a group past n
         const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
         if (v0 >= n) continue;
         uint32_t e_lo = kv_lookup16_quad(codes[u] & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
@@ -558,22 +579,31 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
         if (v0 + SPLITZIP_GROUP_VALUES <= n) {
             __stcs(reinterpret_cast<uint4*>(out + v0), make_uint4(lo4.x, lo4.y, hi4.x, hi4.y));
-            if (kSums) kv_adler_add16(make_uint4(lo4.x, lo4.y, hi4.x, hi4.y), (uint32_t)(2 * (v0 - base)), adler_s, adler_ws);
+            if (kSums) kv_adler_chain16(make_uint4(lo4.x, lo4.y, hi4.x, hi4.y), adler_s, adler_o);
         } else {
             const uint32_t q[4] = {lo4.x, lo4.y, hi4.x, hi4.y};
+            if (kSums) {
+                // The group with its words past n zeroed, as one chain: added word by word
+                // (two dp4a each), the sums made ptxas spill at the register cap.
+                const unsigned valid = (unsigned)(n - v0);
+                uint32_t z[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) z[k] = 2 * k + 1 < valid ? q[k] : 2 * k < valid ? q[k] & 0xffffu : 0u;
+                kv_adler_chain16(make_uint4(z[0], z[1], z[2], z[3]), adler_s, adler_o);
+            }
 #pragma unroll
             for (int k = 0; k < SPLITZIP_GROUP_VALUES; ++k) {
                 if (v0 + k < n) {
                     const uint32_t word = (q[k / 2] >> (16 * (k % 2))) & 0xffffu;
                     out[v0 + k] = (uint16_t)word;
-                    if (kSums) kv_adler_add_word(word, (uint32_t)(2 * (v0 + k - base)), adler_s, adler_ws);
                 }
             }
         }
     }
     if (kSums) {
-        __shared__ uint32_t adler_scratch[2 * SPLITZIP_THREADS / 32];
-        kv_adler_cta_flush_once(adler_s, adler_ws, 2 * base, adler_scratch, sums);
+        const uint32_t ws = sz_adler_ws(adler_s, adler_o);
+        __shared__ uint32_t adler_scratch[3 * SPLITZIP_THREADS / 32];
+        kv_adler_cta_flush_once(adler_s, ws, 2 * base, adler_scratch, sums);
     }
 }
 

@@ -258,12 +258,12 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
         const uint16_t* q, const uint8_t* slots, unsigned long long slot_stride, uint32_t num_slots,           \
         const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,        \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,            \
-        uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group, uint32_t pages_per_split,     \
+        uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group,                              \
         float scale_log2) {                                                                                     \
         const ZfLoader<D, ZERO_AWARE> loader{slots,  slot_stride, num_slots, k_bf16,                            \
                                              v_bf16, num_bf16,    (size_t)kv_heads * D};                        \
         decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages,    \
-                        kv_heads, group, pages_per_split, scale_log2);                                          \
+                        kv_heads, group, scale_log2);                                          \
     }
 
 ZF_ATTENTION_KERNEL(64, false, zipfusion_attention_base_d64)

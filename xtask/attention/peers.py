@@ -4,8 +4,9 @@
 torch SDPA (dense KV, enable_gqa) and, when importable, FlashInfer's paged decode
 (BatchDecodeWithPagedKVCacheWrapper, NHD pages of 16 tokens, tensor cores off and on),
 timed like the Rust bench: CUDA events around one call, 3 warm-ups, median of --runs, the
-L2 flushed by a 512 MiB memset and the stream held by a sleep kernel before each run.
-Random BF16 values: the peers' time does not depend on them. Writes a JSON list of cells.
+L2 flushed by a 512 MiB memset and the stream held by a sleep kernel (about 2 ms) before
+each run. Random BF16 values: the peers' time does not depend on them. Writes JSON: the
+device, torch and FlashInfer versions, the page placement, the runs, and the cells.
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ def time_us(fn, runs, flush):
     times = []
     for _ in range(runs):
         flush.zero_()
-        torch.cuda._sleep(2_000_000)
+        torch.cuda._sleep(4_000_000)  # clock cycles: about 2 ms at the H200's ~2 GHz
         start.record()
         fn()
         end.record()
@@ -108,8 +109,14 @@ def main():
                 torch.cuda.empty_cache()
                 print(f"[peers] {cell}")
                 cells.append(cell)
+    fi_version = None
+    if have_fi:
+        import flashinfer
+        fi_version = getattr(flashinfer, "__version__", "unknown")
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "flashinfer": fi_version,
+           "pages": args.pages, "runs": args.runs, "cells": cells}
     with open(args.json, "w") as f:
-        json.dump(cells, f, indent=1)
+        json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

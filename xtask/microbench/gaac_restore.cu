@@ -73,15 +73,20 @@ int main(int argc, char** argv) {
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     auto restore = D == 64 ? gaac_restore_sum_d64 : gaac_restore_sum_d128;
+    // Dynamic shared memory: each warp's addend image, bases and slot ring (the kernel's
+    // gaac_restore_warp_bytes).
+    const size_t smem = GAAC_RESTORE_WARPS * gaac_restore_warp_bytes((int)D, C);
+    CK(cudaFuncSetAttribute(restore, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, restore, GAAC_RESTORE_WARPS * 32, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, restore, GAAC_RESTORE_WARPS * 32, smem));
+    if (per_sm == 0) { printf("%zu bytes of shared memory per CTA do not fit an SM\n", smem); return 2; }
     const int grid = sms * per_sm;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
 
     CK(cudaMemset(d_sum, 0, 4));
-    restore<<<grid, GAAC_RESTORE_WARPS * 32>>>(d_slots, C, copies * B, B, (int)per_head, (int)H, d_status, d_raw,
+    restore<<<grid, GAAC_RESTORE_WARPS * 32, smem>>>(d_slots, C, copies * B, B, (int)per_head, (int)H, d_status, d_raw,
                                                d_overflow, d_bases, d_sum);
     CK(cudaDeviceSynchronize());
     uint32_t got = 0;
@@ -90,13 +95,13 @@ int main(int argc, char** argv) {
     printf("checksum %#010x, expected %#010x: %s\n", got, expected, got == expected ? "ok" : "MISMATCH");
 
     const double restore_ms = median_ms(e0, e1, [&](int) {
-        restore<<<grid, GAAC_RESTORE_WARPS * 32>>>(d_slots, C, copies * B, B, (int)per_head, (int)H, d_status, d_raw,
+        restore<<<grid, GAAC_RESTORE_WARPS * 32, smem>>>(d_slots, C, copies * B, B, (int)per_head, (int)H, d_status, d_raw,
                                                    d_overflow, d_bases, d_sum);
     });
     const double read_ms = median_ms(e0, e1, [&](int) { read_sum<<<sms * 8, 512>>>((const uint4*)d_slots, total / 16, d_sum); });
     print_rates("read roofline (slot bytes)", read_ms, (double)total, 0);
-    printf("%-34s %8.3f ms %8.1f GB/s of slots %8.1f GB/s of BF16 restored, %.1f%% of the read roofline, %d CTAs x %d warps\n",
+    printf("%-34s %8.3f ms %8.1f GB/s of slots %8.1f GB/s of BF16 restored, %.1f%% of the read roofline, %d CTAs x %d warps, %zu B shared per CTA, %d stages\n",
            "gaac restore", restore_ms, total / (restore_ms * 1e-3) / 1e9, 2.0 * values / (restore_ms * 1e-3) / 1e9,
-           100.0 * read_ms / restore_ms, grid, GAAC_RESTORE_WARPS);
+           100.0 * read_ms / restore_ms, grid, GAAC_RESTORE_WARPS, smem, GAAC_RESTORE_STAGES);
     return got == expected ? 0 : 1;
 }

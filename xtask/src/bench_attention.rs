@@ -48,8 +48,8 @@ pub(crate) struct AttentionArgs {
     #[arg(long)]
     peers: Option<PathBuf>,
     /// Timed runs per cell (the median is reported).
-    #[arg(long, default_value_t = 20)]
-    runs: usize,
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// Write the cells as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -74,6 +74,13 @@ struct Cell {
     /// Median µs of the BF16 twin.
     twin_us: f64,
     splits: usize,
+    /// The peers' medians in µs from `--peers` (same cell), where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sdpa_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flashinfer_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flashinfer_tc_us: Option<f64>,
     /// The ZipFusion fused kernel on the same pages compressed, per variant.
     fused: Vec<FusedCell>,
 }
@@ -91,6 +98,18 @@ struct FusedCell {
     ratio: f64,
     /// Whether out and lse are the twin's bits.
     identical: bool,
+}
+
+/// What peers.py writes: where and how it measured, and its cells.
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug)]
+struct PeersFile {
+    device: String,
+    torch: String,
+    flashinfer: Option<String>,
+    pages: String,
+    runs: u32,
+    #[serde(skip_serializing)]
+    cells: Vec<PeerCell>,
 }
 
 /// A peer cell as peers.py writes it (µs, `null` where the peer could not run).
@@ -114,6 +133,8 @@ struct Report {
     command: String,
     values: String,
     pages: String,
+    /// Where the peers' times come from (`--peers`).
+    peers: Option<PeersFile>,
     cells: Vec<Cell>,
 }
 
@@ -129,11 +150,23 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     let k_source = gpu.upload(&k_words)?;
     let v_source = gpu.upload(&v_words)?;
     let mut flush = gpu.zeros::<u8>(FLUSH_BYTES)?;
-    let peers: Vec<PeerCell> = match &args.peers {
-        Some(p) => serde_json::from_str(&std::fs::read_to_string(p).with_context(|| crate::shown(p))?)
-            .with_context(|| format!("--peers {}", crate::shown(p)))?,
-        None => Vec::new(),
+    let peers_file: Option<PeersFile> = match &args.peers {
+        Some(p) => {
+            let file: PeersFile =
+                serde_json::from_str(&std::fs::read_to_string(p).with_context(|| crate::shown(p))?)
+                    .with_context(|| format!("--peers {}", crate::shown(p)))?;
+            anyhow::ensure!(
+                file.pages == args.pages,
+                "--peers {}: measured with {} pages, this run places them {}",
+                crate::shown(p),
+                file.pages,
+                args.pages
+            );
+            Some(file)
+        }
+        None => None,
     };
+    let peers: &[PeerCell] = peers_file.as_ref().map_or(&[], |f| &f.cells);
     outln!(
         "[bench-attention] {} ; KV values from {} ; {} pages",
         gpu.info(),
@@ -141,7 +174,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         args.pages
     )?;
     outln!(
-        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
+        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
         "shape",
         "B",
         "S",
@@ -152,6 +185,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "SDPA us",
         "FI us",
         "FI-TC us",
+        "ratio",
         "vs best",
         "ZF us",
         "ratio",
@@ -171,12 +205,26 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             for &context in &args.contexts {
                 let shape = DecodeShape { batch, q_heads, kv_heads, head_dim };
                 let shuffled = args.pages == "shuffled";
-                let cell =
-                    measure(&gpu, shape, context, shuffled, &k_source, &v_source, &mut flush, args.runs)
-                        .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
-                let cell = Cell { shape: shape_name.to_string(), ..cell };
+                let cell = measure(
+                    &gpu,
+                    shape,
+                    context,
+                    shuffled,
+                    &k_source,
+                    &v_source,
+                    &mut flush,
+                    args.runs as usize,
+                )
+                .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
                 let peer =
-                    peers.iter().find(|p| p.shape == cell.shape && p.batch == batch && p.context == context);
+                    peers.iter().find(|p| p.shape == shape_name && p.batch == batch && p.context == context);
+                let cell = Cell {
+                    shape: shape_name.to_string(),
+                    sdpa_us: peer.and_then(|p| p.sdpa_us),
+                    flashinfer_us: peer.and_then(|p| p.flashinfer_us),
+                    flashinfer_tc_us: peer.and_then(|p| p.flashinfer_tc_us),
+                    ..cell
+                };
                 let best = peer.and_then(|p| {
                     [p.sdpa_us, p.flashinfer_us, p.flashinfer_tc_us].into_iter().flatten().reduce(f64::min)
                 });
@@ -200,7 +248,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     "DIFF"
                 };
                 outln!(
-                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
+                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>6.3} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
                     cell.shape,
                     batch,
                     context,
@@ -211,6 +259,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     show(peer.and_then(|p| p.sdpa_us)),
                     show(peer.and_then(|p| p.flashinfer_us)),
                     show(peer.and_then(|p| p.flashinfer_tc_us)),
+                    1.0,
                     best.map_or("-".to_string(), |b| format!("{:.3}x", b / cell.twin_us)),
                     zf_us,
                     zf_ratio,
@@ -225,7 +274,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         }
     }
     outln!(
-        "twin: the BF16 twin (kvcodec_attention::gpu), byte ratio 1.000; vs best: the best peer's time / ours"
+        "twin: the BF16 twin (kvcodec_attention::gpu); ratio: BF16 bytes / bytes the kernel reads; vs best: the best peer's time / ours"
     )?;
     outln!(
         "ZF / ZF-ZA: ZipFusion fused (zipfusion::attention), base / zero-aware pages compressed on the device from \
@@ -247,6 +296,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             command: std::env::args().collect::<Vec<_>>().join(" "),
             values: format!("{} tiled in file order", crate::shown(&input)),
             pages: args.pages.clone(),
+            peers: peers_file.clone(),
             cells,
         };
         std::fs::write(json, serde_json::to_string_pretty(&report)? + "\n")
@@ -411,6 +461,9 @@ fn measure(
         kv_bytes: 2 * shape.batch * context * shape.kv_heads * shape.head_dim * 2,
         twin_us,
         splits: workspace.plan().splits,
+        sdpa_us: None,
+        flashinfer_us: None,
+        flashinfer_tc_us: None,
         fused,
     })
 }

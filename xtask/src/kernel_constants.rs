@@ -57,6 +57,18 @@ pub(crate) fn headers() -> Vec<Header> {
                     "",
                     "page slots per warp (cp.async stages)",
                 ),
+                d(
+                    "ATTENTION_ROW_PAD",
+                    kvcodec_attention::gpu::ROW_PAD,
+                    "",
+                    "values of padding per staged row",
+                ),
+                d(
+                    "ATTENTION_MIN_PAGES_PER_SPLIT",
+                    kvcodec_attention::gpu::MIN_PAGES_PER_SPLIT,
+                    "",
+                    "fewest pages of a sequence per split",
+                ),
             ],
             status: Some(("ATTENTION_STATUS", kvcodec_attention::gpu::STATUS)),
         },

@@ -148,9 +148,9 @@ fn zipfusion_blocks(cache: &KvCache, variant: zipfusion::Variant) -> anyhow::Res
         .zip(&counts)
         .map(|(kind, c)| {
             format!(
-                "{} {:.2}% of {} ({} zero-aware)",
+                "{} {} of {} ({} zero-aware)",
                 kind.suffix().to_uppercase(),
-                100.0 * c.eligible() as f64 / c.total() as f64,
+                percent(c.eligible(), c.total()),
                 c.total(),
                 c.zero_aware
             )
@@ -161,16 +161,27 @@ fn zipfusion_blocks(cache: &KvCache, variant: zipfusion::Variant) -> anyhow::Res
     let block_bytes =
         eligible * zipfusion::format::CODED_BLOCK_LEN + (total - eligible) * zipfusion::format::RAW_BLOCK_LEN;
     let block_values = total * zipfusion::format::BLOCK_VALUES;
+    // A cache of fewer than 16 tokens has no page, so no block: its shares and its
+    // blocks-alone ratio are undefined, not 0/0.
+    let blocks_alone = if block_bytes == 0 {
+        "- (no full page)".to_string()
+    } else {
+        format!("{:.4}", (2 * block_values) as f64 / block_bytes as f64)
+    };
     outln!(
-        "zipfusion {}: blocks coded {:.2}% ({}), container {} bytes, ratio {:.4}, blocks alone {:.4}",
+        "zipfusion {}: blocks coded {} ({}), container {} bytes, ratio {:.4}, blocks alone {blocks_alone}",
         variant.name(),
-        100.0 * eligible as f64 / total as f64,
+        percent(eligible, total),
         kinds.join(", "),
         container.len(),
         raw as f64 / container.len() as f64,
-        (2 * block_values) as f64 / block_bytes as f64
     )?;
     Ok(())
+}
+
+/// `part` as a percentage of `whole` with two decimals, or `-` when `whole` is 0.
+fn percent(part: usize, whole: usize) -> String {
+    if whole == 0 { "-".to_string() } else { format!("{:.2}%", 100.0 * part as f64 / whole as f64) }
 }
 
 fn row(scope: &str, st: &FieldStats) -> std::io::Result<()> {

@@ -2,7 +2,7 @@
 //! the tensor cores, split over the context so that batch 1 fills the GPU, the splits
 //! combined in the same launch. The fused kernels over GAAC and ZipFusion pages share its
 //! accumulation order, so that a compressed cache and its decoded copy give identical
-//! outputs (issue 18; design notes in /docs/formats/attention.md).
+//! outputs (issue 18; design notes in docs/formats/attention.md).
 //!
 //! [`decode_device`] queues one launch on the context's stream and does not synchronise, so
 //! it can be captured in a CUDA graph: the workspace's tickets return to zero at the end of
@@ -55,9 +55,15 @@ pub const WARPS: usize = 4;
 /// split's state, so their count bounds the combine's time.
 pub const MAX_SPLITS: usize = 64;
 
-/// The fewest pages a split reads, so that its partial state (about `MAX_GROUP *
-/// head_dim` floats) stays a few percent of the bytes it reads.
+/// The fewest pages of a sequence a split reads, so that its partial state (about
+/// `MAX_GROUP * head_dim` floats) stays a few percent of the bytes it reads. The kernel
+/// splits each sequence's own pages: `max(MIN_PAGES_PER_SPLIT, ceil(pages / splits))` per
+/// split, later splits empty, so a block-table row wider than its context costs nothing.
 pub const MIN_PAGES_PER_SPLIT: usize = 16;
+
+/// BF16 values of padding after each staged row of K and V in shared memory, so that the
+/// 8 rows of an ldmatrix tile fall in distinct banks.
+pub const ROW_PAD: usize = 8;
 
 /// The share of the last wave's CTA slots that must be busy for a split count to be taken
 /// without looking further.
@@ -87,9 +93,10 @@ pub const STATUS: StatusCodes = StatusCodes {
 pub const STAGES: usize = 2;
 
 /// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages (rows
-/// padded by 8 values against bank conflicts), reused for the combine of the warps.
+/// padded by [`ROW_PAD`] values against bank conflicts), reused for the combine of the
+/// warps. `head_dim` is one of [`crate::HEAD_DIMS`].
 pub fn shared_bytes(head_dim: usize) -> usize {
-    let staging = WARPS * STAGES * 2 * PAGE_TOKENS * (head_dim + 8) * 2;
+    let staging = WARPS * STAGES * 2 * PAGE_TOKENS * (head_dim + ROW_PAD) * 2;
     let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4;
     staging.max(combine)
 }
@@ -100,21 +107,26 @@ pub fn shared_bytes(head_dim: usize) -> usize {
 pub struct SplitPlan {
     /// CTAs per (sequence, KV head).
     pub splits: usize,
-    /// Pages each CTA reads (the last may read fewer).
+    /// Pages each CTA reads when a context fills its block-table row (the last may read
+    /// fewer); the kernel splits each shorter context on its own
+    /// ([`MIN_PAGES_PER_SPLIT`]).
     pub pages_per_split: usize,
 }
 
 impl SplitPlan {
     /// The split count for `batch * kv_heads` units over at most `max_pages` pages on a GPU
-    /// with `slots` resident CTAs (SMs times CTAs per SM): the fewest splits whose waves of
-    /// CTAs keep at least 90% of the slots busy, else the one that keeps the most busy; at
-    /// most [`MAX_SPLITS`], and at least [`MIN_PAGES_PER_SPLIT`] pages per split where the
-    /// context allows.
-    pub fn new(shape: &DecodeShape, max_pages: usize, slots: usize) -> Self {
+    /// of `multiprocessors` SMs holding `ctas_per_sm` CTAs each (the slots): the fewest
+    /// splits whose waves of CTAs keep at least 90% of the slots busy, else the one that
+    /// keeps the most busy; at most [`MAX_SPLITS`] (or one CTA per SM, where the units are
+    /// fewer than the SMs), and at least [`MIN_PAGES_PER_SPLIT`] pages per split.
+    pub fn new(shape: &DecodeShape, max_pages: usize, multiprocessors: usize, ctas_per_sm: usize) -> Self {
         let units = (shape.batch * shape.kv_heads).max(1);
-        let slots = slots.max(1);
+        let slots = (multiprocessors * ctas_per_sm).max(1);
         let pages = max_pages.max(1);
-        let most = pages.div_ceil(MIN_PAGES_PER_SPLIT).clamp(1, MAX_SPLITS);
+        // More than MAX_SPLITS only where the units are fewer than the SMs (batch 1 on one
+        // KV head), so that every SM gets a CTA.
+        let cap = MAX_SPLITS.max(multiprocessors.div_ceil(units));
+        let most = (pages / MIN_PAGES_PER_SPLIT).clamp(1, cap);
         let fill = |splits: usize| {
             let ctas = units * splits;
             ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
@@ -165,8 +177,14 @@ impl DecodeWorkspace {
                 None,
             )
             .map_err(kvcodec_gpu::Error::Cuda)?;
-        let slots = gpu.multiprocessors() as usize * (per_sm as usize).max(1);
-        let plan = SplitPlan::new(&shape, max_pages, slots);
+        if per_sm == 0 {
+            return Err(kvcodec_gpu::Error::Unsupported {
+                what: "head_dim",
+                why: format!("{} does not fit one CTA on an SM of this GPU", shape.head_dim),
+            }
+            .into());
+        }
+        let plan = SplitPlan::new(&shape, max_pages, gpu.multiprocessors() as usize, per_sm as usize);
         let units = shape.batch * shape.kv_heads;
         let partial = gpu.zeros(units * plan.splits * MAX_GROUP * (shape.head_dim + 2))?;
         let tickets = gpu.zeros(units.max(1))?;
@@ -215,19 +233,26 @@ impl DecodeWorkspace {
     }
 }
 
-/// The twin's function for `head_dim`, allowed the dynamic shared memory it launches with.
+/// The twin's function for `head_dim` (one of [`crate::HEAD_DIMS`], validated before),
+/// allowed the dynamic shared memory it launches with.
 fn kernel_function(gpu: &GpuContext, head_dim: usize) -> Result<cudarc::driver::CudaFunction, GpuError> {
     let kernel = match head_dim {
         64 => AttentionKernel::DecodeBf16D64,
         128 => AttentionKernel::DecodeBf16D128,
-        _ => AttentionKernel::DecodeBf16D256,
+        256 => AttentionKernel::DecodeBf16D256,
+        _ => return Err(GpuError::Codec(AttentionError::HeadDim { head_dim })),
     };
     let f = gpu.function(kernel)?;
-    f.set_attribute(
-        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        shared_bytes(head_dim) as i32,
-    )
-    .map_err(kvcodec_gpu::Error::Cuda)?;
+    let bytes = shared_bytes(head_dim);
+    // A GPU with less opt-in shared memory per CTA (sm_86 and sm_89 allow 99 KiB) cannot run
+    // the head_dim 256 instance: say so rather than fail at the launch.
+    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+        .map_err(|e| kvcodec_gpu::Error::Unsupported {
+            what: "head_dim",
+            why: format!(
+                "{head_dim} needs {bytes} bytes of shared memory per CTA, more than this GPU allows ({e})"
+            ),
+        })?;
     Ok(f)
 }
 
@@ -246,9 +271,10 @@ pub struct DeviceProblem<'a> {
     pub block_table: CudaView<'a, u32>,
     /// Entries per block-table row.
     pub max_pages: usize,
-    /// `[batch]` context lengths in tokens.
+    /// `[batch]` context lengths in tokens, each in `1..=max_pages * PAGE_TOKENS`; others
+    /// are flagged in the status ([`DecodeWorkspace::check`]) and their output is garbage.
     pub context_lens: CudaView<'a, u32>,
-    /// Softmax scale.
+    /// Softmax scale, finite and positive (checked on the host).
     pub scale: f32,
 }
 
@@ -258,10 +284,16 @@ pub struct DeviceProblem<'a> {
 /// [`DecodeWorkspace::check`] reports any that would have read outside the cache (those
 /// reads are skipped). Every buffer 16-byte aligned (fresh allocations are).
 ///
+/// A workspace serves one launch at a time (its tickets and partial state): launches that
+/// share one must be ordered on one stream.
+///
 /// # Errors
 /// [`AttentionError`] for a shape, length or scale the host can check;
 /// [`kvcodec_gpu::Error::Buffer`] for short or misaligned buffers, a workspace of another
-/// shape or plan; [`kvcodec_gpu::Error::Cuda`] on a launch failure.
+/// shape or plan; [`kvcodec_gpu::Error::Unsupported`] past the grid's limits (more than
+/// 65535 sequences or KV heads, more than `u32::MAX` pages) or the GPU's shared memory
+/// (head_dim 256 on GPUs with less than 132 KiB per CTA); [`kvcodec_gpu::Error::Cuda`] on
+/// a launch failure.
 pub fn decode_device(
     gpu: &GpuContext,
     workspace: &mut DecodeWorkspace,
@@ -296,11 +328,15 @@ pub fn decode_device(
     let pages = problem.k.len() / page_values;
     if pages > u32::MAX as usize
         || shape.batch > u16::MAX as usize
+        || shape.kv_heads > u16::MAX as usize
         || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
     {
         return Err(kvcodec_gpu::Error::Unsupported {
             what: "problem size",
-            why: format!("{pages} pages, batch {}, {} pages per row", shape.batch, problem.max_pages),
+            why: format!(
+                "{pages} pages, batch {}, {} KV heads, {} pages per row",
+                shape.batch, shape.kv_heads, problem.max_pages
+            ),
         }
         .into());
     }
@@ -324,8 +360,7 @@ pub fn decode_device(
     let smem = shared_bytes(shape.head_dim) as u32;
     let plan = workspace.plan;
     let (num_pages, max_pages) = (pages as u32, problem.max_pages as u32);
-    let (kv_heads, group, pages_per_split) =
-        (shape.kv_heads as u32, shape.group() as u32, plan.pages_per_split as u32);
+    let (kv_heads, group) = (shape.kv_heads as u32, shape.group() as u32);
     let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
     let mut launch = stream.launch_builder(&f);
     launch
@@ -343,7 +378,6 @@ pub fn decode_device(
         .arg(&max_pages)
         .arg(&kv_heads)
         .arg(&group)
-        .arg(&pages_per_split)
         .arg(&scale_log2);
     let mut config = launch_config(1, (WARPS * 32) as u32, smem);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);

@@ -33,14 +33,16 @@ impl DecodeShape {
         self.q_heads / self.kv_heads.max(1)
     }
 
-    /// Values in `q` and in the output: `batch * q_heads * head_dim`.
+    /// Values in `q` and in the output: `batch * q_heads * head_dim` (saturating: a size
+    /// no buffer can have).
     pub fn q_values(&self) -> usize {
-        self.batch * self.q_heads * self.head_dim
+        self.batch.saturating_mul(self.q_heads).saturating_mul(self.head_dim)
     }
 
-    /// BF16 values of one page of K (or of V): `PAGE_TOKENS * kv_heads * head_dim`.
+    /// BF16 values of one page of K (or of V): `PAGE_TOKENS * kv_heads * head_dim`
+    /// (saturating).
     pub fn page_values(&self) -> usize {
-        PAGE_TOKENS * self.kv_heads * self.head_dim
+        PAGE_TOKENS.saturating_mul(self.kv_heads).saturating_mul(self.head_dim)
     }
 
     /// Checks the head counts and width.
@@ -130,14 +132,15 @@ impl DecodeProblem<'_> {
         length("v pages", self.kv.v.len(), self.kv.k.len(), "BF16 values (as many as k)")?;
         let tables = self.tables;
         length("context_lens", tables.context_lens.len(), shape.batch, "entries")?;
-        length("block table", tables.pages.len(), shape.batch * tables.max_pages, "entries")?;
+        // Sizes from the caller multiply: an overflow is a length no buffer can have.
+        length("block table", tables.pages.len(), shape.batch.saturating_mul(tables.max_pages), "entries")?;
         let pages = self.pages();
         for (sequence, &len) in tables.context_lens.iter().enumerate() {
             let tokens = len as usize;
             if tokens == 0 {
                 return Err(AttentionError::EmptyContext { sequence });
             }
-            let capacity = tables.max_pages * PAGE_TOKENS;
+            let capacity = tables.max_pages.saturating_mul(PAGE_TOKENS);
             if tokens > capacity {
                 return Err(AttentionError::ContextTooLong { sequence, tokens, capacity });
             }

@@ -460,6 +460,11 @@ pub fn cache_info(bytes: &[u8]) -> Result<CacheInfo> {
                 Error::InBlock { layer, kind, head, block, source: Box::new(source) }
             })
         })
+        // Collected in block order before the first error is taken: rayon's own
+        // short-circuit would return whichever invalid block a thread met first, and the
+        // spec (and a GPU decoder) reports the first in storage order.
+        .collect::<Vec<Result<_>>>()
+        .into_iter()
         .collect::<Result<Vec<_>>>()?;
     Ok(CacheInfo { header, bases, blocks, sections })
 }

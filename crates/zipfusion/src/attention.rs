@@ -441,8 +441,8 @@ pub fn decode_device_fused(
         .map_err(kvcodec_gpu::Error::Cuda)?;
     let plan = workspace.plan();
     let (slot_stride, num_slots, num_bf16) = (stride as u64, slots as u32, bf16_pages as u32);
-    let (max_pages, kv_heads, group, pages_per_split) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32, plan.pages_per_split as u32);
+    let (max_pages, kv_heads, group) =
+        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
     let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
     let (partial, tickets, status) = workspace.launch_buffers();
     let mut launch = stream.launch_builder(&f);
@@ -464,7 +464,6 @@ pub fn decode_device_fused(
         .arg(&max_pages)
         .arg(&kv_heads)
         .arg(&group)
-        .arg(&pages_per_split)
         .arg(&scale_log2);
     let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);

@@ -141,9 +141,12 @@ pub(crate) fn write_block(tile: &Tile, kind: KvKind, meta: BlockMeta, out: &mut 
 }
 
 /// Reads a `kind` block stored as `meta` says into `tile` (spec §4): `bytes` is the block,
-/// `meta.encoded_len()` bytes (fewer leave the missing lanes' values as they were). Every
-/// byte string of that length decodes: nothing here can fail.
+/// `meta.encoded_len()` bytes, which the caller's page checks (`page_info`) guarantee.
+/// Every byte string of that length decodes: nothing here can fail. A shorter one is a
+/// caller's bug: debug builds assert; release builds clamp the reads (the missing lanes'
+/// values stay as they were), so even then nothing reads out of bounds or panics.
 pub(crate) fn read_block(bytes: &[u8], kind: KvKind, meta: BlockMeta, tile: &mut Tile) {
+    debug_assert_eq!(bytes.len(), meta.encoded_len(), "read_block takes exactly one block");
     let order = &FRAGMENT_ORDER[kind as usize];
     if meta == BlockMeta::Raw {
         for (word, &at) in bytes[..bytes.len().min(RAW_BLOCK_LEN)].chunks_exact(2).zip(order) {

@@ -133,9 +133,14 @@ impl CacheHeader {
             return Err(Error::UnknownFlags { flags });
         }
         let checksummed = flags & FLAG_CHECKSUM != 0;
-        let reserved = (header::RESERVED0..header::RESERVED0 + 4).chain(header::RESERVED1..HEADER_LEN);
-        let unchecked = (header::CHECKSUM..header::CHECKSUM + 4).filter(|_| !checksummed);
-        if let Some(offset) = reserved.chain(unchecked).find(|&at| h[at] != 0) {
+        // The lowest nonzero reserved byte is reported: bytes 20..24, then the checksum
+        // field 32..36 when no flag claims it, then 40..48.
+        let reserved = |at: usize| {
+            (header::RESERVED0..header::RESERVED0 + 4).contains(&at)
+                || (!checksummed && (header::CHECKSUM..header::CHECKSUM + 4).contains(&at))
+                || (header::RESERVED1..HEADER_LEN).contains(&at)
+        };
+        if let Some(offset) = (0..HEADER_LEN).find(|&at| reserved(at) && h[at] != 0) {
             return Err(Error::ReservedNotZero { offset, value: h[offset] });
         }
         let stored = le_u32(h, header::HEADER_CRC);

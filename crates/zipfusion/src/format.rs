@@ -247,11 +247,12 @@ impl PageShape {
     /// of this shape fits the `u32` offsets (spec §5.2).
     ///
     /// # Errors
-    /// [`Error::InvalidShape`] for H = 0, [`Error::HeadDimUnsupported`],
+    /// [`Error::InvalidShape`] for H = 0 or D = 0 (as a cache's zero dimension is),
+    /// [`Error::HeadDimUnsupported`] for a D that is not a multiple of 32,
     /// [`Error::ShapeTooLarge`]; both shape errors report the page as the one-layer,
     /// 16-token cache it is.
     pub fn validate(&self) -> Result<()> {
-        if self.kv_heads == 0 {
+        if self.kv_heads == 0 || self.head_dim == 0 {
             return Err(Error::InvalidShape {
                 layers: 1,
                 kv_heads: 0,
@@ -259,7 +260,7 @@ impl PageShape {
                 tokens: PAGE_TOKENS,
             });
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(BLOCK_CHANNELS) {
+        if !self.head_dim.is_multiple_of(BLOCK_CHANNELS) {
             return Err(Error::HeadDimUnsupported { head_dim: self.head_dim });
         }
         let too_large = Error::ShapeTooLarge {
@@ -421,6 +422,7 @@ mod tests {
         assert_eq!((s.entry_stride(), s.metadata_len()), (16, 32));
         assert!(matches!(PageShape::new(1, 80), Err(Error::HeadDimUnsupported { head_dim: 80 })));
         assert!(matches!(PageShape::new(0, 64), Err(Error::InvalidShape { kv_heads: 0, .. })));
+        assert!(matches!(PageShape::new(1, 0), Err(Error::InvalidShape { head_dim: 0, .. })));
         assert!(matches!(PageShape::new(1 << 20, 1 << 10), Err(Error::ShapeTooLarge { .. })));
     }
 }

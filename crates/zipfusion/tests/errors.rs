@@ -49,6 +49,17 @@ fn base_page(bytes: &[u8]) -> Result<[Vec<u16>; 2], Error> {
     decode_page(bytes, common::example_shape(), Variant::Base)
 }
 
+/// Decodes a container with [`decode_cache_into`] into room for the example's values.
+fn into(bytes: &[u8]) -> Result<KvShape, Error> {
+    let mut out = vec![0u16; common::example_cache().shape().total_values()];
+    decode_cache_into(bytes, &mut out)
+}
+
+/// Decodes a container with [`ZipfusionCodec`], given the example's shape.
+fn codec(bytes: &[u8]) -> Result<bf16_field::KvCache, Error> {
+    ZipfusionCodec::default().decode(bytes, common::example_cache().shape())
+}
+
 /// A page error as a container reports it: page 0 of layer 0.
 fn in_page(source: Error) -> Error {
     Error::InPage { layer: 0, page: 0, source: Box::new(source) }
@@ -133,25 +144,29 @@ fn page_arguments_are_checked() {
 
 // ----- a cache container (spec §7.4) -----------------------------------------------------
 corrupt_input!(header_truncated: common::example_container() => |c| c.truncate(47);
-    decode_cache => Error::Truncated { needed: 48, got: 47 });
+    decode_cache, into, codec => Error::Truncated { needed: 48, got: 47 });
 corrupt_input!(bad_magic: common::example_container() => |c| c[3] = b'X';
-    decode_cache => Error::BadMagic { found: *b"KVZX" });
+    decode_cache, into, codec => Error::BadMagic { found: *b"KVZX" });
 corrupt_input!(version_2: common::example_container() => |c| c[4] = 2;
-    decode_cache => Error::UnsupportedVersion { version: 2 });
+    decode_cache, into, codec => Error::UnsupportedVersion { version: 2 });
 corrupt_input!(unknown_variant: common::example_container() => |c| c[6] = 2;
-    decode_cache => Error::UnknownVariant { variant: 2 });
+    decode_cache, into, codec => Error::UnknownVariant { variant: 2 });
 corrupt_input!(unknown_flag: common::example_container() => |c| c[7] = 3;
-    decode_cache => Error::UnknownFlags { flags: 3 });
+    decode_cache, into, codec => Error::UnknownFlags { flags: 3 });
 corrupt_input!(reserved_word_not_zero: common::example_container() => |c| c[0x15] = 7;
-    decode_cache => Error::ReservedNotZero { offset: 0x15, value: 7 });
+    decode_cache, into, codec => Error::ReservedNotZero { offset: 0x15, value: 7 });
 corrupt_input!(reserved_tail_not_zero: common::example_container() => |c| c[0x2f] = 1;
-    decode_cache => Error::ReservedNotZero { offset: 0x2f, value: 1 });
+    decode_cache, into, codec => Error::ReservedNotZero { offset: 0x2f, value: 1 });
 // Without the checksum flag the checksum field is reserved (its first byte is nonzero).
 corrupt_input!(checksum_without_its_flag: common::example_container() => |c| c[7] = 0;
-    decode_cache => Error::ReservedNotZero { offset: 0x20, value: common::example_container()[0x20] });
+    decode_cache, into, codec => Error::ReservedNotZero { offset: 0x20, value: common::example_container()[0x20] });
+// Bytes 0x2f (reserved) and 0x20 (the checksum field, reserved without its flag) are both
+// nonzero: the lower offset is reported.
+corrupt_input!(lowest_reserved_byte_first: common::example_container() => |c| { c[7] = 0; c[0x2f] = 1 };
+    decode_cache, into, codec => Error::ReservedNotZero { offset: 0x20, value: common::example_container()[0x20] });
 // T changed from 19 to 20 without recomputing the CRC.
 corrupt_input!(header_crc_mismatch: common::example_container() => |c| c[0x18] = 20;
-decode_cache => Error::HeaderChecksumMismatch {
+decode_cache, into, codec => Error::HeaderChecksumMismatch {
     stored: u32::from_le_bytes([c_at(0x24), c_at(0x25), c_at(0x26), c_at(0x27)]),
     computed: {
         let mut h = common::example_container();
@@ -166,16 +181,27 @@ fn c_at(at: usize) -> u8 {
 }
 
 corrupt_input!(zero_layers: common::example_container() => |c| { c[0x08] = 0; recrc(c) };
-    decode_cache => Error::InvalidShape { layers: 0, kv_heads: 1, head_dim: 64, tokens: 19 });
+    decode_cache, into, codec => Error::InvalidShape { layers: 0, kv_heads: 1, head_dim: 64, tokens: 19 });
 corrupt_input!(head_dim_not_a_multiple_of_32: common::example_container() => |c| { c[0x10] = 48; recrc(c) };
-    decode_cache => Error::HeadDimUnsupported { head_dim: 48 });
+    decode_cache, into, codec => Error::HeadDimUnsupported { head_dim: 48 });
 // 2^32 - 1 heads of head_dim 2^15: a page could not keep its u32 offsets.
 corrupt_input!(shape_too_large: common::example_container() => |c| {
         put(c, 0x0c, &u32::MAX.to_le_bytes());
         put(c, 0x10, &(1u32 << 15).to_le_bytes());
         recrc(c)
     };
-    decode_cache => Error::ShapeTooLarge { layers: 1, kv_heads: u32::MAX as usize, head_dim: 1 << 15, tokens: 19 });
+    decode_cache, into, codec => Error::ShapeTooLarge { layers: 1, kv_heads: u32::MAX as usize, head_dim: 1 << 15, tokens: 19 });
+// T = 2^64 - 1 (a valid CRC): the cache's bytes cannot fit usize.
+corrupt_input!(tokens_too_many: common::example_container() => |c| { put(c, 0x18, &u64::MAX.to_le_bytes()); recrc(c) };
+decode_cache, into, codec => Error::ShapeTooLarge {
+    layers: 1, kv_heads: 1, head_dim: 64, tokens: usize::try_from(u64::MAX).unwrap_or(usize::MAX),
+});
+// The variant byte changed from zero-aware to base (a valid CRC): the page's zero-aware
+// block is then one a base cache cannot hold.
+corrupt_input!(zero_aware_page_in_a_base_container: common::example_container() => |c| { c[6] = 0; recrc(c) };
+decode_cache, into, codec => in_page(Error::ZeroAwareBlockInBaseVariant {
+    head: 0, kind: KvKind::K, block: 0, byte: 0xbf,
+}));
 // T = 1019: 63 pages of at least 3088 bytes cannot fit 4160 bytes.
 corrupt_input!(shorter_than_the_smallest_cache_of_its_shape: common::example_container() => |c| {
         put(c, 0x18, &1019u64.to_le_bytes());
@@ -183,15 +209,15 @@ corrupt_input!(shorter_than_the_smallest_cache_of_its_shape: common::example_con
     };
     decode_cache => Error::Truncated { needed: 48 + 63 * 3088 + 4 * 11 * 64, got: 0x1040 });
 corrupt_input!(a_page_error_names_its_page: common::example_container() => |c| c[0x30 + 5] = 0x7f;
-    decode_cache => in_page(Error::HalfBaseTooLarge { head: 0, kind: KvKind::K, block: 1, byte: 0x7f }));
+    decode_cache, into, codec => in_page(Error::HalfBaseTooLarge { head: 0, kind: KvKind::K, block: 1, byte: 0x7f }));
 corrupt_input!(tail_truncated: common::example_container() => |c| c.truncate(0x103f);
-    decode_cache => Error::Truncated { needed: 0x1040, got: 0x103f });
+    decode_cache, into, codec => Error::Truncated { needed: 0x1040, got: 0x103f });
 corrupt_input!(container_trailing_bytes: common::example_container() => |c| c.extend([0, 0]);
-    decode_cache => Error::TrailingBytes { extra: 2 });
+    decode_cache, into, codec => Error::TrailingBytes { extra: 2 });
 // The low byte of lane 0's value 2 in K block 0 (page byte 0x12): token 0, channel 8.
 // The structure holds; the values do not.
 corrupt_input!(checksum_mismatch: common::example_container() => |c| c[0x30 + 0x12] ^= 1;
-decode_cache => Error::ChecksumMismatch {
+decode_cache, into, codec => Error::ChecksumMismatch {
     stored: u32::from_le_bytes([c_at(0x20), c_at(0x21), c_at(0x22), c_at(0x23)]),
     computed: {
         assert_eq!(zipfusion::fragment_coords(KvKind::K, 0, 2), (0, 8));
