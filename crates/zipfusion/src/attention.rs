@@ -43,7 +43,8 @@ kvcodec_gpu::register_module!(MODULE);
 pub struct FusedKernel {
     /// The cache's variant.
     pub variant: Variant,
-    /// 64, 128 or 256.
+    /// 64, 128 or 256 (`decode_device_fused` validates it before naming a kernel; any
+    /// other value names the 256 instance).
     pub head_dim: usize,
 }
 
@@ -98,7 +99,8 @@ pub struct ZfDecodeProblem<'a> {
 pub enum FusedError {
     /// The problem's shape, lengths, scale or block tables.
     Problem(AttentionError),
-    /// A slot stride that is zero or not a multiple of 16, in bytes.
+    /// A slot stride that is not a multiple of 16 bytes, or smaller than the smallest page
+    /// of the shape (`PageShape::min_page_len`), in bytes.
     SlotStride {
         /// The stride given.
         slot_stride: usize,
@@ -216,6 +218,12 @@ impl ZfDecodeProblem<'_> {
         let shape = self.shape;
         let stride = self.cache.slot_stride;
         if stride == 0 || !stride.is_multiple_of(ALIGN) {
+            return Err(FusedError::SlotStride { slot_stride: stride });
+        }
+        // The kernel reads a head's metadata before it checks the page's spans: a slot must
+        // hold at least the smallest page of the shape.
+        shape.validate()?;
+        if stride < self.page_shape()?.min_page_len() {
             return Err(FusedError::SlotStride { slot_stride: stride });
         }
         // Contexts and lengths as the twin checks them, with every entry pointing at page 0
@@ -352,14 +360,21 @@ pub struct DeviceZfProblem<'a> {
 /// log-sum-exps, bit-identical to [`kvcodec_attention::gpu::decode_device`] on the decoded
 /// copy with a workspace of the same plan. Block-table entries, context lengths and the
 /// metadata of every page read are checked on the device: [`DecodeWorkspace::check`]
-/// reports entries past their pool and pages whose metadata would read outside the slot
-/// or hold a block byte the variant does not allow (those pages are skipped). Page bodies
-/// are not checked (spec §6). Every buffer 16-byte aligned (fresh allocations are).
+/// reports entries past their pool and pages whose spans would read outside the slot or
+/// whose metadata holds a block byte the variant does not allow (those pages are
+/// skipped). Not checked on the device: page bodies, the metadata's zero padding and the
+/// chain of K offsets (spec §6 rows 5 and 7; such a page is read as its offsets say, within
+/// its slot): pages from an untrusted source are checked on the host first
+/// ([`crate::page_info`], as [`decode_fused_to_vec`] does). Which pool an entry names (a
+/// slot, or a BF16 page for a partial last page) follows from `context_lens`. A workspace
+/// serves one launch at a time; its status accumulates until [`DecodeWorkspace::check`].
+/// Every buffer 16-byte aligned (fresh allocations are).
 ///
 /// # Errors
 /// [`AttentionError`] for a shape or scale; [`kvcodec_gpu::Error::Buffer`] for short or
-/// misaligned buffers, a bad slot stride, a workspace of another shape or row length;
-/// [`kvcodec_gpu::Error::Unsupported`] past `u32` counts; [`kvcodec_gpu::Error::Cuda`].
+/// misaligned buffers, a slot stride below the smallest page or not a multiple of 16, a
+/// workspace of another shape or row length; [`kvcodec_gpu::Error::Unsupported`] past `u32`
+/// counts or 65535 sequences or KV heads; [`kvcodec_gpu::Error::Cuda`].
 pub fn decode_device_fused(
     gpu: &GpuContext,
     workspace: &mut DecodeWorkspace,
@@ -386,10 +401,13 @@ pub fn decode_device_fused(
     }
     let cache = &problem.cache;
     let stride = cache.slot_stride;
-    if stride == 0 || !stride.is_multiple_of(ALIGN) {
+    // The kernel reads a head's metadata before it checks the page's spans: a slot must hold
+    // at least the smallest page of the shape.
+    let min_page = PageShape::new(shape.kv_heads, shape.head_dim).map_or(usize::MAX, |p| p.min_page_len());
+    if stride == 0 || !stride.is_multiple_of(ALIGN) || stride < min_page {
         return Err(kvcodec_gpu::Error::Buffer {
             what: "slot_stride",
-            why: format!("{stride} bytes; needs a positive multiple of 16"),
+            why: format!("{stride} bytes; needs a multiple of 16 of at least {min_page} (the smallest page)"),
         }
         .into());
     }
@@ -407,6 +425,7 @@ pub fn decode_device_fused(
     if slots > u32::MAX as usize
         || bf16_pages > u32::MAX as usize
         || shape.batch > u16::MAX as usize
+        || shape.kv_heads > u16::MAX as usize
         || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
     {
         return Err(kvcodec_gpu::Error::Unsupported {
@@ -480,9 +499,10 @@ pub fn decode_device_fused(
 }
 
 /// Fused decode attention of a host problem on the GPU: checks it
-/// ([`ZfDecodeProblem::validate`]), uploads, launches [`decode_device_fused`] with a fresh
-/// workspace, downloads (synchronises). Page metadata is checked on the device; a flagged
-/// page gets the CPU decoder's error.
+/// ([`ZfDecodeProblem::validate`]) and every page it reads with the CPU's page checks
+/// (the device path checks fewer: [`decode_device_fused`]), uploads, launches
+/// [`decode_device_fused`] with a fresh workspace, downloads (synchronises). A page the CPU
+/// decoder rejects gets its error before any launch.
 ///
 /// # Errors
 /// [`FusedError`]s as [`kvcodec_gpu::GpuError::Codec`]; GPU errors.
@@ -498,6 +518,9 @@ pub fn decode_fused_to_vec(
         other => GpuError::Disagreement { status: 0, meaning: other.to_string() },
     };
     problem.validate().map_err(GpuError::Codec)?;
+    // The device checks a page's spans and block bytes, not its padding or the chain of K
+    // offsets (spec §6 rows 5 and 7): the CPU's checks of every page read come first.
+    problem.decoded_copy().map_err(GpuError::Codec)?;
     let shape = problem.shape;
     let upload = |words: &[u16]| if words.is_empty() { gpu.zeros::<u16>(8) } else { gpu.upload(words) };
     let q = gpu.upload(problem.q)?;
