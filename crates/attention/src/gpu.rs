@@ -192,6 +192,30 @@ impl DecodeWorkspace {
         Ok(DecodeWorkspace { shape, max_pages, plan, partial, tickets, status })
     }
 
+    /// The host checks every decode launch over this workspace makes, whatever its pages
+    /// hold: the shape, the scale, and a workspace made for this shape and row length.
+    ///
+    /// # Errors
+    /// [`AttentionError`] for the shape or scale; [`kvcodec_gpu::Error::Buffer`] for a
+    /// workspace of another shape or row length.
+    pub fn check_problem(&self, shape: DecodeShape, max_pages: usize, scale: f32) -> Result<(), GpuError> {
+        shape.validate().map_err(GpuError::Codec)?;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(GpuError::Codec(AttentionError::Scale { scale }));
+        }
+        if self.shape != shape || self.max_pages != max_pages {
+            return Err(kvcodec_gpu::Error::Buffer {
+                what: "workspace",
+                why: format!(
+                    "made for {:?} with {} pages per row, not this problem",
+                    self.shape, self.max_pages
+                ),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// The split plan launches use.
     pub fn plan(&self) -> SplitPlan {
         self.plan
@@ -231,6 +255,26 @@ impl DecodeWorkspace {
             Err(GpuError::Disagreement { status, meaning: STATUS.describe(status) })
         }
     }
+}
+
+/// Checks the lengths of a launch's buffers other than the pages, in elements:
+/// `[q, block_table, context_lens, out, lse]` against `[batch * q_heads * head_dim,
+/// batch * max_pages, batch, batch * q_heads * head_dim, batch * q_heads]`.
+///
+/// # Errors
+/// [`kvcodec_gpu::Error::Buffer`] naming the first short buffer.
+pub fn check_launch_lengths(
+    shape: DecodeShape,
+    max_pages: usize,
+    lengths: [usize; 5],
+) -> Result<(), GpuError> {
+    let [q, block_table, context_lens, out, lse] = lengths;
+    check_len("q", q, shape.q_values(), "BF16 values")?;
+    check_len("block_table", block_table, shape.batch * max_pages, "entries")?;
+    check_len("context_lens", context_lens, shape.batch, "entries")?;
+    check_len("out", out, shape.q_values(), "BF16 values")?;
+    check_len("lse", lse, shape.batch * shape.q_heads, "floats")?;
+    Ok(())
 }
 
 /// The twin's function for `head_dim` (one of [`crate::HEAD_DIMS`], validated before),
@@ -302,20 +346,7 @@ pub fn decode_device(
     lse: &mut CudaViewMut<'_, f32>,
 ) -> Result<(), GpuError> {
     let shape = problem.shape;
-    shape.validate().map_err(GpuError::Codec)?;
-    if !(problem.scale.is_finite() && problem.scale > 0.0) {
-        return Err(GpuError::Codec(AttentionError::Scale { scale: problem.scale }));
-    }
-    if workspace.shape != shape || workspace.max_pages != problem.max_pages {
-        return Err(kvcodec_gpu::Error::Buffer {
-            what: "workspace",
-            why: format!(
-                "made for {:?} with {} pages per row, not this problem",
-                workspace.shape, workspace.max_pages
-            ),
-        }
-        .into());
-    }
+    workspace.check_problem(shape, problem.max_pages, problem.scale)?;
     let page_values = shape.page_values();
     if !problem.k.len().is_multiple_of(page_values) || problem.v.len() != problem.k.len() {
         return Err(GpuError::Codec(AttentionError::Length {
@@ -340,11 +371,9 @@ pub fn decode_device(
         }
         .into());
     }
-    check_len("q", problem.q.len(), shape.q_values(), "BF16 values")?;
-    check_len("block_table", problem.block_table.len(), shape.batch * problem.max_pages, "entries")?;
-    check_len("context_lens", problem.context_lens.len(), shape.batch, "entries")?;
-    check_len("out", out.len(), shape.q_values(), "BF16 values")?;
-    check_len("lse", lse.len(), shape.batch * shape.q_heads, "floats")?;
+    let lengths =
+        [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
+    check_launch_lengths(shape, problem.max_pages, lengths)?;
     let stream = gpu.stream();
     for (what, address) in [
         ("q", kvcodec_gpu::device_address(&problem.q, stream)),

@@ -29,7 +29,7 @@ use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, shared_bytes};
 use kvcodec_attention::{
     Attention, AttentionError, BlockTables, DecodeProblem, DecodeShape, PAGE_TOKENS, PagedKv,
 };
-use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, check_len, device_address, launch_config};
+use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::format::{ALIGN, PageShape, Variant};
 
@@ -384,21 +384,7 @@ pub fn decode_device_fused(
 ) -> Result<(), kvcodec_attention::gpu::GpuError> {
     use kvcodec_attention::gpu::GpuError;
     let shape = problem.shape;
-    shape.validate().map_err(GpuError::Codec)?;
-    if !(problem.scale.is_finite() && problem.scale > 0.0) {
-        return Err(GpuError::Codec(AttentionError::Scale { scale: problem.scale }));
-    }
-    if workspace.shape() != shape || workspace.max_pages() != problem.max_pages {
-        return Err(kvcodec_gpu::Error::Buffer {
-            what: "workspace",
-            why: format!(
-                "made for {:?} with {} pages per row, not this problem",
-                workspace.shape(),
-                workspace.max_pages()
-            ),
-        }
-        .into());
-    }
+    workspace.check_problem(shape, problem.max_pages, problem.scale)?;
     let cache = &problem.cache;
     let stride = cache.slot_stride;
     // The kernel reads a head's metadata before it checks the page's spans: a slot must hold
@@ -437,11 +423,9 @@ pub fn decode_device_fused(
         }
         .into());
     }
-    check_len("q", problem.q.len(), shape.q_values(), "BF16 values")?;
-    check_len("block_table", problem.block_table.len(), shape.batch * problem.max_pages, "entries")?;
-    check_len("context_lens", problem.context_lens.len(), shape.batch, "entries")?;
-    check_len("out", out.len(), shape.q_values(), "BF16 values")?;
-    check_len("lse", lse.len(), shape.batch * shape.q_heads, "floats")?;
+    let lengths =
+        [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
+    kvcodec_attention::gpu::check_launch_lengths(shape, problem.max_pages, lengths)?;
     let stream = gpu.stream();
     for (what, address) in [
         ("q", device_address(&problem.q, stream)),
