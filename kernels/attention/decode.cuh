@@ -40,6 +40,7 @@
 
 #include <stdint.h>
 
+#include "../common/async_copy.cuh"
 #include "attention_format.gen.cuh"
 
 namespace {
@@ -72,14 +73,6 @@ __device__ __forceinline__ void mma_bf16(float& d0, float& d1, uint32_t a0, uint
         "{%0,%1,%2,%3};\n"
         : "+f"(d0), "+f"(d1), "+f"(rows8_0), "+f"(rows8_1)
         : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared)), "l"(global));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {

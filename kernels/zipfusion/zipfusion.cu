@@ -2,18 +2,22 @@
 // CPU reference). Format: docs/formats/zipfusion.md (blocks spec 2-4, pages spec 5, the
 // checks of spec 6, the container spec 7).
 //
-// Work units: one warp per block of 16 tokens x 32 channels (512 values, 1 KiB of BF16);
-// one CTA of ZIPFUSION_THREADS threads per page, whose warps take the page's blocks in
-// turn. A page's metadata (the byte per block and each entry's first-block offset) is
-// computed per page in shared memory: block positions are prefix sums of 768 (coded) and
-// 1024 (raw) over the page's metadata bytes, so a page needs no other page's state; only
-// a page's place in a whole-cache container depends on the earlier pages' lengths (a
-// decoupled look-back in the one-pass encoder, a one-CTA scan in the two-pass one).
+// Work units. Encoding: one CTA of ZIPFUSION_THREADS threads per page, a warp per block of
+// 16 tokens x 32 channels (512 values, 1 KiB of BF16), the page's warps taking its blocks
+// in turn; only a page's place in a whole-cache container depends on the earlier pages'
+// lengths (a decoupled look-back in the one-pass encoder, a one-CTA scan in the two-pass
+// one). Decoding: one warp per page, no barriers. Inside a page, block b starts at
+// metadata_len + 768 b + 256 (raw blocks before b) (spec 5.1), so positions come from a
+// population count of the raw blocks' bits, not from a walk.
 //
-// Every global access of a block body is a 16-byte vector: a warp loads or stores its
-// block's 16 rows of 64 bytes as 64 uint4, and moves values between row order and the
-// tensor-core fragment order (spec 3) through a padded tile in shared memory.
+// Every global access of a block body is a 16-byte vector (8 bytes for a coded block's
+// codes): block rows move between global memory and a swizzled shared-memory tile, and
+// each lane gathers or scatters its 16 values in the tensor-core fragment order (spec 3)
+// there; a lane's values are packed and unpacked in registers, four bytes at a time.
+// Why the kernels look as they do, with the profiles and versions measured:
+// docs/perf/zipfusion-gpu.md.
 #include "../common/adler.cuh"
+#include "../common/async_copy.cuh"
 #include "../common/crc32c.cuh"
 #include "zipfusion_format.gen.cuh"
 
@@ -56,22 +60,24 @@ __device__ __forceinline__ unsigned long long zf_block_words(const ZfPages& g, u
            (unsigned long long)j * ZIPFUSION_BLOCK_CHANNELS;
 }
 
-// Value `v` (0..16) of lane `lane` as its (token, channel) in the block: the
-// mma.m16n8k16 B fragment layout (spec 3.2, 3.3; zipfusion::format::fragment_coords).
-__device__ __forceinline__ unsigned zf_tile_index(unsigned kind, unsigned lane, unsigned v) {
-    const unsigned f = v >> 2, i = v & 3;
-    const unsigned k = 2 * (lane & 3) + (i & 1) + 8 * (i >> 1);
-    const unsigned n = lane >> 2;
-    const unsigned token = kind == 0 ? 8 * (f & 1) + n : k;
-    const unsigned channel = kind == 0 ? 16 * (f >> 1) + k : 8 * f + n;
-    return token * ZIPFUSION_TILE_STRIDE + channel;
-}
-
 // A lane's two uint4 of a block's rows: unit u = lane + 32 s is row u / 4, bytes
 // 16 (u % 4).. of the row's 64.
 __device__ __forceinline__ unsigned long long zf_row_word(const ZfPages& g, unsigned u) {
     return (unsigned long long)(u >> 2) * g.heads * g.head_dim + 8 * (u & 3);
 }
+
+// A block's tile in shared memory: 16 rows (tokens) of 32 channels, 16 words of 32 bits
+// a row, no padding. Word w of row r (channels 2 w, 2 w + 1) is stored at 16 r + (w ^ 4 ((r
+// >> 1) & 3)): the swizzle moves 4-word groups within a row, so a row's 16-byte pieces
+// stay whole, and the fragment-order accesses of a warp (spec 3) fall on 32 distinct
+// banks, as the padded rows of earlier versions did, in 20% less memory.
+__device__ __forceinline__ unsigned zf_tile_word(unsigned row, unsigned word) {
+    return 16 * row + (word ^ (((row >> 1) & 3) << 2));
+}
+
+// Where unit u of zf_row_word lies in a tile (in 16-bit words): row u / 4, its words
+// 4 (u % 4)..
+__device__ __forceinline__ unsigned zf_row_offset(unsigned u) { return 2 * zf_tile_word(u >> 2, 4 * (u & 3)); }
 
 // Loads a block's rows into the warp's tile (row stride ZIPFUSION_TILE_STRIDE words,
 // which spreads a fragment-order gather over the banks) and returns the lane's two
@@ -83,25 +89,7 @@ __device__ __forceinline__ void zf_load_block(const unsigned short* __restrict__
     for (int s = 0; s < 2; ++s) {
         const unsigned u = lane + 32 * s;
         v[s] = *reinterpret_cast<const uint4*>(words + at + zf_row_word(g, u));
-        *reinterpret_cast<uint4*>(tile + (u >> 2) * ZIPFUSION_TILE_STRIDE + 8 * (u & 3)) = v[s];
-    }
-}
-
-// The exponent range of a block for its classification: min and max of every exponent
-// and of the nonzero ones, and whether exponent 0 occurs.
-struct ZfRange {
-    unsigned low, high, low_nonzero, high_nonzero, zeros;
-};
-
-__device__ __forceinline__ void zf_range_add(ZfRange& r, unsigned word) {
-    const unsigned e = (word >> 7) & 0xffu;
-    r.low = min(r.low, e);
-    r.high = max(r.high, e);
-    if (e == 0) {
-        r.zeros = 1;
-    } else {
-        r.low_nonzero = min(r.low_nonzero, e);
-        r.high_nonzero = max(r.high_nonzero, e);
+        *reinterpret_cast<uint4*>(tile + zf_row_offset(u)) = v[s];
     }
 }
 
@@ -109,36 +97,294 @@ __device__ __forceinline__ void zf_range_add(ZfRange& r, unsigned word) {
 // 2): coded when every exponent lies in [b, b + 15], b the smallest rounded down to even
 // and b/2 <= 120; else, zero-aware, when a zero-aware cache's block holds exponent 0 and
 // its other exponents lie in [b, b + 13]; else raw. Every lane gets the byte.
+//
+// The extremes are taken over the exponent fields left in place (w & 0x7f80 for a
+// word's low value, w & 0x7f800000 for its high one): a min and a max per value, no
+// shifts. Exponent 0 drops out of the nonzero minimum by wrapping: field - 1 step is
+// below the other fields' only when the field is nonzero.
 __device__ __forceinline__ unsigned zf_classify(const uint4 (&v)[2], unsigned variant) {
-    ZfRange r = {255u, 0u, 255u, 0u, 0u};
+    const unsigned low_field = 0x7f80u, high_field = 0x7f800000u;
+    unsigned lo_min = 0xffffffffu, lo_max = 0, hi_min = 0xffffffffu, hi_max = 0;
+    unsigned lo_nz = 0xffffffffu, hi_nz = 0xffffffffu;
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
         const unsigned w[4] = {v[s].x, v[s].y, v[s].z, v[s].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            zf_range_add(r, w[i] & 0xffffu);
-            zf_range_add(r, w[i] >> 16);
+            const unsigned lo = w[i] & low_field, hi = w[i] & high_field;
+            lo_min = min(lo_min, lo);
+            lo_max = max(lo_max, lo);
+            hi_min = min(hi_min, hi);
+            hi_max = max(hi_max, hi);
+            if (variant == 1) {
+                lo_nz = min(lo_nz, lo - 0x80u);
+                hi_nz = min(hi_nz, hi - 0x800000u);
+            }
         }
     }
     const unsigned full = 0xffffffffu;
-    r.low = __reduce_min_sync(full, r.low);
-    r.high = __reduce_max_sync(full, r.high);
-    r.low_nonzero = __reduce_min_sync(full, r.low_nonzero);
-    r.high_nonzero = __reduce_max_sync(full, r.high_nonzero);
-    r.zeros = __reduce_or_sync(full, r.zeros);
-    unsigned base = r.low & ~1u;
-    if (base / 2 <= ZIPFUSION_MAX_HALF_BASE && r.high - base <= ZIPFUSION_WINDOW_SPAN) return base / 2;
-    if (variant == 1 && r.zeros) {
-        // low_nonzero <= high_nonzero here: a block of zeros alone fits the first window.
-        base = r.low_nonzero & ~1u;
-        if (base / 2 <= ZIPFUSION_MAX_HALF_BASE && r.high_nonzero - base <= ZIPFUSION_ZERO_AWARE_WINDOW_SPAN)
-            return ZIPFUSION_ZERO_AWARE_FLAG | (base / 2);
+    const unsigned low = __reduce_min_sync(full, min(lo_min >> 7, hi_min >> 23));
+    const unsigned high = __reduce_max_sync(full, max(lo_max >> 7, hi_max >> 23));
+    unsigned base = low & ~1u;
+    if (base / 2 <= ZIPFUSION_MAX_HALF_BASE && high - base <= ZIPFUSION_WINDOW_SPAN) return base / 2;
+    if (variant == 1) {
+        // The smallest nonzero exponent (255 when there is none; then the first window
+        // held the block of zeros and this is not reached).
+        const unsigned low_nonzero = __reduce_min_sync(full, min(min(lo_nz >> 7, hi_nz >> 23), 254u) + 1);
+        // With a zero in the block the largest exponent is the largest nonzero one.
+        if (low == 0) {
+            base = low_nonzero & ~1u;
+            if (base / 2 <= ZIPFUSION_MAX_HALF_BASE && high - base <= ZIPFUSION_ZERO_AWARE_WINDOW_SPAN)
+                return ZIPFUSION_ZERO_AWARE_FLAG | (base / 2);
+        }
     }
     return ZIPFUSION_RAW_BLOCK_BYTE;
 }
 
 __device__ __forceinline__ unsigned zf_block_len(unsigned meta) {
     return meta == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+}
+
+// The entry of block b of a page (blocks in storage order, blocks_per_entry = D / 32 a
+// power of 2 for the usual head dims: a shift, else a division).
+__device__ __forceinline__ unsigned zf_entry_of(const ZfPages& g, unsigned b) {
+    const unsigned n = g.blocks_per_entry;
+    return (n & (n - 1)) == 0 ? b >> (__ffs(n) - 1) : b / n;
+}
+
+// A block's fragment order (spec 3.2, 3.3; zipfusion::format::fragment_coords): lane l
+// holds values v = 4 f + i (f, i < 4) of the mma.m16n8k16 B fragments, at k = 2 (l % 4)
+// + i % 2 + 8 (i / 2) and n = l / 4; K (kind 0) puts token 8 (f % 2) + n, channel
+// 16 (f / 2) + k there, V (kind 1) token k, channel 8 f + n. A lane's 16 values travel
+// as 8 words: p[2 q] holds values 4 q and 4 q + 1,
+// p[2 q + 1] values 4 q + 2 and 4 q + 3 (low half first), the order of a raw block's
+// bytes (spec 4.2).
+#define ZF_TILE_WORDS (16 * ZIPFUSION_TILE_STRIDE)
+
+// Where lane `lane`'s values lie in a tile, in 16-bit words: value 4 f + 2 m (and, 16
+// bits on, 4 f + 2 m + 1 for K) at at[f] + m * step[m]... spelled out for each kind: the
+// swizzle of zf_tile_word is a lane constant here (K reads rows n and n + 8, whose
+// swizzle is that of n; V reads rows 2 j + {0, 1, 8, 9}, whose swizzle is that of 2 j),
+// so four per-lane offsets and immediates address all 16 values.
+struct ZfLaneSlots {
+    unsigned at[4];
+};
+
+template <unsigned KIND>
+__device__ __forceinline__ ZfLaneSlots zf_lane_slots(unsigned lane) {
+    const unsigned n = lane >> 2, j = lane & 3;
+    ZfLaneSlots l;
+    if (KIND == 0) {
+        // K: value 4 f + 2 m is the 32-bit word (pair) 8 (f / 2) + 4 m + j of row n + 8 (f % 2).
+        const unsigned swizzle = ((n >> 1) & 3) << 2;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) l.at[c] = 2 * (16 * n + j + ((4u * c) ^ swizzle));
+    } else {
+        // V: value 4 f + i is channel 8 f + n (pair 4 f + n / 2) of row 2 j + i % 2 + 8 (i / 2).
+#pragma unroll
+        for (int f = 0; f < 4; ++f) l.at[f] = 2 * (16 * 2 * j + 4 * (f ^ j)) + n;
+    }
+    return l;
+}
+
+// The lane's 16 values of the block in `tile`, as 8 words (see above). For K, values
+// 4 f + 2 m and 4 f + 2 m + 1 are neighbouring channels: one 32-bit access each.
+template <unsigned KIND>
+__device__ __forceinline__ void zf_gather(const unsigned short* tile, unsigned lane, unsigned (&p)[8]) {
+    const ZfLaneSlots l = zf_lane_slots<KIND>(lane);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            if (KIND == 0) {
+                p[2 * f + m] = *reinterpret_cast<const unsigned*>(tile + l.at[2 * (f >> 1) + m] + 2 * 16 * 8 * (f & 1));
+            } else {
+                const unsigned short* t = tile + l.at[f] + 2 * 16 * 8 * m;
+                p[2 * f + m] = t[0] | (unsigned)t[2 * 16] << 16;
+            }
+        }
+    }
+}
+
+// zf_gather's inverse: the lane's 8 words into their places in `tile`.
+template <unsigned KIND>
+__device__ __forceinline__ void zf_scatter(unsigned short* tile, unsigned lane, const unsigned (&p)[8]) {
+    const ZfLaneSlots l = zf_lane_slots<KIND>(lane);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            if (KIND == 0) {
+                *reinterpret_cast<unsigned*>(tile + l.at[2 * (f >> 1) + m] + 2 * 16 * 8 * (f & 1)) = p[2 * f + m];
+            } else {
+                unsigned short* t = tile + l.at[f] + 2 * 16 * 8 * m;
+                t[0] = (unsigned short)p[2 * f + m];
+                t[2 * 16] = (unsigned short)(p[2 * f + m] >> 16);
+            }
+        }
+    }
+}
+
+// Four values' d = (E - b) >> 1, one per byte, from their high bytes `high` (sign, E >> 1)
+// and low bytes `low` (E & 1, mantissa): (E >> 1) - b/2, exact because b is even; in a
+// zero-aware block exponent 0 takes ZIPFUSION_ZERO_D. The 0x80 set in every byte keeps
+// each byte's subtraction from borrowing from the next.
+__device__ __forceinline__ unsigned zf_window_d(unsigned high, unsigned low, unsigned meta) {
+    const unsigned ones = 0x01010101u, sevens = 0x7f7f7f7fu, tops = 0x80808080u;
+    const unsigned halves = high & sevens;
+    unsigned d = ((halves | tops) - (meta & 0x7fu) * ones) & sevens;
+    if (meta & ZIPFUSION_ZERO_AWARE_FLAG) {
+        // Bit 7 of a byte of `nonzero`: its exponent is not 0.
+        const unsigned nonzero = ((halves + sevens) | (low & tops)) & tops;
+        const unsigned zero = (nonzero ^ tops) >> 7;
+        d = (d & ~(zero * 0x7fu)) | zero * ZIPFUSION_ZERO_D;
+    }
+    return d;
+}
+
+// A lane's bytes of the block it holds as `p` (zipfusion's block::write_block, spec 4):
+// raw, its 16 words (32 bytes, at 32 l); coded, its 16 low bytes (at 16 l) and, in
+// `b.x`, `b.y`, its 8 code bytes (at 512 + 8 l): byte i of code word g pairs values
+// 8 g + i (sign in bit 7, d in bits 0-2) and 8 g + 4 + i (sign in bit 6, d in bits 3-5).
+__device__ __forceinline__ void zf_pack(const unsigned (&p)[8], unsigned meta, uint4& a, uint4& b) {
+    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
+        a = make_uint4(p[0], p[1], p[2], p[3]);
+        b = make_uint4(p[4], p[5], p[6], p[7]);
+        return;
+    }
+    unsigned low[4], high[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        low[q] = __byte_perm(p[2 * q], p[2 * q + 1], 0x6420);
+        high[q] = __byte_perm(p[2 * q], p[2 * q + 1], 0x7531);
+    }
+    unsigned codes[2];
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+        const unsigned first = high[2 * g], second = high[2 * g + 1];
+        codes[g] = (first & 0x80808080u) | ((second >> 1) & 0x40404040u) | zf_window_d(first, low[2 * g], meta) |
+                   zf_window_d(second, low[2 * g + 1], meta) << 3;
+    }
+    a = make_uint4(low[0], low[1], low[2], low[3]);
+    b = make_uint4(codes[0], codes[1], 0u, 0u);
+}
+
+// The high bytes of a lane's two groups from its 8 code bytes (zipfusion's
+// restore_high_bytes, spec 3.4): first[g] holds values 8g..8g+3, second[g] values
+// 8g+4..8g+7, one per byte.
+__device__ __forceinline__ void zf_restore(unsigned codes, unsigned meta, unsigned& first, unsigned& second) {
+    const unsigned half_base = (meta & 0x7fu) * 0x01010101u;
+    first = (codes & 0x87878787u) + half_base;
+    second = (((codes >> 3) & 0x07070707u) | ((codes << 1) & 0x80808080u)) + half_base;
+    if (meta & ZIPFUSION_ZERO_AWARE_FLAG) {
+        // Bit 0 of a byte: its first d is 7; bit 3: its second d is 7.
+        const unsigned sevens = codes & (codes >> 1) & (codes >> 2);
+        first &= ~((sevens & 0x01010101u) * 0x7fu);
+        second &= ~(((sevens >> 3) & 0x01010101u) * 0x7fu);
+    }
+}
+
+// zf_pack's inverse: the lane's 8 words of the block from its bytes (a, b as zf_pack
+// leaves them).
+__device__ __forceinline__ void zf_unpack(uint4 a, uint4 b, unsigned meta, unsigned (&p)[8]) {
+    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
+        p[0] = a.x, p[1] = a.y, p[2] = a.z, p[3] = a.w;
+        p[4] = b.x, p[5] = b.y, p[6] = b.z, p[7] = b.w;
+        return;
+    }
+    const unsigned low[4] = {a.x, a.y, a.z, a.w};
+    unsigned high[4];
+    zf_restore(b.x, meta, high[0], high[1]);
+    zf_restore(b.y, meta, high[2], high[3]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        p[2 * q] = __byte_perm(low[q], high[q], 0x5140);
+        p[2 * q + 1] = __byte_perm(low[q], high[q], 0x7362);
+    }
+}
+
+// A lane's bytes of a block (zf_pack's a and b) to the block's bytes at `dst`.
+__device__ __forceinline__ void zf_store_lane(unsigned char* dst, unsigned meta, unsigned lane, uint4 a, uint4 b) {
+    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
+        reinterpret_cast<uint4*>(dst)[2 * lane] = a;
+        reinterpret_cast<uint4*>(dst)[2 * lane + 1] = b;
+    } else {
+        reinterpret_cast<uint4*>(dst)[lane] = a;
+        reinterpret_cast<uint2*>(dst + ZIPFUSION_LOW_BYTES_LEN)[lane] = make_uint2(b.x, b.y);
+    }
+}
+
+// zf_store_lane's inverse: a lane's bytes of the block at `src`.
+__device__ __forceinline__ void zf_load_lane(const unsigned char* src, unsigned meta, unsigned lane, uint4& a,
+                                             uint4& b) {
+    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
+        a = reinterpret_cast<const uint4*>(src)[2 * lane];
+        b = reinterpret_cast<const uint4*>(src)[2 * lane + 1];
+    } else {
+        a = reinterpret_cast<const uint4*>(src)[lane];
+        const uint2 codes = reinterpret_cast<const uint2*>(src + ZIPFUSION_LOW_BYTES_LEN)[lane];
+        b = make_uint4(codes.x, codes.y, 0u, 0u);
+    }
+}
+
+// The lane's bytes of the block in `tile` as `meta` says (gather, then zf_pack).
+__device__ __forceinline__ void zf_encode_lane(const unsigned short* tile, unsigned kind, unsigned meta, uint4& a,
+                                               uint4& b) {
+    const unsigned lane = threadIdx.x & 31;
+    unsigned p[8];
+    if (kind == 0) {
+        zf_gather<0>(tile, lane, p);
+    } else {
+        zf_gather<1>(tile, lane, p);
+    }
+    zf_pack(p, meta, a, b);
+}
+
+// Block positions inside a page (spec 5.1): blocks lie in storage order (entry-major,
+// entry 2 head + kind), coded ones 768 bytes and raw ones 1024, after the metadata; so
+// block b starts at metadata_len + 768 b + 256 (raw blocks before b). `raw` bit i of
+// word c marks block 32 c + i raw; `raw_before[c]` counts the raw blocks before word c.
+__device__ __forceinline__ unsigned zf_block_at(const ZfPages& g, const unsigned* raw, const unsigned* raw_before,
+                                                unsigned b) {
+    const unsigned c = b >> 5, below = raw[c] & ((1u << (b & 31)) - 1u);
+    return g.metadata_len + ZIPFUSION_CODED_BLOCK_LEN * b +
+           (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * (raw_before[c] + __popc(below));
+}
+
+// Fills `raw` and `raw_before` (raw_before has a word more: the page's raw block count)
+// from the page's metadata bytes in `metas`. Every thread of the CTA calls it (it ends
+// with a barrier).
+__device__ __forceinline__ void zf_raw_bits(const ZfPages& g, const unsigned char* metas, unsigned* raw,
+                                            unsigned* raw_before) {
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned words = (g.page_blocks + 31) / 32;
+    for (unsigned c = warp; c < words; c += ZF_WARPS) {
+        const unsigned b = 32 * c + lane;
+        const unsigned bits = __ballot_sync(0xffffffffu, b < g.page_blocks && metas[b] == ZIPFUSION_RAW_BLOCK_BYTE);
+        if (lane == 0) raw[c] = bits;
+    }
+    __syncthreads();
+    for (unsigned c = threadIdx.x; c <= words; c += blockDim.x) {
+        unsigned before = 0;
+        for (unsigned k = 0; k < c; ++k) before += __popc(raw[k]);
+        raw_before[c] = before;
+    }
+    __syncthreads();
+}
+
+// Word t of a page's metadata (spec 5.1): entry e's first-block offset (4 bytes,
+// little-endian), its blocks' bytes, zero padding; entry_stride is a multiple of 4.
+__device__ __forceinline__ unsigned zf_metadata_word(const ZfPages& g, unsigned t, const unsigned char* metas,
+                                                     const unsigned* raw, const unsigned* raw_before) {
+    const unsigned entry = 4 * t / g.entry_stride, k = 4 * t % g.entry_stride;
+    if (k == 0) return zf_block_at(g, raw, raw_before, entry * g.blocks_per_entry);
+    unsigned word = 0;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned j = k + i - ZIPFUSION_OFFSET_LEN;
+        if (j < g.blocks_per_entry) word |= (unsigned)metas[entry * g.blocks_per_entry + j] << (8 * i);
+    }
+    return word;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -238,94 +484,6 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_SCAN_THREADS)
     if (threadIdx.x < 3) reinterpret_cast<uint4*>(out)[threadIdx.x] = reinterpret_cast<const uint4*>(h)[threadIdx.x];
 }
 
-// Byte `t` of a page's metadata (spec 5.1): entry t / entry_stride's first-block offset
-// (4 bytes, little-endian), its blocks' bytes, zero padding.
-__device__ __forceinline__ unsigned char zf_metadata_byte(const ZfPages& g, unsigned t,
-                                                          const unsigned char* metas, const unsigned* entry_at) {
-    const unsigned entry = t / g.entry_stride, k = t % g.entry_stride;
-    if (k < ZIPFUSION_OFFSET_LEN) return (unsigned char)(entry_at[entry] >> (8 * k));
-    if (k < ZIPFUSION_OFFSET_LEN + g.blocks_per_entry)
-        return metas[entry * g.blocks_per_entry + k - ZIPFUSION_OFFSET_LEN];
-    return 0;
-}
-
-// Where each entry's blocks start in its page, from the blocks' metadata bytes in shared
-// memory: entry_at[e] = metadata_len + the lengths of every block of entries before e.
-// Every thread of the CTA calls it (it ends with a barrier).
-__device__ __forceinline__ void zf_entry_offsets(const ZfPages& g, const unsigned char* metas, unsigned* entry_len,
-                                                 unsigned* entry_at) {
-    const unsigned entries = 2 * g.heads;
-    for (unsigned e = threadIdx.x; e < entries; e += blockDim.x) {
-        unsigned len = 0;
-        for (unsigned j = 0; j < g.blocks_per_entry; ++j) len += zf_block_len(metas[e * g.blocks_per_entry + j]);
-        entry_len[e] = len;
-    }
-    __syncthreads();
-    for (unsigned e = threadIdx.x; e < entries; e += blockDim.x) {
-        unsigned at = g.metadata_len;
-        for (unsigned p = 0; p < e; ++p) at += entry_len[p];
-        entry_at[e] = at;
-    }
-    __syncthreads();
-}
-
-// Block j of entry e starts this many bytes after the entry's first block.
-__device__ __forceinline__ unsigned zf_in_entry(const ZfPages& g, const unsigned char* metas, unsigned e,
-                                                unsigned j) {
-    unsigned at = 0;
-    for (unsigned p = 0; p < j; ++p) at += zf_block_len(metas[e * g.blocks_per_entry + p]);
-    return at;
-}
-
-// Writes the block in the warp's tile as `meta` says (zipfusion's block::write_block,
-// spec 4): raw, each lane's 16 words in fragment order (32 bytes); coded, each lane's 16
-// low bytes and 8 code bytes.
-__device__ __forceinline__ void zf_write_block(const unsigned short* tile, unsigned kind, unsigned meta,
-                                               unsigned char* __restrict__ dst) {
-    const unsigned lane = threadIdx.x & 31;
-    unsigned short w[16];
-#pragma unroll
-    for (int v = 0; v < 16; ++v) w[v] = tile[zf_tile_index(kind, lane, v)];
-    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
-        uint4 a, b;
-        a.x = w[0] | (unsigned)w[1] << 16;
-        a.y = w[2] | (unsigned)w[3] << 16;
-        a.z = w[4] | (unsigned)w[5] << 16;
-        a.w = w[6] | (unsigned)w[7] << 16;
-        b.x = w[8] | (unsigned)w[9] << 16;
-        b.y = w[10] | (unsigned)w[11] << 16;
-        b.z = w[12] | (unsigned)w[13] << 16;
-        b.w = w[14] | (unsigned)w[15] << 16;
-        reinterpret_cast<uint4*>(dst)[2 * lane] = a;
-        reinterpret_cast<uint4*>(dst)[2 * lane + 1] = b;
-        return;
-    }
-    const unsigned half_base = meta & 0x7fu;
-    const bool zero_aware = (meta & ZIPFUSION_ZERO_AWARE_FLAG) != 0;
-    unsigned low[4] = {0, 0, 0, 0};
-    unsigned codes[2] = {0, 0};
-#pragma unroll
-    for (int v = 0; v < 16; ++v) low[v >> 2] |= (unsigned)(w[v] & 0xffu) << (8 * (v & 3));
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            unsigned c[2];
-#pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                const unsigned word = w[8 * g + 4 * s + i];
-                const unsigned e = (word >> 7) & 0xffu;
-                const unsigned d = (zero_aware && e == 0) ? ZIPFUSION_ZERO_D : ((e - 2 * half_base) >> 1);
-                c[s] = (word >> 15) << 3 | d;
-            }
-            const unsigned byte = (c[0] & 8) << 4 | (c[0] & 7) | (c[1] & 8) << 3 | (c[1] & 7) << 3;
-            codes[g] |= (byte & 0xffu) << (8 * i);
-        }
-    }
-    reinterpret_cast<uint4*>(dst)[lane] = make_uint4(low[0], low[1], low[2], low[3]);
-    reinterpret_cast<uint2*>(dst + ZIPFUSION_LOW_BYTES_LEN)[lane] = make_uint2(codes[0], codes[1]);
-}
-
 // One CTA per page: the page's metadata and blocks (zipfusion's encode_page_into, spec 5)
 // from the metadata bytes zipfusion_encode_classify left. Page i goes to
 // out + i * slot_stride when slot_stride is nonzero (a pool of fixed slots), else to
@@ -335,34 +493,36 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     zipfusion_encode_pages(const unsigned short* __restrict__ words, ZfPages g, unsigned long long pages,
                            const unsigned char* __restrict__ metas, const unsigned long long* __restrict__ offsets,
                            unsigned long long slot_stride, unsigned char* __restrict__ out) {
-    __shared__ __align__(16) unsigned short tiles[ZF_WARPS][16 * ZIPFUSION_TILE_STRIDE];
+    __shared__ __align__(16) unsigned short tiles[ZF_WARPS][ZF_TILE_WORDS];
     extern __shared__ __align__(16) unsigned char dynamic[];
-    // Dynamic shared memory: entry_len and entry_at (2 H words each), then the page's
-    // metadata bytes (page_blocks).
-    unsigned* entry_len = reinterpret_cast<unsigned*>(dynamic);
-    unsigned* entry_at = entry_len + 2 * g.heads;
-    unsigned char* page_metas = reinterpret_cast<unsigned char*>(entry_at + 2 * g.heads);
-    const unsigned warp = threadIdx.x >> 5;
+    // Dynamic shared memory: the raw bits (a word per 32 blocks) and the raw counts
+    // before each word (one more), then the page's metadata bytes (page_blocks).
+    const unsigned raw_words = (g.page_blocks + 31) / 32;
+    unsigned* raw = reinterpret_cast<unsigned*>(dynamic);
+    unsigned* raw_before = raw + raw_words;
+    unsigned char* page_metas = reinterpret_cast<unsigned char*>(raw_before + raw_words + 1);
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (unsigned long long page = blockIdx.x; page < pages; page += gridDim.x) {
         for (unsigned b = threadIdx.x; b < g.page_blocks; b += blockDim.x)
             page_metas[b] = metas[page * g.page_blocks + b];
         __syncthreads();
-        zf_entry_offsets(g, page_metas, entry_len, entry_at);
+        zf_raw_bits(g, page_metas, raw, raw_before);
         const unsigned long long at =
             slot_stride ? page * slot_stride
                         : offsets[(page / g.group_pages) * (g.group_pages + 1) + page % g.group_pages];
         unsigned char* dst = out + at;
-        for (unsigned t = threadIdx.x; t < g.metadata_len; t += blockDim.x)
-            dst[t] = zf_metadata_byte(g, t, page_metas, entry_at);
+        for (unsigned t = threadIdx.x; t < g.metadata_len / 4; t += blockDim.x)
+            reinterpret_cast<unsigned*>(dst)[t] = zf_metadata_word(g, t, page_metas, raw, raw_before);
         const unsigned long long page_words = zf_page_words(g, page);
         for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
-            const unsigned entry = b / g.blocks_per_entry, j = b % g.blocks_per_entry;
+            const unsigned entry = zf_entry_of(g, b), j = b - entry * g.blocks_per_entry;
             uint4 v[2];
             zf_load_block(words, g, zf_block_words(g, page_words, entry, j), tiles[warp], v);
             __syncwarp();
             const unsigned meta = page_metas[b];
-            const unsigned pos = entry_at[entry] + zf_in_entry(g, page_metas, entry, j);
-            zf_write_block(tiles[warp], entry & 1, meta, dst + pos);
+            uint4 a, c;
+            zf_encode_lane(tiles[warp], entry & 1, meta, a, c);
+            zf_store_lane(dst + zf_block_at(g, raw, raw_before, b), meta, lane, a, c);
             __syncwarp();
         }
         __syncthreads();
@@ -371,45 +531,45 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
 
 // Single-pass scan state (decoupled look-back): a word per page, 0 until the page
 // publishes its length (ZF_AGGREGATE | len) and then the inclusive sum of every page's
-// length up to it (ZF_PREFIX | sum). Volatile accesses reach L2, where every SM sees them.
+// length up to it (ZF_PREFIX | sum). Relaxed accesses at GPU scope: coherent in L2, where
+// every SM sees them, and nothing else is ordered by them (a word carries its own value).
 #define ZF_AGGREGATE (1ull << 62)
 #define ZF_PREFIX (2ull << 62)
 #define ZF_VALUE ((1ull << 62) - 1)
 
 __device__ __forceinline__ void zf_publish(unsigned long long* p, unsigned long long v) {
-    *reinterpret_cast<volatile unsigned long long*>(p) = v;
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned long long zf_peek(const unsigned long long* p) {
-    return *reinterpret_cast<const volatile unsigned long long*>(p);
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+    return v;
 }
 
 // The sum of the lengths of every page before `page` (a warp's collective; every lane
-// gets it). Publishes the page's length at once, then walks back 32 pages at a time,
-// adding published lengths until it meets a published prefix, then publishes its own.
-// Pages are taken in ticket order, so every page waited on has started and publishes its
-// length before it waits itself: the walk ends.
+// gets it), once the page has published its own length (ZF_AGGREGATE): walks back 32
+// pages at a time, adding published lengths until it meets a published prefix, then
+// publishes its own. A window is read again only while a page nearer than its nearest
+// prefix has not published. Pages are taken in ticket order, so every page waited on
+// has started and publishes its length before it waits itself: the walk ends.
 __device__ __forceinline__ unsigned long long zf_look_back(unsigned long long* state, unsigned long long page,
                                                            unsigned long long len) {
     const unsigned lane = threadIdx.x & 31, full = 0xffffffffu;
-    if (page == 0) {
-        if (lane == 0) zf_publish(state, ZF_PREFIX | len);
-        return 0;
-    }
-    if (lane == 0) zf_publish(state + page, ZF_AGGREGATE | len);
     unsigned long long before = 0;
     long long next = (long long)page - 1;
     while (true) {
         const long long at = next - (long long)lane;
         unsigned long long v;
+        unsigned prefixes, needed;
         do {
             // Before page 0 reads as a prefix of 0.
             v = at >= 0 ? zf_peek(state + at) : ZF_PREFIX;
-        } while (__any_sync(full, (v >> 62) == 0));
-        const unsigned prefixes = __ballot_sync(full, (v >> 62) == 2);
-        // Lanes up to the nearest prefix (lane 0 is the nearest page) count.
-        const unsigned last = prefixes ? __ffs(prefixes) - 1 : 31;
-        unsigned long long x = lane <= last ? (v & ZF_VALUE) : 0;
+            prefixes = __ballot_sync(full, (v >> 62) == 2);
+            // Lanes up to the nearest prefix (lane 0 is the nearest page) count.
+            needed = prefixes ? (2u << (__ffs(prefixes) - 1)) - 1u : full;
+        } while (__ballot_sync(full, (v >> 62) == 0) & needed);
+        unsigned long long x = (needed >> lane) & 1 ? (v & ZF_VALUE) : 0;
 #pragma unroll
         for (int d = 16; d > 0; d >>= 1) x += __shfl_xor_sync(full, x, d);
         before += x;
@@ -426,50 +586,80 @@ __device__ __forceinline__ unsigned long long zf_look_back(unsigned long long* s
 // or, for a container (slot_stride = 0), the header, every earlier page's length (the
 // look-back over state[1..], pages taken in the order of the ticket in state[0]) and the
 // tails of earlier groups, recorded in offsets (the group's tail offset too, after its
-// last page); then the metadata and the blocks are written from the tile.
+// last page). The page publishes its length as soon as it is known, and its warps encode
+// their blocks into their tiles (each block's bytes in its own tile) while the look-back
+// runs; then the metadata and the blocks are copied out, 16 bytes a lane. At most 32
+// blocks per page (one word of raw bits).
 extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     zipfusion_encode_fused(const unsigned short* __restrict__ words, ZfPages g, unsigned long long* state,
                            unsigned long long* __restrict__ offsets, unsigned long long tail_len,
                            unsigned long long slot_stride, unsigned* __restrict__ lens,
                            unsigned char* __restrict__ out) {
     extern __shared__ __align__(16) unsigned char dynamic[];
-    // Dynamic shared memory: a tile per block, entry_len and entry_at (2 H words each),
-    // then the blocks' metadata bytes.
+    // Dynamic shared memory: a tile per block, then the blocks' metadata bytes.
     unsigned short* tiles = reinterpret_cast<unsigned short*>(dynamic);
-    unsigned* entry_len = reinterpret_cast<unsigned*>(tiles + g.page_blocks * 16 * ZIPFUSION_TILE_STRIDE);
-    unsigned* entry_at = entry_len + 2 * g.heads;
-    unsigned char* page_metas = reinterpret_cast<unsigned char*>(entry_at + 2 * g.heads);
+    unsigned char* page_metas = reinterpret_cast<unsigned char*>(tiles + g.page_blocks * ZF_TILE_WORDS);
     __shared__ unsigned long long s_page, s_at;
-    __shared__ unsigned s_body;
+    __shared__ unsigned s_raw[2];  // raw bits, then 0: raw and raw_before of zf_block_at
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         s_page = slot_stride ? blockIdx.x : atomicAdd(state, 1ull);
-        s_body = 0;
+        s_raw[0] = 0;
+        s_raw[1] = 0;
     }
     __syncthreads();
     const unsigned long long page = s_page;
     const unsigned long long page_words = zf_page_words(g, page);
-    unsigned mine = 0;
+    // Every block of the warp's share in flight at once: 16-byte copies straight into
+    // the blocks' tiles, one wait, then each lane classifies the rows it copied.
     for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
-        const unsigned entry = b / g.blocks_per_entry, j = b % g.blocks_per_entry;
-        uint4 v[2];
-        zf_load_block(words, g, zf_block_words(g, page_words, entry, j), tiles + b * 16 * ZIPFUSION_TILE_STRIDE, v);
-        const unsigned meta = zf_classify(v, g.variant);
-        if (lane == 0) page_metas[b] = (unsigned char)meta;
-        mine += zf_block_len(meta);
+        const unsigned entry = zf_entry_of(g, b), j = b - entry * g.blocks_per_entry;
+        const unsigned short* block = words + zf_block_words(g, page_words, entry, j);
+        unsigned short* tile = tiles + b * ZF_TILE_WORDS;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            const unsigned u = lane + 32 * s;
+            copy_async_16(tile + zf_row_offset(u), block + zf_row_word(g, u));
+        }
     }
-    if (lane == 0 && mine) atomicAdd(&s_body, mine);
+    copy_async_commit();
+    copy_async_wait_all();
+    for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
+        const unsigned short* tile = tiles + b * ZF_TILE_WORDS;
+        uint4 v[2];
+#pragma unroll
+        for (int s = 0; s < 2; ++s) v[s] = *reinterpret_cast<const uint4*>(tile + zf_row_offset(lane + 32 * s));
+        const unsigned meta = zf_classify(v, g.variant);
+        if (lane == 0) {
+            page_metas[b] = (unsigned char)meta;
+            if (meta == ZIPFUSION_RAW_BLOCK_BYTE) atomicOr(&s_raw[0], 1u << b);
+        }
+    }
     __syncthreads();
-    zf_entry_offsets(g, page_metas, entry_len, entry_at);
-    const unsigned page_len = g.metadata_len + s_body;
+    const unsigned page_len = g.metadata_len + ZIPFUSION_CODED_BLOCK_LEN * g.page_blocks +
+                              (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * __popc(s_raw[0]);
+    const bool container = slot_stride == 0;
+    if (container && threadIdx.x == 0)
+        zf_publish(state + 1 + page, (page == 0 ? ZF_PREFIX : ZF_AGGREGATE) | page_len);
+    // Each warp encodes its blocks in place: a lane's 32 bytes of a block replace the
+    // tile's words at 32 lane bytes once every lane has gathered its values.
+    for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
+        unsigned short* tile = tiles + b * ZF_TILE_WORDS;
+        uint4 a, c;
+        zf_encode_lane(tile, zf_entry_of(g, b) & 1, page_metas[b], a, c);
+        __syncwarp();
+        reinterpret_cast<uint4*>(tile)[2 * lane] = a;
+        reinterpret_cast<uint4*>(tile)[2 * lane + 1] = c;
+    }
     if (warp == 0) {
         unsigned long long at;
-        if (slot_stride) {
+        if (!container) {
             at = page * slot_stride;
             if (lane == 0) lens[page] = page_len;
         } else {
             const unsigned long long per = g.group_pages, group = page / per;
-            at = ZIPFUSION_HEADER_LEN + zf_look_back(state + 1, page, page_len) + group * tail_len;
+            const unsigned long long before = page == 0 ? 0 : zf_look_back(state + 1, page, page_len);
+            at = ZIPFUSION_HEADER_LEN + before + group * tail_len;
             if (lane == 0) {
                 offsets[group * (per + 1) + page % per] = at;
                 if (page % per == per - 1) offsets[group * (per + 1) + per] = at + page_len;
@@ -479,12 +669,12 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     }
     __syncthreads();
     unsigned char* dst = out + s_at;
-    for (unsigned t = threadIdx.x; t < g.metadata_len; t += blockDim.x)
-        dst[t] = zf_metadata_byte(g, t, page_metas, entry_at);
+    for (unsigned t = threadIdx.x; t < g.metadata_len / 4; t += blockDim.x)
+        reinterpret_cast<unsigned*>(dst)[t] = zf_metadata_word(g, t, page_metas, s_raw, s_raw + 1);
     for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
-        const unsigned entry = b / g.blocks_per_entry, j = b % g.blocks_per_entry;
-        const unsigned pos = entry_at[entry] + zf_in_entry(g, page_metas, entry, j);
-        zf_write_block(tiles + b * 16 * ZIPFUSION_TILE_STRIDE, entry & 1, page_metas[b], dst + pos);
+        const uint4* tile = reinterpret_cast<const uint4*>(tiles + b * ZF_TILE_WORDS);
+        zf_store_lane(dst + zf_block_at(g, s_raw, s_raw + 1, b), page_metas[b], lane, tile[2 * lane],
+                      tile[2 * lane + 1]);
     }
 }
 
@@ -546,129 +736,155 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
 
 __device__ __forceinline__ void zf_flag(unsigned* status, unsigned code) { atomicCAS(status, 0u, code); }
 
-// The high bytes of a lane's two groups from its 8 code bytes (zipfusion's
-// restore_high_bytes, spec 3.4): first[g] holds values 8g..8g+3, second[g] values
-// 8g+4..8g+7, one per byte.
-__device__ __forceinline__ void zf_restore(unsigned codes, unsigned meta, unsigned& first, unsigned& second) {
-    const unsigned half_base = (meta & 0x7fu) * 0x01010101u;
-    first = (codes & 0x87878787u) + half_base;
-    second = (((codes >> 3) & 0x07070707u) | ((codes << 1) & 0x80808080u)) + half_base;
-    if (meta & ZIPFUSION_ZERO_AWARE_FLAG) {
-        // Bit 0 of a byte: its first d is 7; bit 3: its second d is 7.
-        const unsigned sevens = codes & (codes >> 1) & (codes >> 2);
-        first &= ~((sevens & 0x01010101u) * 0x7fu);
-        second &= ~(((sevens >> 3) & 0x01010101u) * 0x7fu);
-    }
+// Blocks a warp loads before restoring the first of them: enough bytes in flight per SM
+// to cover the DRAM latency at the registers a lane can spare (8 words a block).
+#define ZF_DECODE_AHEAD 3
+// CTAs per SM the decoder's 80 registers a thread allow: 24 warps, 72 blocks in flight.
+#define ZF_DECODE_CTAS 6
+
+// Block b's metadata byte in the page at `page_src` (spec 5.1).
+__device__ __forceinline__ unsigned zf_meta_byte(const ZfPages& g, const unsigned char* page_src, unsigned b) {
+    const unsigned entry = zf_entry_of(g, b);
+    return page_src[entry * g.entry_stride + ZIPFUSION_OFFSET_LEN + b - entry * g.blocks_per_entry];
 }
 
-// One CTA per page: checks the page's metadata (spec 6, rows 1-7: what
-// zipfusion::page_info checks) and, when it is valid, decodes its blocks into words.
-// Page i lies at src + i * slot_stride with slot_stride bytes to it when slot_stride is
-// nonzero (a pool of fixed slots), else at src + offsets[(i / group_pages) *
-// (group_pages + 1) + i % group_pages] with the rest of the container's src_len bytes to
-// it (a container, whose offsets the host walked). An invalid page leaves a status code
-// and writes nothing.
-extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
+// The checks of spec 6 on a page's metadata (what zipfusion::page_info checks, entry by
+// entry): the first failing entry's first failing check's status code, or 0. A warp's
+// collective, lane e taking entry e (32 at a time). `limit` is the page's bytes.
+__device__ __forceinline__ unsigned zf_check_page(const ZfPages& g, const unsigned char* __restrict__ page_src,
+                                                  unsigned long long limit) {
+    const unsigned lane = threadIdx.x & 31, full = 0xffffffffu;
+    const unsigned entries = 2 * g.heads;
+    unsigned raw_carry = 0;
+    for (unsigned e0 = 0; e0 < entries; e0 += 32) {
+        const unsigned e = e0 + lane;
+        unsigned code = 0, raws = 0, stored = 0;
+        if (e < entries) {
+            const unsigned char* entry = page_src + e * g.entry_stride;
+            for (unsigned j = 0; j < g.blocks_per_entry; ++j) {
+                const unsigned m = entry[ZIPFUSION_OFFSET_LEN + j];
+                if (m == ZIPFUSION_RAW_BLOCK_BYTE) {
+                    ++raws;
+                } else if (!code) {
+                    if ((m & ZIPFUSION_ZERO_AWARE_FLAG) && g.variant == 0) code = ZIPFUSION_STATUS_ZERO_AWARE_IN_BASE;
+                    else if ((m & 0x7fu) > ZIPFUSION_MAX_HALF_BASE) code = ZIPFUSION_STATUS_HALF_BASE_TOO_LARGE;
+                }
+            }
+            for (unsigned k = ZIPFUSION_OFFSET_LEN + g.blocks_per_entry; k < g.entry_stride && !code; ++k)
+                if (entry[k]) code = ZIPFUSION_STATUS_PADDING_NOT_ZERO;
+            stored = entry[0] | (unsigned)entry[1] << 8 | (unsigned)entry[2] << 16 | (unsigned)entry[3] << 24;
+        }
+        // Raw blocks of the entries before e: an exclusive scan over the lanes.
+        unsigned before = raws;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const unsigned y = __shfl_up_sync(full, before, d);
+            if (lane >= d) before += y;
+        }
+        const unsigned total = __shfl_sync(full, before, 31);
+        before += raw_carry - raws;
+        raw_carry += total;
+        if (e < entries) {
+            const unsigned long long expected =
+                g.metadata_len + (unsigned long long)ZIPFUSION_CODED_BLOCK_LEN * e * g.blocks_per_entry +
+                (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * (unsigned long long)before;
+            const unsigned long long len = (unsigned long long)ZIPFUSION_CODED_BLOCK_LEN * g.blocks_per_entry +
+                                           (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * raws;
+            if (!code && stored > limit) code = ZIPFUSION_STATUS_OFFSET_PAST_PAGE;
+            if (!code && stored != expected) code = ZIPFUSION_STATUS_OFFSET_MISMATCH;
+            if (!code && expected + len > limit) code = ZIPFUSION_STATUS_TRUNCATED;
+        }
+        const unsigned failing = __ballot_sync(full, code != 0);
+        if (failing) return __shfl_sync(full, code, __ffs(failing) - 1);
+    }
+    return 0;
+}
+
+// One warp per page: checks the page's metadata (spec 6, rows 1-7: what
+// zipfusion::page_info checks) and, when it is valid, decodes its blocks into words,
+// ZF_DECODE_AHEAD blocks' loads in flight at a time. Page i lies at src + i * slot_stride
+// with slot_stride bytes to it when slot_stride is nonzero (a pool of fixed slots), else
+// at src + offsets[(i / group_pages) * (group_pages + 1) + i % group_pages] with the rest
+// of the container's src_len bytes to it (a container, whose offsets the host walked).
+// An invalid page leaves a status code and writes nothing. No barriers: a warp's pages
+// are its own.
+extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CTAS)
     zipfusion_decode_pages(const unsigned char* __restrict__ src, unsigned long long src_len, ZfPages g,
                            unsigned long long pages, const unsigned long long* __restrict__ offsets,
                            unsigned long long slot_stride, unsigned short* __restrict__ words,
                            unsigned* __restrict__ status) {
-    __shared__ __align__(16) unsigned short tiles[ZF_WARPS][16 * ZIPFUSION_TILE_STRIDE];
-    __shared__ unsigned bad;
-    extern __shared__ __align__(16) unsigned char dynamic[];
-    // Dynamic shared memory: entry_len and entry_at (2 H words each), then the page's
-    // metadata (metadata_len bytes, a multiple of 16) and its blocks' bytes (page_blocks).
-    unsigned* entry_len = reinterpret_cast<unsigned*>(dynamic);
-    unsigned* entry_at = entry_len + 2 * g.heads;
-    unsigned char* metadata = reinterpret_cast<unsigned char*>(entry_at + 2 * g.heads);
-    unsigned char* page_metas = metadata + g.metadata_len;
-    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned entries = 2 * g.heads;
-    for (unsigned long long page = blockIdx.x; page < pages; page += gridDim.x) {
+    __shared__ __align__(16) unsigned short tiles[ZF_WARPS][ZF_TILE_WORDS];
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, full = 0xffffffffu;
+    unsigned short* tile = tiles[warp];
+    const unsigned long long warps = (unsigned long long)gridDim.x * ZF_WARPS;
+    for (unsigned long long page = (unsigned long long)blockIdx.x * ZF_WARPS + warp; page < pages; page += warps) {
         const unsigned long long at =
             slot_stride ? page * slot_stride
                         : offsets[(page / g.group_pages) * (g.group_pages + 1) + page % g.group_pages];
         const unsigned long long limit = slot_stride ? slot_stride : src_len - at;
         if (limit < g.metadata_len) {
-            if (threadIdx.x == 0) zf_flag(status, ZIPFUSION_STATUS_TRUNCATED);
-            continue;  // uniform over the CTA
+            if (lane == 0) zf_flag(status, ZIPFUSION_STATUS_TRUNCATED);
+            continue;
         }
         const unsigned char* page_src = src + at;
-        if (threadIdx.x == 0) bad = 0;
-        for (unsigned t = threadIdx.x; t < g.metadata_len / 16; t += blockDim.x)
-            reinterpret_cast<uint4*>(metadata)[t] = reinterpret_cast<const uint4*>(page_src)[t];
-        __syncthreads();
-        for (unsigned b = threadIdx.x; b < g.page_blocks; b += blockDim.x) {
-            const unsigned e = b / g.blocks_per_entry, j = b % g.blocks_per_entry;
-            page_metas[b] = metadata[e * g.entry_stride + ZIPFUSION_OFFSET_LEN + j];
+        const unsigned code = zf_check_page(g, page_src, limit);
+        if (code) {
+            if (lane == 0) zf_flag(status, code);
+            continue;
         }
-        __syncthreads();
-        zf_entry_offsets(g, page_metas, entry_len, entry_at);
-        // The checks of spec 6 per entry; an entry fails exactly when page_info stops at it
-        // or at an earlier entry, so the page fails exactly when page_info does.
-        for (unsigned e = threadIdx.x; e < entries; e += blockDim.x) {
-            unsigned code = 0;
-            const unsigned char* entry = metadata + e * g.entry_stride;
-            for (unsigned j = 0; j < g.blocks_per_entry && !code; ++j) {
-                const unsigned m = entry[ZIPFUSION_OFFSET_LEN + j];
-                if (m == ZIPFUSION_RAW_BLOCK_BYTE) continue;
-                if ((m & ZIPFUSION_ZERO_AWARE_FLAG) && g.variant == 0) code = ZIPFUSION_STATUS_ZERO_AWARE_IN_BASE;
-                else if ((m & 0x7fu) > ZIPFUSION_MAX_HALF_BASE) code = ZIPFUSION_STATUS_HALF_BASE_TOO_LARGE;
-            }
-            for (unsigned k = ZIPFUSION_OFFSET_LEN + g.blocks_per_entry; k < g.entry_stride && !code; ++k)
-                if (entry[k]) code = ZIPFUSION_STATUS_PADDING_NOT_ZERO;
-            const unsigned stored = entry[0] | (unsigned)entry[1] << 8 | (unsigned)entry[2] << 16 |
-                                    (unsigned)entry[3] << 24;
-            if (!code && stored > limit) code = ZIPFUSION_STATUS_OFFSET_PAST_PAGE;
-            if (!code && stored != entry_at[e]) code = ZIPFUSION_STATUS_OFFSET_MISMATCH;
-            if (!code && (unsigned long long)entry_at[e] + entry_len[e] > limit) code = ZIPFUSION_STATUS_TRUNCATED;
-            if (code) {
-                zf_flag(status, code);
-                bad = 1;
-            }
-        }
-        __syncthreads();
-        if (!bad) {
-            const unsigned long long page_words = zf_page_words(g, page);
-            for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
-                const unsigned entry = b / g.blocks_per_entry, j = b % g.blocks_per_entry;
-                const unsigned meta = page_metas[b];
-                const unsigned char* block = page_src + entry_at[entry] + zf_in_entry(g, page_metas, entry, j);
-                unsigned short* tile = tiles[warp];
-                const unsigned kind = entry & 1;
-                if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
-                    const uint4 a = reinterpret_cast<const uint4*>(block)[2 * lane];
-                    const uint4 c = reinterpret_cast<const uint4*>(block)[2 * lane + 1];
-                    const unsigned w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        const unsigned long long page_words = zf_page_words(g, page);
+        // 32 blocks at a time: lane l holds block 32 c + l's metadata byte and position.
+        for (unsigned c0 = 0; c0 < g.page_blocks; c0 += 32) {
+            const unsigned b = c0 + lane;
+            const unsigned mine = b < g.page_blocks ? zf_meta_byte(g, page_src, b) : 0u;
+            const unsigned raws = __ballot_sync(full, b < g.page_blocks && mine == ZIPFUSION_RAW_BLOCK_BYTE);
+            // The chunk's first block starts at its entry's stored offset (the checks made
+            // every offset agree with the blocks before it) plus the entry's blocks before
+            // it (none when D / 32 divides 32).
+            const unsigned first_entry = zf_entry_of(g, c0);
+            const unsigned char* fe = page_src + first_entry * g.entry_stride;
+            unsigned chunk_at = fe[0] | (unsigned)fe[1] << 8 | (unsigned)fe[2] << 16 | (unsigned)fe[3] << 24;
+            for (unsigned k = first_entry * g.blocks_per_entry; k < c0; ++k)
+                chunk_at += zf_block_len(zf_meta_byte(g, page_src, k));
+            const unsigned count = min(32u, g.page_blocks - c0);
+            for (unsigned k0 = 0; k0 < count; k0 += ZF_DECODE_AHEAD) {
+                uint4 a[ZF_DECODE_AHEAD], c[ZF_DECODE_AHEAD];
+                unsigned metas[ZF_DECODE_AHEAD];
 #pragma unroll
-                    for (int v = 0; v < 16; ++v)
-                        tile[zf_tile_index(kind, lane, v)] = (unsigned short)(w[v >> 1] >> (16 * (v & 1)));
-                } else {
-                    const uint4 low = reinterpret_cast<const uint4*>(block)[lane];
-                    const uint2 codes = reinterpret_cast<const uint2*>(block + ZIPFUSION_LOW_BYTES_LEN)[lane];
-                    const unsigned lows[4] = {low.x, low.y, low.z, low.w};
-                    unsigned first[2], second[2];
-                    zf_restore(codes.x, meta, first[0], second[0]);
-                    zf_restore(codes.y, meta, first[1], second[1]);
-#pragma unroll
-                    for (int v = 0; v < 16; ++v) {
-                        const unsigned grp = v >> 3, i = v & 3;
-                        const unsigned high = ((v & 4) ? second[grp] : first[grp]) >> (8 * i) & 0xffu;
-                        const unsigned lo = lows[v >> 2] >> (8 * (v & 3)) & 0xffu;
-                        tile[zf_tile_index(kind, lane, v)] = (unsigned short)(high << 8 | lo);
+                for (int s = 0; s < ZF_DECODE_AHEAD; ++s) {
+                    const unsigned k = k0 + s;
+                    metas[s] = __shfl_sync(full, mine, k & 31);
+                    if (k < count) {
+                        const unsigned below = raws & ((1u << k) - 1u);
+                        const unsigned pos = chunk_at + ZIPFUSION_CODED_BLOCK_LEN * k +
+                                             (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * __popc(below);
+                        zf_load_lane(page_src + pos, metas[s], lane, a[s], c[s]);
                     }
                 }
-                __syncwarp();
-                const unsigned long long base = zf_block_words(g, page_words, entry, j);
 #pragma unroll
-                for (int s = 0; s < 2; ++s) {
-                    const unsigned u = lane + 32 * s;
-                    *reinterpret_cast<uint4*>(words + base + zf_row_word(g, u)) =
-                        *reinterpret_cast<const uint4*>(tile + (u >> 2) * ZIPFUSION_TILE_STRIDE + 8 * (u & 3));
+                for (int s = 0; s < ZF_DECODE_AHEAD; ++s) {
+                    const unsigned k = k0 + s, blk = c0 + k;
+                    if (k >= count) break;
+                    const unsigned entry = zf_entry_of(g, blk), j = blk - entry * g.blocks_per_entry;
+                    unsigned p[8];
+                    zf_unpack(a[s], c[s], metas[s], p);
+                    if (entry & 1) {
+                        zf_scatter<1>(tile, lane, p);
+                    } else {
+                        zf_scatter<0>(tile, lane, p);
+                    }
+                    __syncwarp();
+                    const unsigned long long base = zf_block_words(g, page_words, entry, j);
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const unsigned u = lane + 32 * r;
+                        *reinterpret_cast<uint4*>(words + base + zf_row_word(g, u)) =
+                            *reinterpret_cast<const uint4*>(tile + zf_row_offset(u));
+                    }
+                    __syncwarp();
                 }
-                __syncwarp();
             }
         }
-        __syncthreads();
     }
 }
+

@@ -24,7 +24,7 @@
 #define ZIPFUSION_HEAD_METADATA_D256 32                  // ... at head_dim 256
 #define ZIPFUSION_THREADS 128                            // threads per CTA of the page kernels
 #define ZIPFUSION_SCAN_THREADS 1024                      // threads of the container's scan CTA
-#define ZIPFUSION_TILE_STRIDE 40                         // words per row of a warp's shared-memory tile
+#define ZIPFUSION_TILE_STRIDE 32                         // words per row of a warp's shared-memory tile
 
 // Device status values: the first problem's code (atomicCAS from 0).
 #define ZIPFUSION_STATUS_TRUNCATED 1u                    // a page's metadata or blocks end past its bytes

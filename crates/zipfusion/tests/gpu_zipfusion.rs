@@ -42,8 +42,11 @@ fn gpu_caches_are_byte_identical_to_cpu_both_ways() {
     let Some(gpu) = gpu_or_skip("gpu_caches_are_byte_identical_to_cpu_both_ways") else { return };
     let mut cases: Vec<(String, KvCache)> = kvcodec_testkit::fixtures();
     cases.push(("example (T = 19, a tail)".into(), common::example_cache()));
-    // The last shape's pages have 64 blocks: the two-pass encoder.
-    for (l, h, d, t) in [(2, 2, 128, 40), (1, 1, 256, 16), (1, 4, 32, 7), (3, 1, 64, 33), (1, 8, 128, 48)] {
+    // D = 96 has 3 blocks per metadata entry (not a power of 2); the last shape's pages
+    // have 64 blocks: the two-pass encoder.
+    for (l, h, d, t) in
+        [(2, 2, 128, 40), (1, 1, 256, 16), (1, 4, 32, 7), (3, 1, 64, 33), (1, 3, 96, 40), (1, 8, 128, 48)]
+    {
         cases.push((
             format!("L{l} H{h} D{d} T{t}"),
             with_zeros_and_outliers(l, h, d, t, (l * h + d + t) as u32),

@@ -7,7 +7,7 @@ use kvcodec_gpu::{
     DeviceStatus, GpuContext, check_aligned, check_len, cpu_verdict, device_address, launch_config,
 };
 
-use super::{DECODE_STATUS, GpuError, PagesArg, THREADS, ZipfusionKernel, page_grid};
+use super::{DECODE_STATUS, GpuError, PagesArg, THREADS, ZipfusionKernel, decode_grid};
 use crate::cache::{CacheHeader, cache_info};
 use crate::format::{ALIGN, HEADER_LEN, OFFSET_LEN, PageShape, RAW_BLOCK_BYTE, Variant};
 use crate::{Error, page_info};
@@ -50,7 +50,7 @@ fn launch_decode(
     // it); the kernel reads a page's metadata only when its limit holds it and its blocks
     // only when the metadata says they end within the limit; `out` holds every page `g`
     // places (checked by the caller); `status` is one u32.
-    unsafe { launch.launch(launch_config(page_grid(pages), THREADS, g.dynamic_smem())) }?;
+    unsafe { launch.launch(launch_config(decode_grid(pages), THREADS, 0)) }?;
     Ok(())
 }
 

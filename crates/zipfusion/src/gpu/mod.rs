@@ -24,10 +24,10 @@
 //! lengths on the host once ([`CacheDecoder::new`]: pages have no index), then each
 //! decode is one kernel over the pages plus the tail copy.
 //!
-//! How the kernels work: a warp per block of 512 values, a CTA per page; a block's 16
-//! rows move as 16-byte vectors and reach fragment order (spec §3) through a padded
-//! shared-memory tile; block positions inside a page are prefix sums of 768 and 1024 over
-//! the page's metadata bytes, computed per page on the device.
+//! How the kernels work: encoding, a CTA per page and a warp per block of 512 values;
+//! decoding, a warp per page. A block's 16 rows move as 16-byte vectors and reach fragment
+//! order (spec §3) through a swizzled shared-memory tile; block `b` of a page starts at
+//! `metadata_len + 768 b + 256 x` (raw blocks before `b`), counted from the raw blocks' bits.
 //!
 //! GPU limits (the CPU path has none of them): device buffers 16-byte aligned; at most
 //! [`MAX_PAGE_BLOCKS`] blocks per page (the page's metadata is held in shared memory).
@@ -72,7 +72,7 @@ pub enum ZipfusionKernel {
     EncodeHeader,
     /// The BF16 tails of a container, either way.
     Tails,
-    /// The metadata checks and the blocks of every page, one CTA per page.
+    /// The metadata checks and the blocks of every page, one warp per page.
     DecodePages,
 }
 
@@ -98,9 +98,10 @@ impl Kernel for ZipfusionKernel {
 pub const THREADS: u32 = 128;
 /// Threads of the container's scan CTA.
 pub const SCAN_THREADS: u32 = 1024;
-/// Words per row of a warp's shared-memory tile: 32 channels and 8 of padding, so that
-/// the fragment-order gathers of spec §3 fall on distinct banks.
-pub const TILE_STRIDE: usize = 40;
+/// 16-bit words per row of a block's shared-memory tile: its 32 channels, unpadded (an XOR
+/// swizzle of the row's 16-byte pieces keeps the fragment-order accesses of spec §3 on
+/// distinct banks).
+pub const TILE_STRIDE: usize = 32;
 /// The most blocks of a page the one-pass encoder holds in shared memory (a tile of
 /// `16 x` [`TILE_STRIDE`] words each); larger pages are classified and written in two
 /// passes over the input.
@@ -222,10 +223,11 @@ impl PagesArg {
         })
     }
 
-    /// Dynamic shared memory of the page kernels: two words per entry, the metadata and a
-    /// byte per block.
+    /// Dynamic shared memory of the two-pass page writer: a word of raw bits per 32
+    /// blocks, the raw counts before each word and the page's total, and a byte per block.
     pub(crate) fn dynamic_smem(&self) -> u32 {
-        8 * 2 * self.heads + self.metadata_len + self.page_blocks
+        let raw_words = self.page_blocks.div_ceil(32);
+        4 * (2 * raw_words + 1) + self.page_blocks
     }
 
     /// Whether the one-pass encoder takes pages of this shape, `pages` of them.
@@ -233,14 +235,19 @@ impl PagesArg {
         self.page_blocks as usize <= FUSED_MAX_BLOCKS && pages <= 1 << 30
     }
 
-    /// Dynamic shared memory of the one-pass encoder: a tile per block, two words per
-    /// entry, a byte per block.
+    /// Dynamic shared memory of the one-pass encoder: a tile per block and a byte per
+    /// block.
     pub(crate) fn fused_smem(&self) -> u32 {
-        self.page_blocks * (32 * TILE_STRIDE as u32) + 8 * 2 * self.heads + self.page_blocks
+        self.page_blocks * (32 * TILE_STRIDE as u32) + self.page_blocks
     }
 }
 
 /// The grid of a page kernel: a CTA per page (the kernels stride past 2^30 pages).
 pub(crate) fn page_grid(pages: usize) -> u32 {
     pages.min(1 << 30) as u32
+}
+
+/// The grid of the decoder: a warp per page (it strides past 2^30 pages).
+pub(crate) fn decode_grid(pages: usize) -> u32 {
+    pages.div_ceil(THREADS as usize / 32).min(1 << 30) as u32
 }
