@@ -295,9 +295,9 @@ pub(crate) fn headers() -> Vec<Header> {
         },
         Header {
             path: "kernels/gaac/gaac_format.gen.cuh",
-            source: "gaac::format",
+            source: "gaac::format and gaac::gpu",
             defines: gaac_defines(),
-            status: None,
+            status: Some(("GAAC_DECODE", gaac::gpu::DECODE_STATUS)),
         },
         Header {
             path: "kernels/zipfusion/zipfusion_format.gen.cuh",
@@ -420,6 +420,16 @@ fn gaac_defines() -> Vec<Define> {
             "u",
             "block status: raw in the overflow section (spec 5.3)",
         ),
+        d("GAAC_OFFSET3_MAX", gf::OFFSET3_MAX as usize, "u", "the widest 3-bit offset E - b (spec 2.2)"),
+        d("GAAC_OFFSET4_MAX", gf::OFFSET4_MAX as usize, "u", "the widest 4-bit offset E - w (spec 2.2)"),
+        d("GAAC_MAX_BASE", gf::MAX_BASE as usize, "u", "the largest base (spec 2.1)"),
+        d("GAAC_HEADER_RAW_BLOCKS", gf::header::RAW_BLOCKS, "", "header field offsets (spec 5.1)"),
+        d("GAAC_HEADER_CHECKSUM", gf::header::CHECKSUM, "", ""),
+        d("GAAC_HEADER_CRC", gf::header::HEADER_CRC, "", ""),
+        d("GAAC_WARPS", gaac::gpu::WARPS as usize, "", "most warps per CTA of the block kernels"),
+        d("GAAC_SCAN_THREADS", gaac::gpu::SCAN_THREADS as usize, "", "threads of the encoder's header CTA"),
+        d("GAAC_DECODE_STAGES", gaac::gpu::DECODE_STAGES, "", "slots per decoder warp's cp.async ring"),
+        d("GAAC_TILE_PAD", gaac::gpu::TILE_PAD, "", "padding words per row of a warp's [16, D] tile"),
     ]
 }
 

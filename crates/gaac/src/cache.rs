@@ -115,7 +115,7 @@ fn sections(shape: KvShape, block: BlockShape, capacity: usize, raw: usize) -> O
     Some(Sections { bases, statuses, slots, overflow, tails, end })
 }
 
-fn too_large(shape: KvShape) -> Error {
+pub(crate) fn too_large(shape: KvShape) -> Error {
     let [layers, kv_heads, head_dim, tokens] = dims(shape);
     Error::ShapeTooLarge { layers, kv_heads, head_dim, tokens }
 }
@@ -133,7 +133,7 @@ pub fn max_encoded_len(shape: KvShape, capacity: usize) -> Result<usize> {
     sections(shape, block, capacity, blocks).map(|s| s.end).ok_or_else(|| too_large(shape))
 }
 
-fn check_capacity(block: BlockShape, capacity: usize) -> Result<()> {
+pub(crate) fn check_capacity(block: BlockShape, capacity: usize) -> Result<()> {
     if block.capacity_valid(capacity) {
         Ok(())
     } else {

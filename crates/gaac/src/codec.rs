@@ -1,10 +1,14 @@
-//! [`GaacCodec`]: the [`CacheCodec`] implementation over this crate's container API.
+//! [`GaacCodec`]: the [`CacheCodec`] and [`GpuCacheCodec`] implementations over this
+//! crate's container API and its GPU path.
 
 use bf16_field::{CacheCodec, KvShape, WordOrder};
+use cudarc::driver::{CudaView, CudaViewMut};
+use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 
 use crate::Error;
 use crate::bases::Bases;
 use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, decode_cache_into, encode_words};
+use crate::gpu::{CacheDecoder, CacheEncoder, GpuError};
 
 /// GAAC over a whole cache: one container (spec §5) of 16-token blocks in fixed-capacity
 /// slots and a BF16 tail per layer, taking the cache's words layer-major.
@@ -67,5 +71,52 @@ impl CacheCodec for GaacCodec {
             });
         }
         decode_cache_into(encoded, out).map(|_| ())
+    }
+}
+
+/// The GPU path needs calibrated bases to encode ([`GaacCodec::bases`]): a codec without
+/// them (self-calibration) encodes on the CPU only, and its [`GpuCacheCodec::device_encoder`]
+/// is [`kvcodec_gpu::Error::Unsupported`]. Every codec value decodes any container.
+impl GpuCacheCodec for GaacCodec {
+    type Encoder = CacheEncoder;
+    type Decoder = CacheDecoder;
+
+    fn device_encoder(&self, gpu: &GpuContext, shape: KvShape) -> Result<CacheEncoder, GpuError> {
+        CacheEncoder::new(gpu, shape, &self.options())
+    }
+
+    fn encode_device(
+        &self,
+        gpu: &GpuContext,
+        encoder: &mut CacheEncoder,
+        words: &CudaView<'_, u16>,
+    ) -> Result<(), GpuError> {
+        encoder.encode(gpu, words)
+    }
+
+    fn encoded_bytes(&self, gpu: &GpuContext, encoder: &CacheEncoder) -> Result<Vec<u8>, GpuError> {
+        encoder.to_vec(gpu)
+    }
+
+    fn device_decoder(
+        &self,
+        gpu: &GpuContext,
+        encoded: &[u8],
+        shape: KvShape,
+    ) -> Result<CacheDecoder, GpuError> {
+        CacheDecoder::new(gpu, encoded, Some(shape))
+    }
+
+    fn decode_device(
+        &self,
+        gpu: &GpuContext,
+        decoder: &mut CacheDecoder,
+        out: &mut CudaViewMut<'_, u16>,
+    ) -> Result<(), GpuError> {
+        decoder.decode(gpu, out)
+    }
+
+    fn finish_decode(&self, gpu: &GpuContext, decoder: &CacheDecoder) -> Result<(), GpuError> {
+        decoder.finish(gpu)
     }
 }

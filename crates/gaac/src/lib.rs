@@ -2,8 +2,8 @@
 //! 3/4-bit offsets, made for decode attention that rebuilds values in registers ("GAAC:
 //! Lossless KV Compression for Bandwidth-Efficient LLM Inference on Personal Devices",
 //! arXiv 2610.38210; byte format in `docs/formats/gaac.md`). This crate is the CPU
-//! reference: calibration, encoder, decoder and the definition of the bytes; the GPU
-//! kernels will read exactly these bytes.
+//! reference (calibration, encoder, decoder and the definition of the bytes) and its GPU
+//! encoder and decoder ([`gpu`]), which write and read exactly these bytes.
 //!
 //! * **Bases** ([`Bases`]): one per (layer, K|V, KV head, channel), the `b` that holds
 //!   the most calibration exponents in `[b, b + 7]` (spec §2.1); saved as JSON (spec §6),
@@ -51,7 +51,11 @@
 //! to another value unless the container carries its checksum
 //! ([`EncodeOptions::checksum`], [`GaacCodec::checksum`]).
 //!
-//! **GPU.** Not yet: this crate has no kernels. The layout is made for them (spec §3.7).
+//! **GPU.** [`gpu`]: the whole-cache encoder and decoder through
+//! [`kvcodec_gpu::GpuCacheCodec`] (encoding needs given bases), byte-identical to this CPU
+//! reference both ways, with the CPU's errors for invalid containers; and
+//! [`gpu::seal_blocks_device`], one block of every (layer, kind, head) sealed from a BF16
+//! tail on the caller's stream (spec §9).
 
 mod bases;
 mod block;
@@ -59,6 +63,7 @@ mod cache;
 mod codec;
 mod error;
 pub mod format;
+pub mod gpu;
 
 pub use bases::Bases;
 pub use block::{TagCounts, block_info};

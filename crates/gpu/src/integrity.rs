@@ -162,6 +162,31 @@ impl AdlerSums {
     }
 }
 
+/// The verdict word of a whole-container decode with an optional checksum (synchronises):
+/// the kernels' `status` word, or `checksum_code` when that word is 0 and the Adler-32 of
+/// the decoded values (one record of `value_bytes` bytes, summed into `sums`) differs from
+/// the header's `stored` checksum. 0 means valid.
+///
+/// # Errors
+/// [`Error::Cuda`].
+pub fn status_with_checksum(
+    gpu: &GpuContext,
+    status: &crate::DeviceStatus,
+    stored: Option<u32>,
+    sums: Option<&AdlerSums>,
+    value_bytes: u64,
+    checksum_code: u32,
+) -> Result<u32> {
+    let word = status.read(gpu)?;
+    if word == 0
+        && let (Some(stored), Some(sums)) = (stored, sums)
+        && sums.checksums(gpu, 1, |_| value_bytes)?[0] != stored
+    {
+        return Ok(checksum_code);
+    }
+    Ok(word)
+}
+
 /// Adds the Adler-32 sums of every record of `runs` in `words` to `sums` (one pair per
 /// record; the caller clears them first), on `gpu`'s stream, without synchronising.
 ///

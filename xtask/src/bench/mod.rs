@@ -166,11 +166,12 @@ const CODECS: &[Entry] = &[
         rows: |ctx| {
             let (bases, source) = ctx.gaac_bases()?;
             let codec = GaacCodec { bases: Some(bases.clone()), ..Default::default() };
-            let mut row = cpu_row(ctx, &codec)?;
-            row.calibrated_on = Some(source.clone());
-            Ok(vec![row])
+            let mut rows = codec_rows(ctx, &codec)?;
+            rows.iter_mut().for_each(|r| r.calibrated_on = Some(source.clone()));
+            Ok(rows)
         },
     },
+    // Self-calibration runs on the CPU only: its GPU encoder needs given bases.
     Entry { name: "gaac-self", rows: |ctx| Ok(vec![cpu_row(ctx, &GaacCodec::default())?]) },
     Entry {
         name: "splitzip-checksum",
@@ -323,7 +324,7 @@ fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<
     Ok(rows)
 }
 
-/// A codec's CPU row (the only row of a codec without a GPU path yet: GAAC).
+/// A codec's CPU row (the only row of a codec without a GPU path: self-calibrated GAAC).
 fn cpu_row<C: CacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Row> {
     let m = &ctx.method;
     let cache = ctx.cache;

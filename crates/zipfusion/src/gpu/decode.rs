@@ -2,7 +2,7 @@
 
 use bf16_field::KvShape;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
-use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
+use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums, status_with_checksum};
 use kvcodec_gpu::{
     DeviceStatus, GpuContext, check_aligned, check_len, cpu_verdict, device_address, launch_config,
 };
@@ -291,15 +291,15 @@ impl CacheDecoder {
     /// # Errors
     /// [`GpuError::Codec`]; [`GpuError::Disagreement`]; [`kvcodec_gpu::Error::Cuda`].
     pub fn finish(&self, gpu: &GpuContext) -> Result<(), GpuError> {
-        let mut status = self.status.read(gpu)?;
-        if status == 0
-            && let (Some(stored), Some(sums)) = (self.header.checksum, &self.sums)
-        {
-            let computed = sums.checksums(gpu, 1, |_| 2 * self.header.shape.total_values() as u64)?[0];
-            if computed != stored {
-                status = CHECKSUM_STATUS;
-            }
-        }
+        let value_bytes = 2 * self.header.shape.total_values() as u64;
+        let status = status_with_checksum(
+            gpu,
+            &self.status,
+            self.header.checksum,
+            self.sums.as_ref(),
+            value_bytes,
+            CHECKSUM_STATUS,
+        )?;
         if status == 0 {
             return Ok(());
         }

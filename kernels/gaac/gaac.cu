@@ -1,0 +1,632 @@
+// GAAC encoder and decoder kernels (docs/formats/gaac.md; Rust side crates/gaac/src/gpu/),
+// byte-identical to the CPU reference (crates/gaac) both ways.
+//
+// Encode (a container, spec 5): gaac_encode_d<D> codes every 16-token block into its slot
+// (one warp per block, each warp a contiguous range of blocks), writes its status byte,
+// and counts the raw blocks of its range; gaac_encode_header scans those counts (the raw
+// blocks' places in the overflow section), writes the header with R, the checksum and the
+// CRC-32C, and the container's length; gaac_encode_overflow copies the raw blocks, the
+// tails and the bases. Sealing (a paged pool) is gaac_encode_d<D> alone, with each raw
+// block's BF16 words written beside its slot instead of counted.
+//
+// Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
+// restores the coded ones (the restore of docs/perf/gaac-gpu.md, version 2: a cp.async
+// ring of slots per warp, the addend image, the common path in registers), through a
+// shared-memory tile into [16, D] rows; gaac_decode_finish copies the raw blocks and the
+// tails and checks the bases, the paddings and the raw count (spec 7.1 rows 13-17). A
+// problem leaves a GAAC_DECODE_* code in the status word; the host then reruns the CPU
+// decoder for the exact error.
+//
+// Every block address is advanced by counters (no division per block); loads and stores
+// of values are 16 bytes wide.
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/adler.cuh"
+#include "common/crc32c.cuh"
+#include "gaac/restore.cuh"
+
+// Where a run of blocks lies (GaacLayout in crates/gaac/src/gpu/mod.rs, field for field).
+// Block i is block i % per_head of head (i / per_head) % heads of tensor (i / per_head) /
+// heads; its token row r (0..16) starts at word tensor * tensor_values + (16 (i %
+// per_head) + r) row_values + head D of the values.
+struct GaacLayout {
+    unsigned long long tensor_values;  // words from one tensor (layer, kind) to the next
+    unsigned long long tail_values;    // words of a tensor's BF16 tail: (T mod 16) H D
+    unsigned long long statuses;       // container offsets of the sections (spec 5.2)
+    unsigned long long slots;
+    unsigned long long overflow;
+    unsigned long long tails;          // decode only: the encoder's depend on R
+    unsigned long long bases_len;      // 2 L H D
+    unsigned blocks;                   // B
+    unsigned per_head;                 // blocks per (tensor, head): floor(T / 16)
+    unsigned heads;                    // H
+    unsigned row_values;               // H D
+    unsigned capacity;                 // C, a multiple of 16
+    unsigned tensors;                  // 2 L
+    unsigned raw_blocks;               // decode: the header's R
+    unsigned pad;
+};
+
+// The 64 header bytes as the encoder's header kernel takes them.
+struct GaacHeader {
+    uint4 bytes[4];
+};
+
+#define GAAC_WARP_MASK 0xffffffffu
+
+// Words per row of a warp's [16, D] shared-memory tile: D and 8 of padding, so that the
+// fragment-order gathers and scatters of spec 3.1 fall on distinct banks.
+template <int D>
+struct GaacTile {
+    static constexpr int ROW = D + GAAC_TILE_PAD;
+    static constexpr int BYTES = 2 * GAAC_BLOCK_TOKENS * ROW;
+    static constexpr int GROUPS_PER_ROW = D / GAAC_GROUP_CHANNELS;
+};
+
+// Shared memory of one encoder warp: the tile, the slot being built (C bytes), the head's
+// bases and window starts.
+static inline __host__ __device__ size_t gaac_encode_warp_bytes(int head_dim, size_t capacity) {
+    return 2 * (size_t)GAAC_BLOCK_TOKENS * (head_dim + GAAC_TILE_PAD) + capacity + 2 * (size_t)head_dim;
+}
+
+// Shared memory of one decoder warp: the addend image, the bases and window starts, the
+// slot ring, the tile.
+static inline __host__ __device__ size_t gaac_decode_warp_bytes(int head_dim, size_t capacity) {
+    return (size_t)GAAC_BLOCK_TOKENS * head_dim + 2 * (size_t)head_dim + GAAC_DECODE_STAGES * capacity +
+           2 * (size_t)GAAC_BLOCK_TOKENS * (head_dim + GAAC_TILE_PAD);
+}
+
+// This warp's contiguous range [begin, end) of `blocks` blocks: the same split in every
+// kernel launched with the same grid.
+__device__ __forceinline__ void gaac_warp_range(unsigned blocks, unsigned& me, unsigned& begin, unsigned& end) {
+    const unsigned warps = gridDim.x * (blockDim.x / GAAC_LANES);
+    me = blockIdx.x * (blockDim.x / GAAC_LANES) + (threadIdx.x / GAAC_LANES);
+    begin = (unsigned)((unsigned long long)blocks * me / warps);
+    end = (unsigned)((unsigned long long)blocks * (me + 1) / warps);
+}
+
+// A block's place, advanced block by block: divisions only when a head starts.
+struct GaacCursor {
+    unsigned head_index, in_head, tensor, head;
+    __device__ void start(const GaacLayout& g, unsigned i) {
+        head_index = i / g.per_head;
+        in_head = i - head_index * g.per_head;
+        place(g);
+    }
+    __device__ void place(const GaacLayout& g) {
+        tensor = head_index / g.heads;
+        head = head_index - tensor * g.heads;
+    }
+    // Returns whether the next block starts another head.
+    __device__ bool next(const GaacLayout& g) {
+        if (++in_head < g.per_head) return false;
+        in_head = 0;
+        ++head_index;
+        place(g);
+        return true;
+    }
+    // The block's first value word.
+    __device__ unsigned long long first_word(const GaacLayout& g, int head_dim) const {
+        return tensor * g.tensor_values + (unsigned long long)GAAC_BLOCK_TOKENS * in_head * g.row_values +
+               (unsigned long long)head * head_dim;
+    }
+};
+
+__device__ __forceinline__ uint4 gaac_load_nc(const uint16_t* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// The exponents of four BF16 words held as two u32 (x = words 0, 1; y = words 2, 3), one
+// per byte.
+__device__ __forceinline__ uint32_t gaac_exponents(uint32_t x, uint32_t y) {
+    return __byte_perm((x >> 7) & 0x00ff00ffu, (y >> 7) & 0x00ff00ffu, 0x6420);
+}
+
+// Their sign+mantissa bytes (bf16_field), one per byte.
+__device__ __forceinline__ uint32_t gaac_sign_mantissas(uint32_t x, uint32_t y) {
+    const uint32_t sx = ((x >> 8) & 0x00800080u) | (x & 0x007f007fu);
+    const uint32_t sy = ((y >> 8) & 0x00800080u) | (y & 0x007f007fu);
+    return __byte_perm(sx, sy, 0x6420);
+}
+
+// Whether every byte e of `e4` lies in [lo, lo + span] of its byte of `lo4`.
+__device__ __forceinline__ bool gaac_within(uint32_t e4, uint32_t lo4, uint32_t span) {
+    return (__vcmpgeu4(e4, lo4) & __vcmpleu4(__vsub4(e4, lo4), span * 0x01010101u)) == GAAC_WARP_MASK;
+}
+
+// Bit 3 of each byte of `d4` -> bits 0..3.
+__device__ __forceinline__ uint32_t gaac_bit3s(uint32_t d4) {
+    const uint32_t x = (d4 >> 3) & 0x01010101u;
+    return (x | (x >> 7) | (x >> 14) | (x >> 21)) & 0xfu;
+}
+
+// The tag of group g from the tag plane (spec 3.3).
+__device__ __forceinline__ uint32_t gaac_tag(const uint8_t* tags, unsigned g) { return (tags[g >> 2] >> (2 * (g & 3))) & 3u; }
+
+// A byte mask: 0xff in byte r where tag_r (bits 8r..8r+2 of `tags4`) is `tag`.
+__device__ __forceinline__ uint32_t gaac_tag_mask(uint32_t tags4, uint32_t tag) {
+    return __vcmpeq4(tags4, tag * 0x01010101u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Encode.
+// ---------------------------------------------------------------------------------------
+
+// Codes the blocks of this warp's range into their slots (spec 3, 4). A block that does
+// not fit gets status 1 and an all-zero slot, and its words go to raw_out (when non-null,
+// at 2 N bytes per block index) and its count to warp_raw[warp] (when non-null).
+template <int D>
+__device__ void gaac_encode_range(const uint16_t* __restrict__ words, const GaacLayout& g,
+                                  const uint8_t* __restrict__ bases, uint8_t* __restrict__ slots,
+                                  uint8_t* __restrict__ statuses, uint8_t* __restrict__ raw_out,
+                                  unsigned* __restrict__ warp_raw) {
+    using G = GaacGeometry<D>;
+    using T = GaacTile<D>;
+    constexpr int J = G::GROUPS / GAAC_LANES;  // groups a lane loads per block: D / 16
+    extern __shared__ __align__(16) uint8_t gaac_smem[];
+    const int lane = threadIdx.x & 31;
+    const unsigned cap = g.capacity;
+    uint8_t* own = gaac_smem + gaac_encode_warp_bytes(D, cap) * (threadIdx.x / GAAC_LANES);
+    uint16_t* tile = reinterpret_cast<uint16_t*>(own);
+    uint8_t* stage = own + T::BYTES;
+    uint8_t* base = stage + cap;
+    uint8_t* wstart = base + D;
+    const uint32_t below = (1u << lane) - 1u;
+    unsigned me, begin, end;
+    gaac_warp_range(g.blocks, me, begin, end);
+    unsigned raw_count = 0;
+    GaacCursor cur;
+    if (begin < end) cur.start(g, begin);
+    bool load_head = true;
+    for (unsigned i = begin; i < end; ++i) {
+        if (load_head) {
+            __syncwarp();
+            const uint32_t* hb = reinterpret_cast<const uint32_t*>(bases + (size_t)cur.head_index * D);
+            for (int k = lane; k < D / 4; k += GAAC_LANES) {
+                const uint32_t b = hb[k];
+                reinterpret_cast<uint32_t*>(base)[k] = b;
+                reinterpret_cast<uint32_t*>(wstart)[k] = gaac_window_starts(b);
+            }
+        }
+        const uint16_t* src = words + cur.first_word(g, D);
+        uint4 v[J];
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int grp = GAAC_LANES * j + lane;
+            v[j] = gaac_load_nc(src + (size_t)(grp / T::GROUPS_PER_ROW) * g.row_values +
+                                GAAC_GROUP_CHANNELS * (grp % T::GROUPS_PER_ROW));
+        }
+        // The 4th-bit and raw sections start zero; so does the padding after them.
+        for (unsigned k = G::PLANES_LEN / 4 + lane; k < cap / 4; k += GAAC_LANES) reinterpret_cast<uint32_t*>(stage)[k] = 0;
+        __syncwarp();
+        // Tags (spec 2.2) of the lane's groups 32 j + lane, their 4th-bit bytes (spec 3.4),
+        // and the group into the tile.
+        uint32_t tagbits = 0;
+        unsigned n4 = 0, nr = 0;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int grp = GAAC_LANES * j + lane;
+            const int col = grp % T::GROUPS_PER_ROW;
+            const uint2 b8 = *reinterpret_cast<const uint2*>(base + GAAC_GROUP_CHANNELS * col);
+            const uint2 w8 = *reinterpret_cast<const uint2*>(wstart + GAAC_GROUP_CHANNELS * col);
+            const uint32_t e_lo = gaac_exponents(v[j].x, v[j].y), e_hi = gaac_exponents(v[j].z, v[j].w);
+            uint32_t tag = GAAC_TAG_RAW;
+            if (gaac_within(e_lo, b8.x, GAAC_OFFSET3_MAX) && gaac_within(e_hi, b8.y, GAAC_OFFSET3_MAX)) tag = 0;
+            else if (gaac_within(e_lo, w8.x, GAAC_OFFSET4_MAX) && gaac_within(e_hi, w8.y, GAAC_OFFSET4_MAX))
+                tag = GAAC_TAG_OFFSET4;
+            tagbits |= tag << (2 * j);
+            const uint32_t m4 = __ballot_sync(GAAC_WARP_MASK, tag == GAAC_TAG_OFFSET4);
+            const uint32_t mr = __ballot_sync(GAAC_WARP_MASK, tag == GAAC_TAG_RAW);
+            if (tag == GAAC_TAG_OFFSET4) {
+                const uint32_t hi = gaac_bit3s(__vsub4(e_lo, w8.x)) | (gaac_bit3s(__vsub4(e_hi, w8.y)) << 4);
+                const unsigned at = G::PLANES_LEN + n4 + __popc(m4 & below);
+                if (at < cap) stage[at] = (uint8_t)hi;
+            }
+            n4 += __popc(m4);
+            nr += __popc(mr);
+            *reinterpret_cast<uint4*>(tile + (grp / T::GROUPS_PER_ROW) * T::ROW + GAAC_GROUP_CHANNELS * col) = v[j];
+        }
+        const unsigned len = G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * nr;
+        uint8_t* slot = slots + (unsigned long long)i * cap;
+        if (len > cap) {
+            // Raw (spec 3.6): an all-zero slot; the words, in [16, D] order = group order.
+            if (raw_out) {
+#pragma unroll
+                for (int j = 0; j < J; ++j)
+                    reinterpret_cast<uint4*>(raw_out + (unsigned long long)i * 2 * G::N)[GAAC_LANES * j + lane] = v[j];
+            }
+            for (unsigned k = lane; k < cap / 16; k += GAAC_LANES) reinterpret_cast<uint4*>(slot)[k] = make_uint4(0, 0, 0, 0);
+            if (lane == 0) statuses[i] = GAAC_STATUS_RAW;
+            ++raw_count;
+        } else {
+            if (nr) {
+                // Raw highs after every 4th-bit byte, in group order (spec 3.5): rare.
+                unsigned before = 0;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    const bool raw = ((tagbits >> (2 * j)) & 3u) == GAAC_TAG_RAW;
+                    const uint32_t mr = __ballot_sync(GAAC_WARP_MASK, raw);
+                    if (raw) {
+                        const uint32_t e_lo = gaac_exponents(v[j].x, v[j].y), e_hi = gaac_exponents(v[j].z, v[j].w);
+                        unsigned long long high = 0;
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            high |= (unsigned long long)((e_lo >> (8 * q + 3)) & 0x1fu) << (5 * q);
+                            high |= (unsigned long long)((e_hi >> (8 * q + 3)) & 0x1fu) << (5 * (q + 4));
+                        }
+                        const unsigned at =
+                            G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * (before + __popc(mr & below));
+#pragma unroll
+                        for (int q = 0; q < GAAC_RAW_BYTES_PER_GROUP; ++q) stage[at + q] = (uint8_t)(high >> (8 * q));
+                    }
+                    before += __popc(mr);
+                }
+            }
+            // The tag plane: group 32 j + lane's tag at bits 2 (lane mod 4) of byte 8 j + lane / 4.
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                uint32_t t = ((tagbits >> (2 * j)) & 3u) << (2 * (lane & 3));
+                t |= __shfl_xor_sync(GAAC_WARP_MASK, t, 1);
+                t |= __shfl_xor_sync(GAAC_WARP_MASK, t, 2);
+                if ((lane & 3) == 0) stage[8 * j + (lane >> 2)] = (uint8_t)t;
+            }
+            __syncwarp();  // the tile and the tags are in shared memory
+            // The 3-bit plane (spec 3.2) and the sign+mantissa plane (spec 3.1): the lane's
+            // four values of each tile, gathered from the tile in fragment order.
+            const bool is_v = cur.tensor & 1u;
+#pragma unroll
+            for (int s = 0; s < G::SLABS; ++s) {
+                uint32_t planes[3] = {0, 0, 0};
+#pragma unroll
+                for (int m = 0; m < GAAC_SLAB_TILES; ++m) {
+                    const int t = GAAC_SLAB_TILES * s + m;
+                    uint32_t x, y, b4, w4, tags4;
+                    if (!is_v) {
+                        // K: token 8 (t / (D/16)) + l / 4, channels c, c + 1, c + 8, c + 9.
+                        const int token = 8 * (t / G::CHANNEL_TILES) + (lane >> 2);
+                        const int c = 16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3);
+                        x = *reinterpret_cast<const uint32_t*>(tile + token * T::ROW + c);
+                        y = *reinterpret_cast<const uint32_t*>(tile + token * T::ROW + c + 8);
+                        const uint16_t* b16 = reinterpret_cast<const uint16_t*>(base + c);
+                        const uint16_t* w16 = reinterpret_cast<const uint16_t*>(wstart + c);
+                        b4 = b16[0] | ((uint32_t)b16[4] << 16);
+                        w4 = w16[0] | ((uint32_t)w16[4] << 16);
+                        const unsigned grp = token * T::GROUPS_PER_ROW + c / GAAC_GROUP_CHANNELS;
+                        tags4 = 0x0101u * gaac_tag(stage, grp) + 0x01010000u * gaac_tag(stage, grp + 1);
+                    } else {
+                        // V: channel 8 t + l / 4, tokens q, q + 1, q + 8, q + 9.
+                        const int ch = 8 * t + (lane >> 2), q = 2 * (lane & 3);
+                        const uint16_t* col = tile + ch;
+                        x = col[q * T::ROW] | ((uint32_t)col[(q + 1) * T::ROW] << 16);
+                        y = col[(q + 8) * T::ROW] | ((uint32_t)col[(q + 9) * T::ROW] << 16);
+                        b4 = 0x01010101u * base[ch];
+                        w4 = 0x01010101u * wstart[ch];
+                        const unsigned grp = q * T::GROUPS_PER_ROW + t;
+                        tags4 = gaac_tag(stage, grp) | (gaac_tag(stage, grp + T::GROUPS_PER_ROW) << 8) |
+                                (gaac_tag(stage, grp + 8 * T::GROUPS_PER_ROW) << 16) |
+                                (gaac_tag(stage, grp + 9 * T::GROUPS_PER_ROW) << 24);
+                    }
+                    const uint32_t e4 = gaac_exponents(x, y);
+                    // The field (spec 3.3): E - b, (E - w) mod 8, or E mod 8 by the group's tag.
+                    const uint32_t m4 = gaac_tag_mask(tags4, GAAC_TAG_OFFSET4), mr = gaac_tag_mask(tags4, GAAC_TAG_RAW);
+                    const uint32_t f = (__vsub4(e4, b4) & ~(m4 | mr)) | (__vsub4(e4, w4) & m4) | (e4 & mr);
+#pragma unroll
+                    for (int k = 0; k < 3; ++k) planes[k] |= ((f >> k) & 0x01010101u) << m;
+                    reinterpret_cast<uint32_t*>(stage + G::SM_AT)[GAAC_LANES * t + lane] = gaac_sign_mantissas(x, y);
+                }
+#pragma unroll
+                for (int k = 0; k < 3; ++k)
+                    reinterpret_cast<uint32_t*>(stage + G::PLANE3_AT + GAAC_SLAB_BYTES * s)[GAAC_LANES * k + lane] =
+                        planes[k];
+            }
+            __syncwarp();  // the slot is built
+            for (unsigned k = lane; k < cap / 16; k += GAAC_LANES)
+                reinterpret_cast<uint4*>(slot)[k] = reinterpret_cast<const uint4*>(stage)[k];
+            if (lane == 0) statuses[i] = 0;
+        }
+        __syncwarp();  // every lane is done with the tile and the slot before the next block
+        load_head = cur.next(g);
+    }
+    if (warp_raw && lane == 0) warp_raw[me] = raw_count;
+}
+
+#define GAAC_ENCODE_ENTRY(D)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)                                               \
+        gaac_encode_d##D(const uint16_t* words, GaacLayout g, const uint8_t* bases, uint8_t* slots,            \
+                         uint8_t* statuses, uint8_t* raw_out, unsigned* warp_raw) {                            \
+        gaac_encode_range<D>(words, g, bases, slots, statuses, raw_out, warp_raw);                              \
+    }
+
+GAAC_ENCODE_ENTRY(64)
+GAAC_ENCODE_ENTRY(128)
+GAAC_ENCODE_ENTRY(256)
+
+// One CTA of GAAC_SCAN_THREADS after gaac_encode_d<D>: the exclusive scan of the warps'
+// raw counts (in place: each warp's first raw block's place in the overflow section), R,
+// the header with R, the checksum (from `sums`, when non-null) and the CRC-32C, and
+// info = {container length, R}.
+extern "C" __global__ void __launch_bounds__(GAAC_SCAN_THREADS)
+    gaac_encode_header(unsigned* __restrict__ warp_raw, unsigned warps, GaacHeader header,
+                       const unsigned long long* __restrict__ sums, unsigned long long value_bytes, GaacLayout g,
+                       unsigned head_dim, unsigned long long* __restrict__ info, uint8_t* __restrict__ out) {
+    __shared__ unsigned totals[GAAC_SCAN_THREADS / 32];
+    __shared__ unsigned carry;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    for (unsigned first = 0; first < warps; first += GAAC_SCAN_THREADS) {
+        const unsigned idx = first + threadIdx.x;
+        const unsigned v = idx < warps ? warp_raw[idx] : 0;
+        unsigned scan = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned u = __shfl_up_sync(GAAC_WARP_MASK, scan, o);
+            if ((int)lane >= o) scan += u;
+        }
+        if (lane == 31) totals[warp] = scan;
+        __syncthreads();
+        if (warp == 0) {
+            const unsigned t = totals[lane];
+            unsigned st = t;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned u = __shfl_up_sync(GAAC_WARP_MASK, st, o);
+                if ((int)lane >= o) st += u;
+            }
+            totals[lane] = st - t;
+        }
+        __syncthreads();
+        if (idx < warps) warp_raw[idx] = carry + totals[warp] + scan - v;
+        __syncthreads();
+        if (threadIdx.x == GAAC_SCAN_THREADS - 1) carry += totals[warp] + scan;
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    const unsigned raw = carry;
+    const unsigned long long raw_len = 2ull * GAAC_BLOCK_TOKENS * head_dim;
+    info[0] = g.overflow + raw * raw_len + 2ull * g.tensors * g.tail_values;
+    info[1] = raw;
+    __align__(16) uint8_t h[GAAC_HEADER_LEN];
+    for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(h)[i] = header.bytes[i];
+    for (int i = 0; i < 4; ++i) h[GAAC_HEADER_RAW_BLOCKS + i] = (uint8_t)(raw >> (8 * i));
+    if (sums) {
+        const uint32_t c = kv_adler_from_sums(value_bytes, sums[0], sums[1]);
+        for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CHECKSUM + i] = (uint8_t)(c >> (8 * i));
+    }
+    const uint32_t crc = kv_crc32c_skip(h, GAAC_HEADER_LEN, GAAC_HEADER_CRC);
+    for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CRC + i] = (uint8_t)(crc >> (8 * i));
+    for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(h)[i];
+}
+
+// Copies one block's 16 rows of head_dim words between [16, D] bytes (`packed`) and the
+// cache's rows at `rows` (row_values apart); a warp. to_packed: rows -> packed.
+__device__ __forceinline__ void gaac_copy_block_rows(uint16_t* rows, unsigned row_values, uint8_t* packed,
+                                                     unsigned head_dim, bool to_packed) {
+    const unsigned per_row = head_dim / 8, units = GAAC_BLOCK_TOKENS * per_row;
+    for (unsigned u = threadIdx.x & 31; u < units; u += GAAC_LANES) {
+        const unsigned r = u / per_row, c = u - r * per_row;
+        uint4* w = reinterpret_cast<uint4*>(rows + (size_t)r * row_values) + c;
+        uint4* p = reinterpret_cast<uint4*>(packed) + u;
+        if (to_packed) *p = *w;
+        else *w = *p;
+    }
+}
+
+// Copies each tensor's BF16 tail between the values and the container's tail section at
+// `tails` (grid-stride, 16 bytes a thread). to_container: values -> container.
+__device__ __forceinline__ void gaac_copy_tails(uint16_t* words, const GaacLayout& g, uint8_t* tails,
+                                                bool to_container) {
+    const unsigned long long units = g.tail_values / 8, total = units * g.tensors;
+    const unsigned long long first = (unsigned long long)GAAC_BLOCK_TOKENS * g.per_head * g.row_values;
+    for (unsigned long long u = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; u < total;
+         u += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long tensor = u / units, k = u - tensor * units;
+        uint4* w = reinterpret_cast<uint4*>(words + tensor * g.tensor_values + first) + k;
+        uint4* c = reinterpret_cast<uint4*>(tails) + u;
+        if (to_container) *c = *w;
+        else *w = *c;
+    }
+}
+
+// After gaac_encode_header, with gaac_encode_d<D>'s grid: each warp copies its range's raw
+// blocks to the overflow section (at the scanned places); then the tails and the bases.
+extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
+    gaac_encode_overflow(const uint16_t* __restrict__ words, GaacLayout g, unsigned head_dim,
+                         const uint8_t* __restrict__ bases, const unsigned* __restrict__ warp_raw,
+                         const unsigned long long* __restrict__ info, uint8_t* __restrict__ out) {
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned long long raw_len = 2ull * GAAC_BLOCK_TOKENS * head_dim;
+    unsigned me, begin, end;
+    gaac_warp_range(g.blocks, me, begin, end);
+    unsigned rank = warp_raw[me];
+    for (unsigned first = begin; first < end; first += GAAC_LANES) {
+        const unsigned i = first + lane;
+        unsigned mask = __ballot_sync(GAAC_WARP_MASK, i < end && out[g.statuses + i] == GAAC_STATUS_RAW);
+        while (mask) {
+            const unsigned b = first + __ffs(mask) - 1;
+            mask &= mask - 1;
+            GaacCursor cur;
+            cur.start(g, b);
+            gaac_copy_block_rows(const_cast<uint16_t*>(words) + cur.first_word(g, head_dim), g.row_values,
+                                 out + g.overflow + rank * raw_len, head_dim, true);
+            ++rank;
+        }
+    }
+    gaac_copy_tails(const_cast<uint16_t*>(words), g, out + g.overflow + info[1] * raw_len, true);
+    for (unsigned long long u = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; u < g.bases_len / 16;
+         u += (unsigned long long)gridDim.x * blockDim.x)
+        reinterpret_cast<uint4*>(out + GAAC_HEADER_LEN)[u] = reinterpret_cast<const uint4*>(bases)[u];
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode.
+// ---------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void gaac_flag(unsigned* status, unsigned code) { atomicCAS(status, 0u, code); }
+
+// Whether any byte of the staged slot `blk` at [from, cap) is nonzero (a warp; `from` and
+// `cap` warp-uniform).
+__device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned from, unsigned cap, int lane) {
+    uint32_t any = 0;
+    for (unsigned k = from / 4 + lane; k < cap / 4; k += GAAC_LANES) {
+        uint32_t w = reinterpret_cast<const uint32_t*>(blk)[k];
+        if (4 * k < from) w &= GAAC_WARP_MASK << (8 * (from - 4 * k));
+        any |= w;
+    }
+    return __any_sync(GAAC_WARP_MASK, any != 0);
+}
+
+// Checks and decodes the blocks of this warp's range: coded blocks into `out`; raw ones
+// are checked and counted in *raw_counter (gaac_decode_finish copies them).
+template <int D>
+__device__ void gaac_decode_range(const uint8_t* __restrict__ container, const GaacLayout& g,
+                                  uint16_t* __restrict__ out, unsigned* __restrict__ raw_counter,
+                                  unsigned* __restrict__ status) {
+    using G = GaacGeometry<D>;
+    using T = GaacTile<D>;
+    extern __shared__ __align__(16) uint8_t gaac_smem[];
+    const int lane = threadIdx.x & 31;
+    const unsigned cap = g.capacity;
+    uint8_t* own = gaac_smem + gaac_decode_warp_bytes(D, cap) * (threadIdx.x / GAAC_LANES);
+    uint32_t* image = reinterpret_cast<uint32_t*>(own);
+    uint8_t* base = own + G::IMAGE_BYTES;
+    uint8_t* wstart = base + D;
+    uint8_t* ring = wstart + D;
+    uint16_t* tile = reinterpret_cast<uint16_t*>(ring + GAAC_DECODE_STAGES * cap);
+    const uint32_t ring_at = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint8_t* statuses = container + g.statuses;
+    unsigned me, begin, end;
+    gaac_warp_range(g.blocks, me, begin, end);
+    // The slot ring of gaac_restore.cu: STAGES - 1 slots in flight while one is restored.
+    constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
+    const uint8_t* fetch = container + g.slots + (unsigned long long)begin * cap + 16 * lane;
+    unsigned fetched = begin;
+    auto issue = [&](int stage) {
+        if (fetched < end) {
+            const uint32_t dst = ring_at + cap * stage + 16 * lane;
+#pragma unroll
+            for (int k = 0; k < MAX_COPIES; ++k) {
+                if (16 * (lane + GAAC_LANES * k) < cap) gaac_cp_async16(dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
+            }
+        }
+        gaac_cp_async_commit();
+        ++fetched;
+        fetch += cap;
+    };
+#pragma unroll
+    for (int s = 0; s < GAAC_DECODE_STAGES - 1; ++s) issue(s);
+    GaacCursor cur;
+    if (begin < end) cur.start(g, begin);
+    bool load_head = true, is_v = false;
+    uint32_t base_words[G::TILES];
+    uint32_t status_next = begin < end ? statuses[begin] : 0u;
+    int stage = 0;
+    for (unsigned i = begin; i < end; ++i) {
+        const uint32_t block_status = status_next;
+        if (i + 1 < end) status_next = statuses[i + 1];
+        if (load_head) {
+            is_v = cur.tensor & 1u;
+            gaac_load_head<D>(container + GAAC_HEADER_LEN + (size_t)cur.head_index * D, base, wstart, is_v, base_words,
+                              lane);
+        }
+        gaac_cp_async_wait<GAAC_DECODE_STAGES - 2>();
+        __syncwarp();  // block i is in shared memory for every lane; block i - 1 is done
+        issue(stage == 0 ? GAAC_DECODE_STAGES - 1 : stage - 1);
+        const uint8_t* blk = ring + cap * stage;
+        if (block_status == GAAC_STATUS_RAW) {
+            if (lane == 0) atomicAdd(raw_counter, 1u);
+            if (gaac_nonzero_from(blk, 0, cap, lane) && lane == 0) gaac_flag(status, GAAC_DECODE_SLOT_PADDING_NOT_ZERO);
+        } else if (block_status != 0) {
+            if (lane == 0) gaac_flag(status, GAAC_DECODE_UNKNOWN_BLOCK_STATUS);
+        } else {
+            // Spec 7.2: no tag 3, the length within the slot, zeros after it.
+            const uint32_t tags = gaac_lane_tags<D>(blk, lane);
+            const uint32_t four = tags & ~(tags >> 1) & 0x55555555u, raw = (tags >> 1) & ~tags & 0x55555555u;
+            const unsigned n4 = __reduce_add_sync(GAAC_WARP_MASK, __popc(four));
+            const unsigned nr = __reduce_add_sync(GAAC_WARP_MASK, __popc(raw));
+            const unsigned len = G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * nr;
+            unsigned code = 0;
+            if (__any_sync(GAAC_WARP_MASK, tags & (tags >> 1) & 0x55555555u)) code = GAAC_DECODE_UNKNOWN_TAG;
+            else if (len > cap) code = GAAC_DECODE_BLOCK_EXCEEDS_SLOT;
+            else if (gaac_nonzero_from(blk, len, cap, lane)) code = GAAC_DECODE_SLOT_PADDING_NOT_ZERO;
+            if (code) {
+                if (lane == 0) gaac_flag(status, code);
+            } else {
+                // Restore into the tile in [16, D] order, then 16-byte rows to `out`.
+                if (is_v) {
+                    gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
+                        // V: channel 8 t + l / 4, tokens q, q + 1, q + 8, q + 9.
+                        uint16_t* col = tile + 8 * t + (lane >> 2) + 2 * (lane & 3) * T::ROW;
+                        col[0] = (uint16_t)w.x;
+                        col[T::ROW] = (uint16_t)(w.x >> 16);
+                        col[8 * T::ROW] = (uint16_t)w.y;
+                        col[9 * T::ROW] = (uint16_t)(w.y >> 16);
+                    });
+                } else {
+                    gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
+                        // K: token 8 (t / (D/16)) + l / 4, channels c, c + 1 and c + 8, c + 9.
+                        uint16_t* row = tile + (8 * (t / G::CHANNEL_TILES) + (lane >> 2)) * T::ROW +
+                                        16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3);
+                        reinterpret_cast<uint32_t*>(row)[0] = w.x;
+                        reinterpret_cast<uint32_t*>(row + 8)[0] = w.y;
+                    });
+                }
+                __syncwarp();
+                uint16_t* dst = out + cur.first_word(g, D);
+#pragma unroll
+                for (int k = 0; k < 2 * D / GAAC_LANES; ++k) {
+                    const int u = GAAC_LANES * k + lane, r = u / T::GROUPS_PER_ROW, c = u % T::GROUPS_PER_ROW;
+                    *reinterpret_cast<uint4*>(dst + (size_t)r * g.row_values + GAAC_GROUP_CHANNELS * c) =
+                        *reinterpret_cast<const uint4*>(tile + r * T::ROW + GAAC_GROUP_CHANNELS * c);
+                }
+            }
+        }
+        __syncwarp();  // every lane is done with the image, the tile and the stage
+        stage = stage == GAAC_DECODE_STAGES - 1 ? 0 : stage + 1;
+        load_head = cur.next(g);
+    }
+    gaac_cp_async_wait<0>();
+}
+
+#define GAAC_DECODE_ENTRY(D)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)                                               \
+        gaac_decode_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* raw_counter,         \
+                         unsigned* status) {                                                                   \
+        gaac_decode_range<D>(container, g, out, raw_counter, status);                                           \
+    }
+
+GAAC_DECODE_ENTRY(64)
+GAAC_DECODE_ENTRY(128)
+GAAC_DECODE_ENTRY(256)
+
+// After gaac_decode_d<D>: the raw blocks (raw_list[k]: the block index of the k-th raw
+// status, `listed` of them, at most R) from the overflow section, the tails, and the
+// checks of spec 7.1 rows 13, 14, 16 and 17 (grid-stride).
+extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
+    gaac_decode_finish(const uint8_t* __restrict__ container, GaacLayout g, unsigned head_dim,
+                       const unsigned* __restrict__ raw_list, unsigned listed,
+                       const unsigned* __restrict__ raw_counter, uint16_t* __restrict__ out,
+                       unsigned* __restrict__ status) {
+    const unsigned long long raw_len = 2ull * GAAC_BLOCK_TOKENS * head_dim;
+    const unsigned warps = gridDim.x * (blockDim.x / GAAC_LANES);
+    for (unsigned k = blockIdx.x * (blockDim.x / GAAC_LANES) + threadIdx.x / GAAC_LANES; k < listed; k += warps) {
+        GaacCursor cur;
+        cur.start(g, raw_list[k]);
+        gaac_copy_block_rows(out + cur.first_word(g, head_dim), g.row_values,
+                             const_cast<uint8_t*>(container) + g.overflow + k * raw_len, head_dim, false);
+    }
+    gaac_copy_tails(out, g, const_cast<uint8_t*>(container) + g.tails, false);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    for (unsigned long long at = GAAC_HEADER_LEN + first; at < g.slots; at += stride) {
+        const uint8_t b = container[at];
+        if (at < GAAC_HEADER_LEN + g.bases_len) {
+            if (b > GAAC_MAX_BASE) gaac_flag(status, GAAC_DECODE_BASE_OUT_OF_RANGE);
+        } else if ((at < g.statuses || at >= g.statuses + g.blocks) && b != 0) {
+            gaac_flag(status, GAAC_DECODE_PADDING_NOT_ZERO);
+        }
+    }
+    if (first == 0 && *raw_counter != g.raw_blocks) gaac_flag(status, GAAC_DECODE_RAW_COUNT_MISMATCH);
+}
