@@ -126,8 +126,8 @@ pub const DECODE_STAGES: usize = 3;
 /// Padding words per row of a warp's `[16, D]` shared-memory tile, so that the
 /// fragment-order gathers of spec §3.1 fall on distinct banks.
 pub const TILE_PAD: usize = 8;
-/// CTAs per multiprocessor the block kernels' grids are sized for (fewer when shared
-/// memory allows fewer).
+/// CTAs per multiprocessor the block kernels' grids are sized for at most (fewer when
+/// registers or shared memory allow fewer).
 const CTAS_PER_SM: usize = 4;
 /// Dynamic shared memory a CTA may use on sm_80 and later (227 KiB).
 const MAX_SMEM: usize = 227 * 1024;
@@ -220,16 +220,21 @@ impl Launch {
             .into());
         }
         let smem = warps * warp_bytes;
-        let per_sm = (MAX_SMEM / smem).clamp(1, CTAS_PER_SM);
-        let grid = blocks.div_ceil(warps).min(gpu.multiprocessors() as usize * per_sm).max(1);
+        let threads = 32 * warps as u32;
+        let f = gpu.function(kernel)?;
         if smem > 48 * 1024 {
-            let f = gpu.function(kernel)?;
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem as i32,
             )?;
         }
-        Ok(Launch { grid: grid as u32, threads: 32 * warps as u32, smem: smem as u32 })
+        // The grid is persistent (CTAs stride over the blocks), so it holds exactly the
+        // CTAs that are resident at once: a CTA more per multiprocessor than registers and
+        // shared memory allow would run as a second, nearly empty wave.
+        let resident = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)?.max(1) as usize;
+        let per_sm = resident.min(CTAS_PER_SM);
+        let grid = blocks.div_ceil(warps).min(gpu.multiprocessors() as usize * per_sm).max(1);
+        Ok(Launch { grid: grid as u32, threads, smem: smem as u32 })
     }
 
     pub(crate) fn config(&self) -> cudarc::driver::LaunchConfig {
