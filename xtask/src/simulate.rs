@@ -419,7 +419,21 @@ struct Server<'a> {
     device_bytes: f64,
 }
 
-impl Server<'_> {
+impl<'a> Server<'a> {
+    fn new(pool: Pool, codec: Codec, sizes: Option<&'a PageSizes>) -> Server<'a> {
+        Server {
+            pool,
+            codec,
+            sizes,
+            running: Vec::new(),
+            next_id: 0,
+            kept: 0,
+            compressed: 0,
+            moves: 0,
+            device_bytes: 0.0,
+        }
+    }
+
     fn page_bytes(&self, id: u64, page: u64, layer: u32) -> u32 {
         match self.sizes {
             None => PAGE_BYTES,
@@ -528,17 +542,7 @@ impl Sim<'_> {
         if trace_steps.is_some() {
             pool.record_trace(true);
         }
-        let mut s = Server {
-            pool,
-            codec,
-            sizes,
-            running: Vec::new(),
-            next_id: 0,
-            kept: 0,
-            compressed: 0,
-            moves: 0,
-            device_bytes: 0.0,
-        };
+        let mut s = Server::new(pool, codec, sizes);
         let weight_ms = self.args.weight_bytes / (self.device.copy_gb_s * 1e9) * 1e3;
         let (mut time_ms, mut tokens, mut batch_sum, mut max_batch, mut held, mut live) =
             (0.0, 0u64, 0u64, 0, 0u64, 0u64);
@@ -617,17 +621,8 @@ impl Sim<'_> {
             json: None,
             ..self.args.clone()
         };
-        let mut s = Server {
-            pool: Pool::new(pool_config(&args, Codec::Zipfusion, true)?)?,
-            codec: Codec::Zipfusion,
-            sizes: Some(self.zf),
-            running: Vec::new(),
-            next_id: 0,
-            kept: 0,
-            compressed: 0,
-            moves: 0,
-            device_bytes: 0.0,
-        };
+        let pool = Pool::new(pool_config(&args, Codec::Zipfusion, true)?)?;
+        let mut s = Server::new(pool, Codec::Zipfusion, Some(self.zf));
         // Each admission's prefill is its own epoch, completed before the next: its
         // compressed pages' open slots are free again.
         let mut epoch: Epoch = 0;
