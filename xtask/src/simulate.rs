@@ -72,6 +72,9 @@ pub(crate) struct SimulateArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only time the allocator's CPU cost per decode step (skip the serving runs).
+    #[arg(long)]
+    allocator_only: bool,
 }
 
 // ----- measured inputs ---------------------------------------------------------------
@@ -518,6 +521,20 @@ impl<'a> Server<'a> {
     }
 }
 
+/// The allocator's CPU time per decode step, in µs of one thread of this machine.
+struct AllocatorTime {
+    mean: f64,
+    p50: f64,
+    p99: f64,
+    /// The mean over the steps in which no request finished (appends, compressions,
+    /// compaction, the admission query: no release).
+    steady_mean: f64,
+    /// Steps in which a request finished (its release and reclamation timed).
+    finish_steps: u64,
+    /// Pages compressed in the run, prefills included.
+    compressed: u64,
+}
+
 struct Sim<'a> {
     args: &'a SimulateArgs,
     device: &'a Device,
@@ -610,8 +627,9 @@ impl Sim<'_> {
 
     /// The allocator's CPU time per decode step with [`TIMED_BATCH`] requests of the
     /// seed's stream running, staggered, ZipFusion with the shared pool; a finished
-    /// request is replaced at once (its prefill not timed). Returns (mean, p50, p99) µs.
-    fn time_allocator(&self) -> anyhow::Result<(f64, f64, f64, u64)> {
+    /// request is replaced at once (its prefill not timed, the reclamation of its slots
+    /// timed).
+    fn time_allocator(&self) -> anyhow::Result<AllocatorTime> {
         let (prompt, output) = STREAMS[0].requests[0];
         let per_request =
             f64::from(LAYERS) * (prompt + output) as f64 * f64::from(PAGE_BYTES) / PAGE_TOKENS as f64;
@@ -637,7 +655,7 @@ impl Sim<'_> {
             s.pool.submit(epoch)?;
             s.pool.complete(epoch)?;
         }
-        let mut times = Vec::new();
+        let (mut times, mut steady) = (Vec::new(), Vec::new());
         for _ in 0..STEPS {
             let t0 = Instant::now();
             s.pool.complete(epoch)?; // the device is one step behind
@@ -648,12 +666,23 @@ impl Sim<'_> {
             s.pool.submit(epoch)?;
             let elapsed = t0.elapsed();
             std::hint::black_box((admissible, moves));
-            times.push(elapsed.as_secs_f64() * 1e6);
-            // A finished request is replaced (prefill untimed) once its room is back.
-            if s.running.len() < TIMED_BATCH {
+            let mut us = elapsed.as_secs_f64() * 1e6;
+            // A finished request is replaced (prefill untimed) once its room is back; the
+            // reclamation of its slots (the `complete` of the epoch that freed them) is
+            // allocator work of this step, and timed.
+            let finished = s.running.len() < TIMED_BATCH;
+            if finished {
                 epoch += 1;
                 s.pool.submit(epoch)?;
+                let t1 = Instant::now();
                 s.pool.complete(epoch)?;
+                us += t1.elapsed().as_secs_f64() * 1e6;
+            }
+            times.push(us);
+            if !finished {
+                steady.push(us);
+            }
+            if finished {
                 while s.running.len() < TIMED_BATCH {
                     anyhow::ensure!(
                         s.try_admit(prompt, output)?,
@@ -665,10 +694,18 @@ impl Sim<'_> {
                 }
             }
         }
-        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let (all_mean, steady_mean) = (mean(&times), mean(&steady));
         times.sort_by(f64::total_cmp);
         let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-        Ok((mean, at(0.5), at(0.99), s.compressed))
+        Ok(AllocatorTime {
+            mean: all_mean,
+            p50: at(0.5),
+            p99: at(0.99),
+            steady_mean,
+            finish_steps: (times.len() - steady.len()) as u64,
+            compressed: s.compressed,
+        })
     }
 }
 
@@ -724,7 +761,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     outln!("steps {STEPS}, measured from step {WARMUP}; chunk {chunk_bytes} B; prefill not timed")?;
 
     let mut results = Vec::new();
-    for stream in &STREAMS {
+    for stream in STREAMS.iter().filter(|_| !args.allocator_only) {
         outln!()?;
         outln!("stream {}: {}", stream.name, stream.what)?;
         outln!(
@@ -777,10 +814,16 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         results.extend(rows);
     }
 
-    let (mean, p50, p99, compressed) = sim.time_allocator()?;
+    let at = sim.time_allocator()?;
     outln!()?;
     outln!(
-        "allocator CPU time per decode step at batch {TIMED_BATCH} (seed stream, zipfusion, shared pool; complete + admission query + compaction of one layer + appends, compressions, frees; {STEPS} steps, {compressed} pages compressed, one thread of this machine): mean {mean:.2} us, p50 {p50:.2} us, p99 {p99:.2} us"
+        "allocator CPU time per decode step at batch {TIMED_BATCH} (seed stream, zipfusion, shared pool; complete + admission query + compaction of one layer + appends, compressions, frees and their reclamation; {STEPS} steps, {} with a request finishing, {} pages compressed, one thread of this machine): mean {:.2} us, p50 {:.2} us, p99 {:.2} us; steps without a finish: mean {:.2} us",
+        at.finish_steps,
+        at.compressed,
+        at.mean,
+        at.p50,
+        at.p99,
+        at.steady_mean
     )?;
 
     if let Some(path) = &args.trace {
@@ -814,7 +857,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             "zipfusion": {"smollm_eligible": zf.smollm_share, "llama_page_ratio": zf.mean_ratio},
             "gaac": {"smollm_fit": gaac.smollm_share, "llama_page_ratio": gaac.mean_ratio},
             "runs": results,
-            "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": mean, "p50": p50, "p99": p99},
+            "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps},
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("--json {}", crate::shown(path)))?;

@@ -158,10 +158,6 @@ struct Chunk {
     pending: u32,
     /// Position in its (layer, class) partial list, or NONE.
     partial_pos: u32,
-    /// Bit set = slot free and reusable.
-    free: Vec<u64>,
-    /// The page in each slot, or NONE.
-    owners: Vec<PageId>,
 }
 
 impl Chunk {
@@ -231,11 +227,20 @@ pub struct Pool {
     open_spc: u64,
     class_spc: Vec<u32>,
     chunks: Vec<Chunk>,
+    /// Free bitmaps of all chunks, `words` words per chunk (bit set = slot free and
+    /// reusable): one flat array, no allocation when a chunk changes class.
+    free_bits: Vec<u64>,
+    /// The page in each slot of all chunks, `stride` slots per chunk, `NONE` when empty.
+    owners: Vec<PageId>,
+    /// Slots per chunk of the smallest class: the most any chunk holds.
+    stride: usize,
+    /// Bitmap words per chunk.
+    words: usize,
     layers: Vec<LayerState>,
     shared_free: Vec<ChunkId>,
     pages: Vec<Option<PageEntry>>,
     free_ids: Vec<PageId>,
-    seqs: HashMap<SeqId, Seq>,
+    seqs: HashMap<SeqId, Seq, SeqHash>,
     pending: VecDeque<Pending>,
     submitted: Epoch,
     completed: Epoch,
@@ -272,8 +277,6 @@ impl Pool {
                 live: 0,
                 pending: 0,
                 partial_pos: NONE,
-                free: Vec::new(),
-                owners: Vec::new(),
             });
         }
         // Pop order: lowest chunk id first (deterministic, as a device replay needs).
@@ -282,7 +285,13 @@ impl Pool {
         }
         let shared_free = (cfg.layers * cfg.private_chunks..cfg.chunks()).rev().collect();
         let open = cfg.classes.open();
+        let stride = class_spc[0] as usize;
+        let words = stride.div_ceil(64);
         Ok(Pool {
+            free_bits: vec![0; chunks.len() * words],
+            owners: vec![NONE; chunks.len() * stride],
+            stride,
+            words,
             open,
             open_spc: u64::from(class_spc[open]),
             class_spc,
@@ -291,7 +300,7 @@ impl Pool {
             shared_free,
             pages: Vec::new(),
             free_ids: Vec::new(),
-            seqs: HashMap::new(),
+            seqs: HashMap::default(),
             pending: VecDeque::new(),
             submitted: 0,
             completed: 0,
@@ -477,7 +486,7 @@ impl Pool {
             }
         };
         s.pages.push(page);
-        self.chunks[chunk as usize].owners[slot as usize] = page;
+        self.owners[chunk as usize * self.stride + slot as usize] = page;
         Ok(page)
     }
 
@@ -575,7 +584,7 @@ impl Pool {
         let e = self.pages[page as usize].expect("caller checked");
         let from = e.location;
         let to = self.location(chunk, slot);
-        self.chunks[chunk as usize].owners[slot as usize] = page;
+        self.owners[chunk as usize * self.stride + slot as usize] = page;
         self.retire(from, NONE);
         let content = e.format.content_bytes().expect("callers refuse open pages");
         let (format, compress) = if to.slot_bytes == self.cfg.classes.open_bytes() {
@@ -613,7 +622,12 @@ impl Pool {
                 if used.is_empty() || room < u64::from(src.live) {
                     break;
                 }
-                let pages: Vec<PageId> = src.owners.iter().copied().filter(|&p| p != NONE).collect();
+                let base = source as usize * self.stride;
+                let pages: Vec<PageId> = self.owners[base..base + src.slots as usize]
+                    .iter()
+                    .copied()
+                    .filter(|&p| p != NONE)
+                    .collect();
                 let mut targets = used.into_iter();
                 let mut target = targets.next();
                 for p in pages.into_iter().take(max_moves - moves.len()) {
@@ -758,11 +772,12 @@ impl Pool {
     /// Takes the lowest free slot of `chunk` (in use by layer `l`, class `class`, with a
     /// free slot).
     fn take_from(&mut self, chunk: ChunkId, l: usize, class: usize) -> u32 {
+        let base = chunk as usize * self.words;
+        let bits = &mut self.free_bits[base..base + self.words];
+        let w = bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot");
+        let slot = (w * 64) as u32 + bits[w].trailing_zeros();
+        bits[w] &= bits[w] - 1;
         let ch = &mut self.chunks[chunk as usize];
-        let (w, word) =
-            ch.free.iter().enumerate().find(|(_, w)| **w != 0).expect("a partial chunk has a free slot");
-        let slot = (w * 64) as u32 + word.trailing_zeros();
-        ch.free[w] &= !(1u64 << (slot % 64));
         ch.live += 1;
         let full = ch.free_count() == 0;
         if class == self.open {
@@ -780,11 +795,12 @@ impl Pool {
         ch.layer = l as u32;
         ch.class = class as u32;
         ch.slots = slots;
-        ch.free = vec![0; slots.div_ceil(64) as usize];
-        for s in 0..slots {
-            ch.free[(s / 64) as usize] |= 1 << (s % 64);
+        // Slots 0..slots free; the owners of an empty chunk are all NONE already.
+        let base = c as usize * self.words;
+        for (w, word) in self.free_bits[base..base + self.words].iter_mut().enumerate() {
+            let below = slots.saturating_sub(w as u32 * 64);
+            *word = if below >= 64 { u64::MAX } else { (1u64 << below) - 1 };
         }
-        ch.owners = vec![NONE; slots as usize];
         if class == self.open {
             self.layers[l].open_free += u64::from(slots);
         }
@@ -794,8 +810,8 @@ impl Pool {
     /// A live slot stops being live; it becomes reusable when the open epoch completes.
     fn retire(&mut self, at: Location, page: PageId) {
         let slot = at.offset / at.slot_bytes;
+        self.owners[at.chunk as usize * self.stride + slot as usize] = NONE;
         let ch = &mut self.chunks[at.chunk as usize];
-        ch.owners[slot as usize] = NONE;
         ch.live -= 1;
         ch.pending += 1;
         self.pending.push_back(Pending { epoch: self.submitted + 1, chunk: at.chunk, slot, page });
@@ -804,9 +820,9 @@ impl Pool {
     /// A pending slot becomes free; an empty chunk goes home.
     fn release_slot(&mut self, chunk: ChunkId, slot: u32) {
         let open = self.open;
+        self.free_bits[chunk as usize * self.words + (slot / 64) as usize] |= 1 << (slot % 64);
         let ch = &mut self.chunks[chunk as usize];
         ch.pending -= 1;
-        ch.free[(slot / 64) as usize] |= 1 << (slot % 64);
         let (l, class) = (ch.layer as usize, ch.class as usize);
         let was_full = ch.partial_pos == NONE;
         let empty = ch.live == 0 && ch.pending == 0;
@@ -825,9 +841,10 @@ impl Pool {
             ch.layer = NONE;
             ch.class = NONE;
             ch.slots = 0;
-            ch.free.clear();
-            ch.owners.clear();
-            match ch.home {
+            let home = ch.home;
+            let base = chunk as usize * self.words;
+            self.free_bits[base..base + self.words].fill(0);
+            match home {
                 ChunkHome::Private(h) => self.layers[h as usize].empty_private.push(chunk),
                 ChunkHome::Shared => self.shared_free.push(chunk),
             }
@@ -881,6 +898,39 @@ impl Pool {
 
     fn loc_text(&self, page: PageId) -> String {
         self.entry(page).map_or_else(|| "-".into(), |e| loc_text(e.location))
+    }
+}
+
+/// The hasher of the sequence map: sequence ids are the caller's integers, usually
+/// dense; a multiply-xorshift (splitmix64's finaliser) spreads them in a few cycles,
+/// where the default SipHash costs tens of nanoseconds per lookup on the decode path.
+#[derive(Clone, Copy, Debug, Default)]
+struct SeqHash;
+
+impl std::hash::BuildHasher for SeqHash {
+    type Hasher = SeqHasher;
+    fn build_hasher(&self) -> SeqHasher {
+        SeqHasher(0)
+    }
+}
+
+/// See [`SeqHash`]; hashes a `u64` key (other writes fold their bytes in).
+#[derive(Clone, Copy, Debug, Default)]
+struct SeqHasher(u64);
+
+impl std::hash::Hasher for SeqHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let mut z = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        self.0 = z ^ (z >> 27);
+    }
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
