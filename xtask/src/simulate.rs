@@ -14,6 +14,10 @@
 //!   prompt page compressed as written) and decodes one token per running request per
 //!   step; the device is one step behind the host ([`Pool::complete`] of step n - 1 at
 //!   the start of step n).
+//! * `--reserve compressed`: a request reserves its prompt in BF16 pages and its output
+//!   at the codec's measured mean page ratio; a page that cannot be had preempts the
+//!   youngest request (vLLM's recompute: released, queued again first, its generated
+//!   tokens lost and not counted in tokens/s).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -75,6 +79,32 @@ pub(crate) struct SimulateArgs {
     /// Only time the allocator's CPU cost per decode step (skip the serving runs).
     #[arg(long)]
     allocator_only: bool,
+    /// The reservation policies to run, comma-separated: `bf16` (a request reserves its
+    /// whole length in BF16 pages, never preempted) and `compressed` (its prompt in BF16
+    /// pages, its output at the codec's measured mean page ratio; a page that cannot be
+    /// allocated preempts the youngest request, vLLM's recompute).
+    #[arg(long, value_delimiter = ',', default_value = "bf16,compressed")]
+    reserve: Vec<Reserve>,
+}
+
+/// How much a request reserves at admission (see `--reserve`).
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Reserve {
+    /// Its whole length in open (BF16) pages: a running request can always grow.
+    Bf16,
+    /// Its prompt in open pages (prefill writes them open before compressing them), its
+    /// output pages divided by the codec's measured mean page ratio, rounded up; a
+    /// shortfall preempts.
+    Compressed,
+}
+
+impl Reserve {
+    fn name(self) -> &'static str {
+        match self {
+            Reserve::Bf16 => "bf16",
+            Reserve::Compressed => "compressed",
+        }
+    }
 }
 
 // ----- measured inputs ---------------------------------------------------------------
@@ -359,6 +389,8 @@ const STREAMS: [Stream; 2] = [
 
 struct Running {
     id: u64,
+    /// Which request of the stream it is (a preempted one is admitted again as itself).
+    request: (u64, u64),
     prompt: u64,
     output: u64,
     generated: u64,
@@ -382,6 +414,11 @@ struct RunResult {
     pages_kept_bf16: u64,
     pages_compressed: u64,
     moves: u64,
+    reserve: &'static str,
+    /// Requests preempted in the measured window (their generated tokens are lost).
+    preemptions: u64,
+    /// Decode tokens thrown away by those preemptions (not counted in `tokens_per_s`).
+    lost_tokens: u64,
 }
 
 /// The pool of `codec` at the budget: `private_share` of the chunks per layer (1.0: no
@@ -413,8 +450,14 @@ struct Server<'a> {
     pool: Pool,
     codec: Codec,
     sizes: Option<&'a PageSizes>,
+    reserve: Reserve,
     running: Vec<Running>,
     next_id: u64,
+    /// Preempted requests, admitted again before new arrivals (oldest first).
+    requeue: std::collections::VecDeque<(u64, u64)>,
+    /// Preemptions, and the decode tokens they threw away.
+    preemptions: u64,
+    lost_tokens: u64,
     kept: u64,
     compressed: u64,
     moves: u64,
@@ -423,13 +466,17 @@ struct Server<'a> {
 }
 
 impl<'a> Server<'a> {
-    fn new(pool: Pool, codec: Codec, sizes: Option<&'a PageSizes>) -> Server<'a> {
+    fn new(pool: Pool, codec: Codec, sizes: Option<&'a PageSizes>, reserve: Reserve) -> Server<'a> {
         Server {
             pool,
             codec,
             sizes,
+            reserve,
             running: Vec::new(),
             next_id: 0,
+            requeue: std::collections::VecDeque::new(),
+            preemptions: 0,
+            lost_tokens: 0,
             kept: 0,
             compressed: 0,
             moves: 0,
@@ -465,9 +512,37 @@ impl<'a> Server<'a> {
         self.device_bytes += f64::from(read) + f64::from(m.bytes);
     }
 
-    /// Admits `(prompt, output)` if it fits: reserves its whole length, prefills.
+    /// Pages per layer a request of `(prompt, output)` reserves at admission under the
+    /// server's policy (`--reserve`).
+    fn reservation(&self, prompt: u64, output: u64) -> u64 {
+        let cfg = self.pool.config();
+        match self.reserve {
+            Reserve::Bf16 => cfg.pages_for_tokens(prompt + output),
+            Reserve::Compressed => {
+                let ratio = self.sizes.map_or(1.0, |s| s.mean_ratio);
+                let out_pages = cfg.pages_for_tokens(prompt + output) - prompt / PAGE_TOKENS;
+                prompt / PAGE_TOKENS + (out_pages as f64 / ratio).ceil() as u64
+            }
+        }
+    }
+
+    /// Admits `(prompt, output)` if its reservation fits (a preempted request first),
+    /// reserves it, prefills.
+    fn try_admit_next(&mut self, stream: &Stream, arrivals: &mut u64) -> anyhow::Result<bool> {
+        let (prompt, output) = match self.requeue.front() {
+            Some(&r) => r,
+            None => stream.requests[(*arrivals % stream.requests.len() as u64) as usize],
+        };
+        let admitted = self.try_admit(prompt, output)?;
+        if admitted && self.requeue.pop_front().is_none() {
+            *arrivals += 1;
+        }
+        Ok(admitted)
+    }
+
+    /// Admits `(prompt, output)` if its reservation fits: reserves it, prefills.
     fn try_admit(&mut self, prompt: u64, output: u64) -> anyhow::Result<bool> {
-        let pages = self.pool.config().pages_for_tokens(prompt + output);
+        let pages = self.reservation(prompt, output);
         if self.pool.admissible_pages() < pages {
             return Ok(false);
         }
@@ -487,25 +562,66 @@ impl<'a> Server<'a> {
             }
             open.push(last.context("a prompt of at least one token")?);
         }
-        self.running.push(Running { id, prompt, output, generated: 0, open });
+        self.running.push(Running { id, request: (prompt, output), prompt, output, generated: 0, open });
         Ok(true)
     }
 
-    /// One decode token for every running request; finished ones release.
+    /// Whether request `i` can take a new page in every layer: from its reservation, or
+    /// beyond every reservation (the pool's exact admission query).
+    fn can_grow(&self, i: usize) -> bool {
+        let id = self.running[i].id;
+        self.pool.reserved(id).is_some_and(|r| r.iter().all(|&k| k > 0)) || self.pool.admissible_pages() >= 1
+    }
+
+    /// Preempts the youngest running request (vLLM's recompute): its pages and
+    /// reservation are released, it is queued to be admitted again, its generated tokens
+    /// are lost. Returns the index it had.
+    fn preempt_youngest(&mut self) -> anyhow::Result<usize> {
+        let v =
+            (0..self.running.len()).max_by_key(|&j| self.running[j].id).context("no request to preempt")?;
+        let r = self.running.swap_remove(v);
+        self.pool.release(r.id)?;
+        self.requeue.push_back(r.request);
+        self.preemptions += 1;
+        self.lost_tokens += r.generated;
+        Ok(v)
+    }
+
+    /// One decode token for every running request; finished ones release. A request
+    /// that needs a page when none can be had preempts the youngest request (itself if
+    /// it is the youngest); if the room is still pending it waits this step.
     fn decode(&mut self) -> anyhow::Result<u64> {
         let mut tokens = 0;
         let mut i = 0;
         while i < self.running.len() {
             let (id, t) = (self.running[i].id, self.running[i].prompt + self.running[i].generated);
+            if t.is_multiple_of(PAGE_TOKENS) && !self.can_grow(i) {
+                let v = self.preempt_youngest()?;
+                if v == i {
+                    continue; // it preempted itself; the request now at i (if any) is next
+                }
+                if v < i {
+                    // The request at `i` moved: the last one took the victim's place.
+                    i = self.running.iter().position(|r| r.id == id).context("still running")?;
+                }
+                if !self.can_grow(i) {
+                    i += 1; // the victim's slots come back when its epoch completes
+                    continue;
+                }
+            }
             if t.is_multiple_of(PAGE_TOKENS) {
-                // The token starts a new page: the previous one filled and compresses
-                // (unless the prompt's last page already did).
+                // The token starts a new page in every layer (room checked above: the
+                // allocations first, so a compression cannot take it), and the previous
+                // page filled and compresses (unless the prompt's last page already did).
+                let mut prev = Vec::with_capacity(LAYERS as usize);
                 for layer in 0..LAYERS {
-                    let prev = self.running[i].open[layer as usize];
+                    prev.push(self.running[i].open[layer as usize]);
+                    self.running[i].open[layer as usize] = self.pool.alloc(id, layer)?;
+                }
+                for (layer, prev) in (0..LAYERS).zip(prev) {
                     if self.pool.entry(prev).is_some_and(|e| e.format == kvcodec_pool::PageFormat::Open) {
                         self.compress(id, t / PAGE_TOKENS - 1, layer, prev)?;
                     }
-                    self.running[i].open[layer as usize] = self.pool.alloc(id, layer)?;
                 }
             }
             self.running[i].generated += 1;
@@ -548,6 +664,7 @@ impl Sim<'_> {
         stream: &Stream,
         codec: Codec,
         shared: bool,
+        reserve: Reserve,
         trace_steps: Option<u64>,
     ) -> anyhow::Result<(RunResult, Vec<String>)> {
         let sizes = match codec {
@@ -559,7 +676,9 @@ impl Sim<'_> {
         if trace_steps.is_some() {
             pool.record_trace(true);
         }
-        let mut s = Server::new(pool, codec, sizes);
+        let mut s = Server::new(pool, codec, sizes, reserve);
+        let mut arrivals = 0u64;
+        let (mut preempt_start, mut lost_start) = (0, 0);
         let weight_ms = self.args.weight_bytes / (self.device.copy_gb_s * 1e9) * 1e3;
         let (mut time_ms, mut tokens, mut batch_sum, mut max_batch, mut held, mut live) =
             (0.0, 0u64, 0u64, 0, 0u64, 0u64);
@@ -570,11 +689,9 @@ impl Sim<'_> {
                 s.pool.complete(epoch - 1)?; // the device is one step behind
             }
             // Admission in arrival order.
-            loop {
-                let (prompt, output) = stream.requests[(s.next_id % stream.requests.len() as u64) as usize];
-                if !s.try_admit(prompt, output)? {
-                    break;
-                }
+            while s.try_admit_next(stream, &mut arrivals)? {}
+            if step == WARMUP + 1 {
+                (preempt_start, lost_start) = (s.preemptions, s.lost_tokens);
             }
             // Compaction, one layer per step, round robin.
             if s.codec != Codec::Bf16 {
@@ -614,13 +731,16 @@ impl Sim<'_> {
             },
             mean_batch: batch_sum as f64 / window,
             max_batch,
-            tokens_per_s: tokens as f64 / (time_ms / 1e3),
+            tokens_per_s: tokens.saturating_sub(s.lost_tokens - lost_start) as f64 / (time_ms / 1e3),
             mean_step_ms: time_ms / window,
             held_gb: held as f64 / window / 1e9,
             live_gb: live as f64 / window / 1e9,
             pages_kept_bf16: s.kept,
             pages_compressed: s.compressed,
             moves: s.moves,
+            reserve: reserve.name(),
+            preemptions: s.preemptions - preempt_start,
+            lost_tokens: s.lost_tokens - lost_start,
         };
         Ok((result, s.pool.take_trace()))
     }
@@ -640,7 +760,7 @@ impl Sim<'_> {
             ..self.args.clone()
         };
         let pool = Pool::new(pool_config(&args, Codec::Zipfusion, true)?)?;
-        let mut s = Server::new(pool, Codec::Zipfusion, Some(self.zf));
+        let mut s = Server::new(pool, Codec::Zipfusion, Some(self.zf), Reserve::Bf16);
         // Each admission's prefill is its own epoch, completed before the next: its
         // compressed pages' open slots are free again.
         let mut epoch: Epoch = 0;
@@ -765,51 +885,75 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         outln!()?;
         outln!("stream {}: {}", stream.name, stream.what)?;
         outln!(
-            "{:<10} {:<5} {:>10} {:>9} {:>10} {:>8} {:>8} {:>8}  {}",
+            "{:<10} {:<5} {:<10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}  {}",
             "codec",
             "pool",
+            "reserve",
             "mean batch",
             "max batch",
             "tokens/s",
             "step ms",
             "held GB",
             "live GB",
+            "preempt",
+            "lost tok",
             "attention"
         )?;
         let mut rows = Vec::new();
-        for codec in [Codec::Bf16, Codec::Zipfusion, Codec::Gaac] {
-            for shared in [false, true] {
-                let (r, _) = sim.run(stream, codec, shared, None)?;
-                outln!(
-                    "{:<10} {:<5} {:>10.1} {:>9} {:>10.0} {:>8.3} {:>8.2} {:>8.2}  {}",
-                    r.codec,
-                    if shared { "yes" } else { "no" },
-                    r.mean_batch,
-                    r.max_batch,
-                    r.tokens_per_s,
-                    r.mean_step_ms,
-                    r.held_gb,
-                    r.live_gb,
-                    r.attention
-                )?;
-                rows.push(r);
+        for &reserve in &args.reserve {
+            for codec in [Codec::Bf16, Codec::Zipfusion, Codec::Gaac] {
+                for shared in [false, true] {
+                    let (r, _) = sim.run(stream, codec, shared, reserve, None)?;
+                    outln!(
+                        "{:<10} {:<5} {:<10} {:>10.1} {:>9} {:>10.0} {:>8.3} {:>8.2} {:>8.2} {:>8} {:>8}  {}",
+                        r.codec,
+                        if shared { "yes" } else { "no" },
+                        r.reserve,
+                        r.mean_batch,
+                        r.max_batch,
+                        r.tokens_per_s,
+                        r.mean_step_ms,
+                        r.held_gb,
+                        r.live_gb,
+                        r.preemptions,
+                        r.lost_tokens,
+                        r.attention
+                    )?;
+                    rows.push(r);
+                }
             }
         }
-        let base = rows[0].clone();
-        for codec in ["zipfusion", "gaac"] {
-            let no = rows.iter().find(|r| r.codec == codec && !r.shared_pool).expect("ran");
-            let yes = rows.iter().find(|r| r.codec == codec && r.shared_pool).expect("ran");
-            let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
-            outln!(
-                "  {codec} vs bf16 (no pool): max batch {:+.1}% ({:+.1}% without the pool, the pool's share {:+.1} points), mean batch {:+.1}%, tokens/s {:+.1}% ({:+.1}% without the pool)",
-                pct(yes.max_batch as f64, base.max_batch as f64),
-                pct(no.max_batch as f64, base.max_batch as f64),
-                pct(yes.max_batch as f64, base.max_batch as f64)
-                    - pct(no.max_batch as f64, base.max_batch as f64),
-                pct(yes.mean_batch, base.mean_batch),
-                pct(yes.tokens_per_s, base.tokens_per_s),
-                pct(no.tokens_per_s, base.tokens_per_s),
-            )?;
+        // The baseline: BF16 pages, no shared pool, BF16 reservations (if run).
+        let base = rows
+            .iter()
+            .find(|r| r.codec == "bf16" && !r.shared_pool && r.reserve == "bf16")
+            .unwrap_or(&rows[0])
+            .clone();
+        for &reserve in &args.reserve {
+            for codec in ["bf16", "zipfusion", "gaac"] {
+                let pick = |shared: bool| {
+                    rows.iter()
+                        .find(|r| r.codec == codec && r.shared_pool == shared && r.reserve == reserve.name())
+                        .expect("ran")
+                };
+                let (no, yes) = (pick(false), pick(true));
+                if codec == base.codec && reserve.name() == base.reserve {
+                    continue;
+                }
+                let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+                outln!(
+                    "  {codec}, reserve {} vs bf16, reserve {} (no pool): max batch {:+.1}% ({:+.1}% without the pool, the pool's share {:+.1} points), mean batch {:+.1}%, tokens/s {:+.1}% ({:+.1}% without the pool)",
+                    reserve.name(),
+                    base.reserve,
+                    pct(yes.max_batch as f64, base.max_batch as f64),
+                    pct(no.max_batch as f64, base.max_batch as f64),
+                    pct(yes.max_batch as f64, base.max_batch as f64)
+                        - pct(no.max_batch as f64, base.max_batch as f64),
+                    pct(yes.mean_batch, base.mean_batch),
+                    pct(yes.tokens_per_s, base.tokens_per_s),
+                    pct(no.tokens_per_s, base.tokens_per_s),
+                )?;
+            }
         }
         results.extend(rows);
     }
@@ -827,7 +971,8 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     )?;
 
     if let Some(path) = &args.trace {
-        let (_, lines) = sim.run(&STREAMS[0], Codec::Zipfusion, true, Some(args.trace_steps))?;
+        let (_, lines) =
+            sim.run(&STREAMS[0], Codec::Zipfusion, true, Reserve::Bf16, Some(args.trace_steps))?;
         let text = lines.join("\n") + "\n";
         std::fs::write(path, &text).with_context(|| format!("--trace {}", crate::shown(path)))?;
         let replayed = kvcodec_pool::trace::replay(&text)?;

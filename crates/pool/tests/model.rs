@@ -30,6 +30,10 @@ enum Op {
     Compact { layer: u32, max: usize },
     /// Sequence `seq % live` finishes (or is evicted: the same for the allocator).
     Finish { seq: usize },
+    /// The compressed reservation policy's append: sequence `seq % live` takes a page in
+    /// every layer; on a shortfall the youngest other sequence is preempted (released
+    /// whole, vLLM's recompute) until it fits or none is left.
+    GrowOrPreempt { seq: usize },
     /// Submit the next epoch, then complete up to `lag` epochs behind it.
     Step { lag: u64 },
 }
@@ -42,6 +46,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|page| Op::Move { page }),
         1 => (0u32..4, 0usize..8).prop_map(|(layer, max)| Op::Compact { layer, max }),
         1 => any::<usize>().prop_map(|seq| Op::Finish { seq }),
+        2 => any::<usize>().prop_map(|seq| Op::GrowOrPreempt { seq }),
         3 => (0u64..3).prop_map(|lag| Op::Step { lag }),
     ]
 }
@@ -246,17 +251,32 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
                 model.free(pool, m.from);
             }
         }
-        Op::Finish { seq } if !seqs.is_empty() => {
+        Op::Finish { seq } if !seqs.is_empty() => finish(pool, model, seqs[seq % seqs.len()])?,
+        Op::GrowOrPreempt { seq } if !seqs.is_empty() => {
             let seq = seqs[seq % seqs.len()];
-            let mine: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.0 == seq).map(|(&p, _)| p).collect();
-            for &p in &mine {
-                let at = pool.entry(p).unwrap().location;
-                model.free(pool, at);
-                model.freed_ids.push((p, pool.submitted() + 1));
-                model.pages.remove(&p);
+            loop {
+                let reserved = model.reserve[&seq].iter().all(|&k| k > 0);
+                if reserved || pool.admissible_pages() >= 1 {
+                    for layer in 0..layers {
+                        apply(
+                            pool,
+                            model,
+                            Op::Append { seq: model.reserve.keys().position(|&s| s == seq).unwrap(), layer },
+                        )?;
+                        prop_assert!(
+                            model.pages.values().filter(|v| v.0 == seq && v.1 == layer && v.2).count() > 0
+                        );
+                    }
+                    break;
+                }
+                let Some(&victim) = model.reserve.keys().filter(|&&s| s != seq).max() else { break };
+                let before = pool.admissible_pages();
+                finish(pool, model, victim)?;
+                // Preemption releases everything: no page, no reservation, no room lost.
+                prop_assert!(pool.seq_pages(victim).is_none() && pool.reserved(victim).is_none());
+                prop_assert!(pool.page_table().all(|(_, e)| e.seq != victim));
+                prop_assert!(pool.admissible_pages() >= before);
             }
-            prop_assert_eq!(pool.release(seq).unwrap(), mine.len());
-            model.reserve.remove(&seq);
         }
         Op::Step { lag } => {
             model.epoch += 1;
@@ -266,8 +286,22 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
             model.freed.retain(|&(_, _, e)| e > done);
             model.freed_ids.retain(|&(_, e)| e > done);
         }
-        Op::Append { .. } | Op::Finish { .. } => {}
+        Op::Append { .. } | Op::Finish { .. } | Op::GrowOrPreempt { .. } => {}
     }
+    Ok(())
+}
+
+/// Sequence `seq` finishes or is preempted: its pages and reservation go.
+fn finish(pool: &mut Pool, model: &mut Model, seq: SeqId) -> Result<(), TestCaseError> {
+    let mine: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.0 == seq).map(|(&p, _)| p).collect();
+    for &p in &mine {
+        let at = pool.entry(p).unwrap().location;
+        model.free(pool, at);
+        model.freed_ids.push((p, pool.submitted() + 1));
+        model.pages.remove(&p);
+    }
+    prop_assert_eq!(pool.release(seq).unwrap(), mine.len());
+    model.reserve.remove(&seq);
     Ok(())
 }
 
