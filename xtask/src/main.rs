@@ -13,6 +13,7 @@ mod cpu_bench;
 mod fixtures;
 mod kernel_constants;
 mod kernels;
+mod simulate;
 mod stats;
 mod tidy;
 mod venv;
@@ -77,6 +78,11 @@ enum Command {
     /// ZipFusion's CPU codec timed on one thread and on all: encode and decode GB/s per
     /// core and in all, round trip checked.
     CpuBench(cpu_bench::CpuBenchArgs),
+    /// A discrete-event decode server at an equal KV memory budget on kvcodec-pool: admitted
+    /// batch, decode tokens/s and memory held for BF16, ZipFusion and GAAC, with and
+    /// without the shared pool; the allocator's CPU cost per step; `--trace` writes the
+    /// allocator trace a device replay checks against.
+    Simulate(simulate::SimulateArgs),
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
@@ -113,6 +119,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::BenchAttention(args) => bench_attention::run(args),
         Command::CpuBench(args) => cpu_bench::run(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),
     }
 }

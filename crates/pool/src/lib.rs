@@ -1,0 +1,114 @@
+//! kvcodec-pool: the allocator of a paged, compressed KV cache, after the ZipFusion
+//! paper's memory management (seed 002, "Memory management": new pages at uncompressed
+//! size, compressed pages that move behind a page table, per-layer private space plus a
+//! shared pool, admission by the number of new pages that fit in every layer). Pure Rust
+//! logic, no CUDA: a device backend runs the same operations (see "On the device").
+//!
+//! # Model
+//! * A **page** is 16 tokens (any [`PoolConfig::page_tokens`]) of one layer's K and V for
+//!   every KV head, owned by one sequence: vLLM's block, one per (sequence, layer, 16
+//!   tokens). It has a [`PageId`] that never changes while it lives; the **page table**
+//!   ([`Pool::entry`]) maps it to its current [`Location`] (chunk, byte offset, slot
+//!   size) and [`PageFormat`]. A sequence's block table lists page ids; the attention
+//!   kernels resolve them through the page table.
+//! * Memory is a row of equal **chunks** (bytes: [`PoolConfig::chunk_bytes`]). Each
+//!   layer owns [`PoolConfig::private_chunks`] of them; the other
+//!   [`PoolConfig::shared_chunks`] form the **shared pool**, from which any layer takes a
+//!   chunk when its own are full. A chunk in use is a slab of one **size class**
+//!   ([`SizeClasses`]): slots of one size, a free bitmap, O(1) alloc and free.
+//! * A new page gets a slot of the **open class**, the uncompressed (BF16) page size: it
+//!   must accept writes until it fills. When it fills, the caller compresses it and tells
+//!   [`Pool::compress`] its compressed size (ZipFusion: `zipfusion::page_info(..).len`;
+//!   GAAC: its slots and raw blocks); the page moves to a slot of the smallest class that
+//!   holds it, and its open slot is freed. [`Pool::move_page`] and [`Pool::compact`] move
+//!   full pages again to empty sparse chunks.
+//! * **Stream-ordered reclamation.** The host numbers its decode steps (epochs):
+//!   [`Pool::submit`]`(n)` after launching step `n`, [`Pool::complete`]`(n)` once it sees
+//!   step `n` done (a CUDA event queried, or a counter the stream writes, polled; never a
+//!   synchronize on the decode path). A slot freed while the host prepares step
+//!   `submitted + 1` (a finished sequence's page, a page's old location after a move) is
+//!   reused only after that step completes: the kernels of every step up to and including
+//!   it may still read the old bytes, and the copy of a move runs in it. A chunk whose
+//!   slots are all free with none pending returns to its home: its layer's private space
+//!   or the shared pool (seed 002: "when a chunk in one layer becomes fully empty with no
+//!   pending reads, it returns to the pool and can go to another layer").
+//! * **Admission.** [`Pool::reserve`] holds open pages in every layer for a sequence's
+//!   remaining tokens (its prompt and expected output, at uncompressed size, so a running
+//!   sequence can always grow); [`Pool::alloc`] consumes them. [`Pool::admissible_pages`]
+//!   is the number of new open pages that fit in every layer beyond all reservations
+//!   (capacity is set by the tightest layer; the shared pool evens layers out), and
+//!   [`Pool::admissible_requests`] divides it by a request's pages. It counts no pending
+//!   slot and is exact: that many pages can be reserved and allocated, one more cannot.
+//!   Compression never takes a fresh chunk that a reservation needs: a page that cannot
+//!   move stays BF16 ([`CompressOutcome::Kept`]).
+//!
+//! # Size classes and the two clients
+//! * **ZipFusion** pages are `M + 768 e + 1024 (nb - e)` bytes for `e` coded blocks of `nb`
+//!   (docs/formats/zipfusion.md §5.2): classes a few hundred bytes to a KiB apart
+//!   ([`SizeClasses::stepped`]) keep the rounding loss under 2%. A page never refers
+//!   outside itself (§5.3), so a move is a byte copy. A page whose blocks are all raw is
+//!   larger than the BF16 page (its metadata): it stays BF16 in its open slot.
+//! * **GAAC** blocks (16 tokens x D of one head and kind) each own a fixed-capacity slot of
+//!   `C` bytes; a block that does not fit is stored raw, `2N` bytes (docs/formats/gaac.md
+//!   §3.6, §4). One page's `2H` slots are one allocation of `2 H C` bytes, and a page with
+//!   `k` raw blocks one of `2 H C + k 2N` (slots, then its raw blocks in block order):
+//!   classes `2HC`, `2HC + 2N`, ... below the open class serve both, so GAAC needs no
+//!   second allocator. (Raw blocks as separate allocations would give each page a list of
+//!   locations; one extent per page keeps the page table one entry per page.)
+//!
+//! # On the device
+//! A device backend makes one `cudaMalloc` of [`PoolConfig::arena_bytes`] (or
+//! `cuMemCreate`/`cuMemMap` of chunk-sized physical handles into one reserved virtual
+//! range, which lets it grow) and maps chunk `c` to bytes `c * chunk_bytes ..+
+//! chunk_bytes` of it: [`Location::arena_offset`] is then the page's byte offset from the
+//! arena base. The page table lives in device memory as `u64` arena offsets (plus the
+//! [`PageFormat`] flag the kernels branch on), indexed by page id; the host writes the
+//! entries it changed with each step (one small async copy, or a scatter kernel), before
+//! that step's attention. A [`Move`] becomes a copy (or a compress) kernel in the same
+//! step, before attention. [`Pool::complete`] is fed by a per-step CUDA event queried
+//! with `cuEventQuery`, or a pinned counter the stream writes with `cuStreamWriteValue64`.
+//! The device replay of a [`trace`] (issue 19) must reproduce every location.
+//!
+//! ```
+//! use kvcodec_pool::{CompressOutcome, Pool, PoolConfig, SizeClasses};
+//! # fn main() -> Result<(), kvcodec_pool::Error> {
+//! // 2 layers; 64 KiB BF16 pages, compressed classes every 4 KiB from 48 KiB;
+//! // 1 MiB chunks: 2 private per layer, 4 shared.
+//! let classes = SizeClasses::stepped(48 << 10, 64 << 10, 4 << 10)?;
+//! let cfg = PoolConfig { layers: 2, chunk_bytes: 1 << 20, private_chunks: 2, shared_chunks: 4, page_tokens: 16, classes };
+//! let mut pool = Pool::new(cfg)?;
+//! assert_eq!(pool.admissible_pages(), 16 * (2 + 2)); // 16 pages per chunk, 2 + 4/2 chunks a layer
+//! pool.reserve(7, 1)?; // sequence 7: one page per layer
+//! let page = pool.alloc(7, 0)?;
+//! pool.submit(1)?; // step 1 reads the page
+//! let CompressOutcome::Moved(m) = pool.compress(page, 50_000)? else { unreachable!() };
+//! assert_eq!(m.to.slot_bytes, 52 << 10);
+//! pool.submit(2)?; // step 2 runs the compression copy
+//! pool.complete(2)?; // the old slot is free again
+//! assert_eq!(pool.release(7)?, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod pool;
+pub mod trace;
+
+pub use config::{PoolConfig, SLOT_ALIGN, SizeClasses};
+pub use error::{Error, Result};
+pub use pool::{
+    ChunkHome, ChunkInfo, CompressOutcome, Location, Move, PageEntry, PageFormat, Pool, PoolStats,
+};
+
+/// A page's id: its index in the page table; stable while the page lives, reused only
+/// after the epoch that freed it completes.
+pub type PageId = u32;
+/// A sequence (request) id, chosen by the caller.
+pub type SeqId = u64;
+/// A chunk's index: chunk `c` covers arena bytes `c * chunk_bytes ..+ chunk_bytes`.
+pub type ChunkId = u32;
+/// A decode step's number, as submitted to and completed on the stream.
+pub type Epoch = u64;

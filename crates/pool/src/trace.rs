@@ -1,0 +1,148 @@
+//! The trace format: every pool operation and its outcome, one line each, so that a
+//! device allocator (or this CPU model, [`replay`]) can replay a whole serving run and
+//! be checked against the model line by line.
+//!
+//! The first line is the configuration:
+//!
+//! ```text
+//! kvcodec-pool trace v1 layers=32 chunk_bytes=2097152 private_chunks=8 shared_chunks=1000 page_tokens=16 classes=49152,50176,65536
+//! ```
+//!
+//! then one line per operation, `op args => outcome` (locations are
+//! `chunk:offset:slot_bytes`, offsets in bytes from the chunk start):
+//!
+//! | line | operation | outcome |
+//! |---|---|---|
+//! | `submit E` | [`Pool::submit`] | - |
+//! | `complete E` | [`Pool::complete`] | - |
+//! | `reserve SEQ PAGES => ok` | [`Pool::reserve`] | `ok` or `err MESSAGE` |
+//! | `alloc SEQ LAYER => PAGE C:O:S` | [`Pool::alloc`] | the page id and its location |
+//! | `compress PAGE BYTES => moved C:O:S` | [`Pool::compress`] | the new location, or `kept` |
+//! | `move PAGE => C:O:S` | [`Pool::move_page`] | the new location |
+//! | `compact LAYER MAX => PAGE@C:O:S ...` | [`Pool::compact`] | every move, in order |
+//! | `release SEQ => N` | [`Pool::release`] | pages freed |
+//!
+//! Errors appear as `err MESSAGE` in the outcome and must replay to the same message.
+
+use thiserror::Error;
+
+use crate::config::{PoolConfig, SizeClasses};
+use crate::pool::Pool;
+
+/// The first word of a trace's configuration line, then the version.
+pub const TRACE_MAGIC: &str = "kvcodec-pool trace v1";
+
+/// A replay that could not parse a line, or got another outcome than the trace's.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// Line `line` (1-based) is not a trace line.
+    #[error("trace line {line}: cannot parse {text:?}")]
+    Parse {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// The configuration line is not a valid pool.
+    #[error("trace line 1: {source}")]
+    Config {
+        /// Why the pool refused it.
+        source: crate::Error,
+    },
+    /// Line `line` replayed to another outcome.
+    #[error("trace line {line}: expected {expected:?}, the model gave {got:?}")]
+    Mismatch {
+        /// 1-based line number.
+        line: usize,
+        /// The trace's line.
+        expected: String,
+        /// The line the model wrote.
+        got: String,
+    },
+}
+
+/// The configuration line of a trace of a pool of `cfg`.
+pub fn config_line(cfg: &PoolConfig) -> String {
+    let classes: Vec<String> = cfg.classes.bytes().iter().map(u32::to_string).collect();
+    format!(
+        "{TRACE_MAGIC} layers={} chunk_bytes={} private_chunks={} shared_chunks={} page_tokens={} classes={}",
+        cfg.layers,
+        cfg.chunk_bytes,
+        cfg.private_chunks,
+        cfg.shared_chunks,
+        cfg.page_tokens,
+        classes.join(",")
+    )
+}
+
+/// Parses a configuration line ([`config_line`]).
+///
+/// # Errors
+/// [`ReplayError::Parse`] for anything else, [`ReplayError::Config`] for an invalid pool.
+pub fn parse_config(text: &str) -> Result<PoolConfig, ReplayError> {
+    let bad = || ReplayError::Parse { line: 1, text: text.to_string() };
+    let rest = text.strip_prefix(TRACE_MAGIC).ok_or_else(bad)?;
+    let mut fields = std::collections::HashMap::new();
+    for kv in rest.split_whitespace() {
+        let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+        fields.insert(k, v);
+    }
+    let num =
+        |k: &str| -> Result<u64, ReplayError> { fields.get(k).and_then(|v| v.parse().ok()).ok_or_else(bad) };
+    let classes: Vec<u32> = fields
+        .get("classes")
+        .ok_or_else(bad)?
+        .split(',')
+        .map(|c| c.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let narrow = |v: u64| u32::try_from(v).map_err(|_| bad());
+    Ok(PoolConfig {
+        layers: narrow(num("layers")?)?,
+        chunk_bytes: num("chunk_bytes")?,
+        private_chunks: narrow(num("private_chunks")?)?,
+        shared_chunks: narrow(num("shared_chunks")?)?,
+        page_tokens: narrow(num("page_tokens")?)?,
+        classes: SizeClasses::new(classes).map_err(|source| ReplayError::Config { source })?,
+    })
+}
+
+/// Replays a whole trace on a fresh CPU pool and checks every outcome; returns the pool
+/// as the trace leaves it. The device allocator's replay test does the same on the GPU
+/// and compares its page table with this model's.
+///
+/// # Errors
+/// The first line that does not parse or replays to another outcome.
+pub fn replay(text: &str) -> Result<Pool, ReplayError> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty());
+    let (_, first) = lines.next().ok_or(ReplayError::Parse { line: 1, text: String::new() })?;
+    let mut pool = Pool::new(parse_config(first)?).map_err(|source| ReplayError::Config { source })?;
+    pool.record_trace(true);
+    for (line, text) in lines {
+        let bad = || ReplayError::Parse { line, text: text.to_string() };
+        let op = text.split_once(" => ").map_or(text, |(op, _)| op);
+        let words: Vec<&str> = op.split_whitespace().collect();
+        let n = |i: usize| -> Result<u64, ReplayError> {
+            words.get(i).and_then(|w| w.parse().ok()).ok_or_else(bad)
+        };
+        let n32 = |i: usize| -> Result<u32, ReplayError> { u32::try_from(n(i)?).map_err(|_| bad()) };
+        // Outcomes are compared through the trace line the model writes, errors included.
+        let _ = match words.first().copied() {
+            Some("submit") => pool.submit(n(1)?).map(drop),
+            Some("complete") => pool.complete(n(1)?).map(drop),
+            Some("reserve") => pool.reserve(n(1)?, n(2)?).map(drop),
+            Some("alloc") => pool.alloc(n(1)?, n32(2)?).map(drop),
+            Some("compress") => pool.compress(n32(1)?, n32(2)?).map(drop),
+            Some("move") => pool.move_page(n32(1)?).map(drop),
+            Some("compact") => pool.compact(n32(1)?, usize::try_from(n(2)?).map_err(|_| bad())?).map(drop),
+            Some("release") => pool.release(n(1)?).map(drop),
+            _ => return Err(bad()),
+        };
+        let got = pool.last_trace_line().unwrap_or_default();
+        if got != text {
+            return Err(ReplayError::Mismatch { line, expected: text.to_string(), got: got.to_string() });
+        }
+    }
+    pool.record_trace(false);
+    Ok(pool)
+}

@@ -1,0 +1,344 @@
+//! Property tests: random admit / append / compress / move / compact / finish / evict /
+//! step sequences on small pools, checked after every operation against a simple model
+//! (the live pages of each sequence, the reservations, the freed regions and the epoch
+//! that frees them): no overlap of live slots, no page lost, no slot handed out while a
+//! read of its old page may be in flight, admission exact (what it reports can be
+//! reserved and allocated, one more cannot), and no leak once everything finishes.
+
+use std::collections::BTreeMap;
+
+use kvcodec_pool::{
+    CompressOutcome, Error, Location, PageFormat, PageId, Pool, PoolConfig, SeqId, SizeClasses,
+};
+use proptest::prelude::*;
+
+/// 64-byte open pages, classes 16, 32, 48; 256-byte chunks.
+const OPEN: u32 = 64;
+const CHUNK: u64 = 256;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Admit a request of this many pages per layer if it fits.
+    Admit(u64),
+    /// Sequence `seq % live` appends a page in layer `layer % layers`.
+    Append { seq: usize, layer: u32 },
+    /// Open page `page % open` fills and compresses to `bytes`.
+    Compress { page: usize, bytes: u32 },
+    /// Full page `page % full` moves.
+    Move { page: usize },
+    /// Compact layer `layer % layers`.
+    Compact { layer: u32, max: usize },
+    /// Sequence `seq % live` finishes (or is evicted: the same for the allocator).
+    Finish { seq: usize },
+    /// The compressed reservation policy's append: sequence `seq % live` takes a page in
+    /// every layer; on a shortfall the youngest other sequence is preempted (released
+    /// whole, vLLM's recompute) until it fits or none is left.
+    GrowOrPreempt { seq: usize },
+    /// Submit the next epoch, then complete up to `lag` epochs behind it.
+    Step { lag: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0u64..6).prop_map(Op::Admit),
+        6 => (any::<usize>(), 0u32..4).prop_map(|(seq, layer)| Op::Append { seq, layer }),
+        4 => (any::<usize>(), 1u32..80).prop_map(|(page, bytes)| Op::Compress { page, bytes }),
+        1 => any::<usize>().prop_map(|page| Op::Move { page }),
+        1 => (0u32..4, 0usize..8).prop_map(|(layer, max)| Op::Compact { layer, max }),
+        1 => any::<usize>().prop_map(|seq| Op::Finish { seq }),
+        2 => any::<usize>().prop_map(|seq| Op::GrowOrPreempt { seq }),
+        3 => (0u64..3).prop_map(|lag| Op::Step { lag }),
+    ]
+}
+
+/// What the model knows.
+#[derive(Default)]
+struct Model {
+    /// Live pages: page -> (seq, layer, open?).
+    pages: BTreeMap<PageId, (SeqId, u32, bool)>,
+    /// Pages per layer still reserved per sequence.
+    reserve: BTreeMap<SeqId, Vec<u64>>,
+    /// Arena ranges freed, with the epoch after whose completion they may be reused.
+    freed: Vec<(u64, u64, u64)>,
+    /// Page ids freed, with the epoch after whose completion they may be reused (the
+    /// device page table entry may still be read until then).
+    freed_ids: Vec<(PageId, u64)>,
+    next_seq: SeqId,
+    epoch: u64,
+}
+
+impl Model {
+    fn free(&mut self, pool: &Pool, at: Location) {
+        let start = at.arena_offset(CHUNK);
+        self.freed.push((start, start + u64::from(at.slot_bytes), pool.submitted() + 1));
+    }
+
+    /// A location handed out must not overlap a freed range whose epoch has not completed.
+    fn check_fresh(&self, pool: &Pool, at: Location) -> Result<(), TestCaseError> {
+        let (s, e) = (at.arena_offset(CHUNK), at.arena_offset(CHUNK) + u64::from(at.slot_bytes));
+        for &(fs, fe, epoch) in &self.freed {
+            prop_assert!(
+                e <= fs || fe <= s || epoch <= pool.completed(),
+                "{at:?} reused while epoch {epoch} may still read it (completed {})",
+                pool.completed()
+            );
+        }
+        Ok(())
+    }
+}
+
+fn pool_strategy() -> impl Strategy<Value = Pool> {
+    (1u32..4, 0u32..4, 0u32..6).prop_map(|(layers, private_chunks, shared_chunks)| {
+        let classes = SizeClasses::stepped(16, OPEN, 16).unwrap();
+        Pool::new(PoolConfig {
+            layers,
+            chunk_bytes: CHUNK,
+            private_chunks,
+            shared_chunks,
+            page_tokens: 16,
+            classes,
+        })
+        .unwrap()
+    })
+}
+
+/// The invariants that must hold after every operation.
+fn check(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
+    let cfg = pool.config();
+    // The page table is the model's live set, and each page sits in a chunk of its layer
+    // and of its slot's class.
+    let table: Vec<_> = pool.page_table().collect();
+    prop_assert_eq!(table.len(), model.pages.len());
+    let mut per_chunk = vec![0u32; cfg.chunks() as usize];
+    let mut ranges = Vec::new();
+    for (page, e) in &table {
+        let &(seq, layer, open) =
+            model.pages.get(page).ok_or_else(|| TestCaseError::fail("page not in model"))?;
+        prop_assert_eq!((e.seq, e.layer, e.format == PageFormat::Open), (seq, layer, open));
+        let info = pool.chunk_info(e.location.chunk).unwrap();
+        prop_assert_eq!(info.layer, Some(layer));
+        let class = info.class.unwrap();
+        prop_assert_eq!(cfg.classes.bytes()[class], e.location.slot_bytes);
+        prop_assert!(u64::from(e.location.offset + e.location.slot_bytes) <= CHUNK);
+        prop_assert_eq!(e.location.offset % e.location.slot_bytes, 0);
+        if let Some(b) = e.format.content_bytes() {
+            let kept = matches!(e.format, PageFormat::Bf16 { .. });
+            prop_assert!(
+                kept || b <= e.location.slot_bytes,
+                "page {} holds {} bytes in a {}-byte slot",
+                page,
+                b,
+                e.location.slot_bytes
+            );
+        }
+        per_chunk[e.location.chunk as usize] += 1;
+        let s = e.location.arena_offset(CHUNK);
+        ranges.push((s, s + u64::from(e.location.slot_bytes), *page));
+    }
+    // No overlap.
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        prop_assert!(w[0].1 <= w[1].0, "pages {} and {} overlap", w[0].2, w[1].2);
+    }
+    // Chunk accounting: live counts match, nothing over capacity, empty chunks are free.
+    let mut pending = 0u64;
+    for c in 0..cfg.chunks() {
+        let info = pool.chunk_info(c).unwrap();
+        prop_assert_eq!(info.live, per_chunk[c as usize]);
+        prop_assert!(info.live + info.pending <= info.slots);
+        prop_assert_eq!(info.class.is_some(), info.live + info.pending > 0, "chunk {} {:?}", c, info);
+        pending += u64::from(info.pending);
+    }
+    prop_assert_eq!(pending, pool.stats().pending_slots);
+    // Reservations match the model.
+    for (seq, r) in &model.reserve {
+        prop_assert_eq!(pool.reserved(*seq), Some(&r[..]));
+    }
+    // Admission is exact: n pages reserve and allocate in every layer, n + 1 do not.
+    let n = pool.admissible_pages();
+    let mut trial = pool.clone();
+    prop_assert_eq!(
+        trial.reserve(SeqId::MAX, n + 1),
+        Err(Error::ReservationTooLarge { requested: n + 1, admissible: n })
+    );
+    trial.reserve(SeqId::MAX, n).unwrap();
+    for layer in 0..cfg.layers {
+        for _ in 0..n {
+            let p = trial.alloc(SeqId::MAX, layer);
+            prop_assert!(p.is_ok(), "admission said {} pages fit; layer {}: {:?}", n, layer, p);
+        }
+    }
+    // ... and every running sequence can still take all it reserved.
+    for (&seq, r) in &model.reserve {
+        for (layer, &k) in r.iter().enumerate() {
+            for _ in 0..k {
+                prop_assert!(trial.alloc(seq, layer as u32).is_ok());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError> {
+    let seqs: Vec<SeqId> = model.reserve.keys().copied().collect();
+    let layers = pool.config().layers;
+    match op {
+        Op::Admit(pages) => {
+            let fits = pool.admissible_pages() >= pages;
+            let seq = model.next_seq;
+            let r = pool.reserve(seq, pages);
+            prop_assert_eq!(r.is_ok(), fits);
+            if fits {
+                model.next_seq += 1;
+                model.reserve.insert(seq, vec![pages; layers as usize]);
+            }
+        }
+        Op::Append { seq, layer } if !seqs.is_empty() => {
+            let (seq, layer) = (seqs[seq % seqs.len()], layer % layers);
+            let reserved = model.reserve[&seq][layer as usize] > 0;
+            match pool.alloc(seq, layer) {
+                Ok(p) => {
+                    model.check_fresh(pool, pool.entry(p).unwrap().location)?;
+                    let early = model.freed_ids.iter().find(|&&(id, e)| id == p && e > pool.completed());
+                    prop_assert!(early.is_none(), "page id {} reused before its epoch completed", p);
+                    prop_assert!(
+                        model.pages.insert(p, (seq, layer, true)).is_none(),
+                        "page id {} reused live",
+                        p
+                    );
+                    if reserved {
+                        model.reserve.get_mut(&seq).unwrap()[layer as usize] -= 1;
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(!reserved, "a reserved page failed: {:?}", e);
+                    prop_assert_eq!(e, Error::NoCapacity { layer });
+                }
+            }
+        }
+        Op::Compress { page, bytes } => {
+            let open: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.2).map(|(&p, _)| p).collect();
+            if let Some(&p) = open.get(page % open.len().max(1)) {
+                let before = pool.entry(p).unwrap().location;
+                if let CompressOutcome::Moved(m) = pool.compress(p, bytes).unwrap() {
+                    prop_assert_eq!(m.from, before);
+                    prop_assert!(m.to.slot_bytes >= bytes && m.to.slot_bytes < OPEN);
+                    model.check_fresh(pool, m.to)?;
+                    model.free(pool, before);
+                }
+                model.pages.get_mut(&p).unwrap().2 = false;
+            }
+        }
+        Op::Move { page } => {
+            let full: Vec<PageId> = model.pages.iter().filter(|(_, v)| !v.2).map(|(&p, _)| p).collect();
+            if let Some(&p) = full.get(page % full.len().max(1)) {
+                let before = pool.entry(p).unwrap().location;
+                match pool.move_page(p) {
+                    Ok(m) => {
+                        prop_assert_ne!(m.to.chunk, before.chunk);
+                        model.check_fresh(pool, m.to)?;
+                        model.free(pool, before);
+                    }
+                    Err(e) => prop_assert_eq!(e, Error::NoCapacity { layer: model.pages[&p].1 }),
+                }
+            }
+        }
+        Op::Compact { layer, max } => {
+            let moves = pool.compact(layer % layers, max).unwrap();
+            prop_assert!(moves.len() <= max);
+            for m in moves {
+                model.check_fresh(pool, m.to)?;
+                model.free(pool, m.from);
+            }
+        }
+        Op::Finish { seq } if !seqs.is_empty() => finish(pool, model, seqs[seq % seqs.len()])?,
+        Op::GrowOrPreempt { seq } if !seqs.is_empty() => {
+            let seq = seqs[seq % seqs.len()];
+            loop {
+                let reserved = model.reserve[&seq].iter().all(|&k| k > 0);
+                if reserved || pool.admissible_pages() >= 1 {
+                    for layer in 0..layers {
+                        apply(
+                            pool,
+                            model,
+                            Op::Append { seq: model.reserve.keys().position(|&s| s == seq).unwrap(), layer },
+                        )?;
+                        prop_assert!(
+                            model.pages.values().filter(|v| v.0 == seq && v.1 == layer && v.2).count() > 0
+                        );
+                    }
+                    break;
+                }
+                let Some(&victim) = model.reserve.keys().filter(|&&s| s != seq).max() else { break };
+                let before = pool.admissible_pages();
+                finish(pool, model, victim)?;
+                // Preemption releases everything: no page, no reservation, no room lost.
+                prop_assert!(pool.seq_pages(victim).is_none() && pool.reserved(victim).is_none());
+                prop_assert!(pool.page_table().all(|(_, e)| e.seq != victim));
+                prop_assert!(pool.admissible_pages() >= before);
+            }
+        }
+        Op::Step { lag } => {
+            model.epoch += 1;
+            pool.submit(model.epoch).unwrap();
+            let done = model.epoch.saturating_sub(lag).max(pool.completed());
+            pool.complete(done).unwrap();
+            model.freed.retain(|&(_, _, e)| e > done);
+            model.freed_ids.retain(|&(_, e)| e > done);
+        }
+        Op::Append { .. } | Op::Finish { .. } | Op::GrowOrPreempt { .. } => {}
+    }
+    Ok(())
+}
+
+/// Sequence `seq` finishes or is preempted: its pages and reservation go.
+fn finish(pool: &mut Pool, model: &mut Model, seq: SeqId) -> Result<(), TestCaseError> {
+    let mine: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.0 == seq).map(|(&p, _)| p).collect();
+    for &p in &mine {
+        let at = pool.entry(p).unwrap().location;
+        model.free(pool, at);
+        model.freed_ids.push((p, pool.submitted() + 1));
+        model.pages.remove(&p);
+    }
+    prop_assert_eq!(pool.release(seq).unwrap(), mine.len());
+    model.reserve.remove(&seq);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_serving_sequences_keep_the_invariants(mut pool in pool_strategy(), ops in prop::collection::vec(op(), 1..120)) {
+        let mut model = Model::default();
+        check(&pool, &model)?;
+        for op in ops {
+            apply(&mut pool, &mut model, op)?;
+            check(&pool, &model)?;
+        }
+        // No leak: finishing everything and completing every epoch frees every chunk.
+        for seq in model.reserve.keys().copied().collect::<Vec<_>>() {
+            pool.release(seq).unwrap();
+        }
+        let last = pool.submitted() + 1;
+        pool.submit(last).unwrap();
+        pool.complete(last).unwrap();
+        let cfg = pool.config().clone();
+        prop_assert_eq!(pool.page_table().count(), 0);
+        prop_assert_eq!(pool.stats().chunks_in_use, 0);
+        prop_assert_eq!(pool.stats().shared_free, cfg.shared_chunks);
+        prop_assert_eq!(pool.admissible_pages(), u64::from(cfg.private_chunks + cfg.shared_chunks / cfg.layers) * u64::from(cfg.slots_per_chunk(cfg.classes.open())));
+    }
+
+    #[test]
+    fn a_recorded_trace_replays_to_the_same_page_table(mut pool in pool_strategy(), ops in prop::collection::vec(op(), 1..80)) {
+        let mut model = Model::default();
+        pool.record_trace(true);
+        for op in ops {
+            apply(&mut pool, &mut model, op)?;
+        }
+        let text = pool.take_trace().join("\n");
+        let replayed = kvcodec_pool::trace::replay(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(replayed.page_table().collect::<Vec<_>>(), pool.page_table().collect::<Vec<_>>());
+    }
+}

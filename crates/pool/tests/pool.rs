@@ -1,0 +1,285 @@
+//! Hand-built cases: the seed's cross-layer example, stream-ordered reuse, exact
+//! admission, the reservation guard on compression, compaction, errors, traces.
+
+use kvcodec_pool::{ChunkHome, CompressOutcome, Error, PageFormat, Pool, PoolConfig, SizeClasses, trace};
+
+/// 64-byte open pages, compressed classes 16, 32, 48; 256-byte chunks (4 open slots).
+fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
+    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
+    Pool::new(PoolConfig {
+        layers,
+        chunk_bytes: 256,
+        private_chunks,
+        shared_chunks,
+        page_tokens: 16,
+        classes,
+    })
+    .unwrap()
+}
+
+/// Fills 16 pages in each of two layers, compresses layer 0's to 16 bytes (a quarter)
+/// and layer 1's not at all, lets the step complete; returns the pages that fit then.
+fn seed_example(pool: &mut Pool) -> u64 {
+    pool.reserve(1, 16).unwrap();
+    let mut pages = [Vec::new(), Vec::new()];
+    for (layer, p) in pages.iter_mut().enumerate() {
+        for _ in 0..16 {
+            p.push(pool.alloc(1, layer as u32).unwrap());
+        }
+    }
+    pool.submit(1).unwrap();
+    for &p in &pages[0] {
+        assert!(matches!(pool.compress(p, 16).unwrap(), CompressOutcome::Moved(_)));
+    }
+    for &p in &pages[1] {
+        assert_eq!(pool.compress(p, 64).unwrap(), CompressOutcome::Kept);
+    }
+    pool.submit(2).unwrap();
+    pool.complete(2).unwrap();
+    pool.admissible_pages()
+}
+
+#[test]
+fn shared_pool_lends_one_layers_savings_to_another() {
+    // Seed 002's figure: capacity is set by the tightest layer. Both pools hold 12
+    // chunks. Without a shared pool layer 0's 5 empty chunks sit idle (layer 1 has 2:
+    // 8 pages); with one, they serve layer 1 too: 8 + 4 free chunks' worth, 12 pages.
+    assert_eq!(seed_example(&mut tiny(2, 6, 0)), 8);
+    assert_eq!(seed_example(&mut tiny(2, 2, 8)), 12);
+}
+
+#[test]
+fn a_freed_slot_is_reused_only_after_its_epoch_completes() {
+    let mut pool = tiny(1, 1, 0);
+    pool.reserve(1, 4).unwrap();
+    let a = pool.alloc(1, 0).unwrap();
+    let at = pool.entry(a).unwrap().location;
+    pool.submit(1).unwrap(); // step 1 reads page a
+    pool.release(1).unwrap(); // freed while the host prepares step 2
+    pool.reserve(2, 4).unwrap_err(); // the slot is pending: only 3 pages fit
+    assert_eq!(pool.admissible_pages(), 3);
+    pool.complete(1).unwrap(); // step 1 done, step 2 may still read it
+    assert_eq!(pool.admissible_pages(), 3);
+    pool.reserve(2, 3).unwrap();
+    let b = pool.alloc(2, 0).unwrap();
+    assert_ne!(pool.entry(b).unwrap().location, at);
+    pool.submit(2).unwrap();
+    pool.complete(2).unwrap();
+    // Three slots of the chunk are free (a's again), one holds b.
+    assert_eq!(pool.admissible_pages(), 1);
+    assert_eq!(pool.stats().pending_slots, 0);
+}
+
+#[test]
+fn a_chunk_returns_to_the_shared_pool_when_empty_with_no_read_in_flight() {
+    let mut pool = tiny(2, 0, 2);
+    pool.reserve(1, 1).unwrap();
+    let p = pool.alloc(1, 1).unwrap();
+    let chunk = pool.entry(p).unwrap().location.chunk;
+    assert_eq!(pool.chunk_info(chunk).unwrap().layer, Some(1));
+    assert_eq!(pool.stats().shared_free, 1);
+    pool.submit(1).unwrap();
+    pool.release(1).unwrap();
+    pool.submit(2).unwrap();
+    pool.complete(1).unwrap();
+    assert_eq!(pool.stats().shared_free, 1, "a read may be in flight: the chunk stays with layer 1");
+    pool.complete(2).unwrap();
+    let info = pool.chunk_info(chunk).unwrap();
+    assert_eq!((info.home, info.layer, info.class), (ChunkHome::Shared, None, None));
+    assert_eq!(pool.stats().shared_free, 2);
+    // ... and layer 0 can now take both shared chunks.
+    pool.reserve(2, 0).unwrap();
+    for _ in 0..8 {
+        pool.alloc(2, 0).unwrap();
+    }
+    assert_eq!(pool.alloc(2, 0), Err(Error::NoCapacity { layer: 0 }));
+}
+
+#[test]
+fn admission_is_exact_and_counts_reservations() {
+    let mut pool = tiny(3, 1, 3);
+    // 3 layers x 1 private chunk + 3 shared: 4 + 4 pages per layer.
+    assert_eq!(pool.admissible_pages(), 8);
+    assert_eq!(pool.admissible_requests(16 * 3, 16), 2); // 4 pages each
+    pool.reserve(1, 5).unwrap();
+    assert_eq!(pool.admissible_pages(), 3);
+    assert_eq!(pool.reserve(2, 4), Err(Error::ReservationTooLarge { requested: 4, admissible: 3 }));
+    pool.reserve(2, 3).unwrap();
+    assert_eq!(pool.admissible_pages(), 0);
+    // Every reserved page can be allocated, in any layer order.
+    for layer in [2, 0, 1] {
+        for _ in 0..5 {
+            pool.alloc(1, layer).unwrap();
+        }
+    }
+    for layer in 0..3 {
+        for _ in 0..3 {
+            pool.alloc(2, layer).unwrap();
+        }
+    }
+    // A sequence past its reservation gets nothing more.
+    assert_eq!(pool.alloc(2, 0), Err(Error::NoCapacity { layer: 0 }));
+    assert_eq!(pool.reserved(1), Some(&[0, 0, 0][..]));
+}
+
+#[test]
+fn compression_never_takes_a_chunk_a_reservation_needs() {
+    let mut pool = tiny(1, 2, 0);
+    pool.reserve(1, 8).unwrap(); // both chunks' worth of open pages
+    let p = pool.alloc(1, 0).unwrap();
+    // A 16-byte class chunk would leave 4 open slots for 7 reserved pages: kept BF16.
+    assert_eq!(pool.compress(p, 16).unwrap(), CompressOutcome::Kept);
+    assert_eq!(pool.entry(p).unwrap().format, PageFormat::Bf16 { compressed_bytes: 16 });
+    for _ in 0..7 {
+        pool.alloc(1, 0).unwrap();
+    }
+    // No room for a compact chunk at all: a later move fails cleanly.
+    assert_eq!(pool.move_page(p), Err(Error::NoCapacity { layer: 0 }));
+}
+
+#[test]
+fn a_kept_page_compresses_later_by_moving() {
+    let mut pool = tiny(1, 2, 0);
+    pool.reserve(1, 1).unwrap();
+    pool.reserve(2, 4).unwrap();
+    let p = pool.alloc(1, 0).unwrap();
+    // A class chunk would leave 3 + 4 - 4 open slots for 4 reserved pages.
+    assert_eq!(pool.compress(p, 40).unwrap(), CompressOutcome::Kept);
+    pool.release(2).unwrap();
+    let m = pool.move_page(p).unwrap();
+    assert!(m.compress);
+    assert_eq!((m.to.slot_bytes, m.bytes), (48, 40));
+    assert_eq!(pool.entry(p).unwrap().format, PageFormat::Compressed { bytes: 40 });
+}
+
+#[test]
+fn compaction_empties_the_sparsest_chunk() {
+    let mut pool = tiny(1, 16, 0);
+    for seq in 1..=3 {
+        pool.reserve(seq, 8).unwrap();
+    }
+    // 24 pages of 16 bytes, interleaved: a full 16-slot class chunk and one holding 8.
+    for _ in 0..8 {
+        for seq in 1..=3 {
+            let p = pool.alloc(seq, 0).unwrap();
+            assert!(matches!(pool.compress(p, 16).unwrap(), CompressOutcome::Moved(_)));
+        }
+    }
+    let class_chunks =
+        |pool: &Pool| (0..16).filter(|&c| pool.chunk_info(c).unwrap().class == Some(0)).count();
+    assert_eq!(class_chunks(&pool), 2);
+    pool.release(2).unwrap(); // 5 pages of the first chunk, 3 of the second
+    pool.submit(1).unwrap();
+    pool.complete(1).unwrap();
+    let moves = pool.compact(0, 100).unwrap();
+    assert_eq!(moves.len(), 5, "the second chunk's 5 pages fill the first's 5 free slots");
+    assert_eq!(pool.compact(0, 100).unwrap(), vec![], "nothing left to compact");
+    pool.submit(2).unwrap();
+    pool.complete(2).unwrap();
+    assert_eq!(class_chunks(&pool), 1);
+    // Every page still resolves, none lost.
+    for seq in [1, 3] {
+        let pages = pool.seq_pages(seq).unwrap();
+        assert!(
+            pages
+                .iter()
+                .all(|&p| pool.entry(p).is_some_and(|e| e.format == PageFormat::Compressed { bytes: 16 }))
+        );
+    }
+}
+
+#[test]
+fn operations_refuse_bad_arguments() {
+    let mut pool = tiny(2, 1, 0);
+    assert_eq!(pool.alloc(9, 0), Err(Error::UnknownSeq { seq: 9 }));
+    pool.reserve(1, 1).unwrap();
+    assert_eq!(pool.alloc(1, 2), Err(Error::LayerOutOfRange { layer: 2, layers: 2 }));
+    let p = pool.alloc(1, 0).unwrap();
+    assert_eq!(pool.move_page(p), Err(Error::OpenPage { page: p }));
+    pool.compress(p, 16).unwrap();
+    assert_eq!(pool.compress(p, 16), Err(Error::NotOpen { page: p }));
+    assert_eq!(pool.compress(p + 1, 16), Err(Error::UnknownPage { page: p + 1 }));
+    assert_eq!(pool.submit(0), Err(Error::SubmitOrder { epoch: 0, last: 0 }));
+    assert_eq!(pool.complete(1), Err(Error::CompleteOrder { epoch: 1, completed: 0, submitted: 0 }));
+    pool.release(1).unwrap();
+    assert_eq!(pool.release(1), Err(Error::UnknownSeq { seq: 1 }));
+    assert_eq!(pool.entry(p), None, "a released page is gone from the page table at once");
+}
+
+#[test]
+fn configurations_are_checked() {
+    let cfg = |chunk_bytes, classes: Vec<u32>| PoolConfig {
+        layers: 1,
+        chunk_bytes,
+        private_chunks: 1,
+        shared_chunks: 0,
+        page_tokens: 16,
+        classes: SizeClasses::new(classes).unwrap(),
+    };
+    assert_eq!(SizeClasses::new(vec![]), Err(Error::NoClasses));
+    assert_eq!(SizeClasses::new(vec![24]), Err(Error::ClassNotAligned { bytes: 24, align: 16 }));
+    assert_eq!(SizeClasses::new(vec![32, 32]), Err(Error::ClassOrder { index: 1, bytes: 32 }));
+    assert_eq!(
+        Pool::new(cfg(32, vec![64])).err(),
+        Some(Error::ChunkTooSmall { chunk_bytes: 32, class_bytes: 64 })
+    );
+    assert_eq!(Pool::new(cfg(0, vec![64])).err(), Some(Error::ZeroField { field: "chunk_bytes" }));
+    let big = PoolConfig { shared_chunks: u32::MAX, ..cfg(64, vec![64]) };
+    assert!(matches!(Pool::new(big), Err(Error::TooLarge { .. })));
+    assert_eq!(SizeClasses::stepped(100, 160, 16).unwrap().bytes(), &[112, 128, 144, 160]);
+}
+
+#[test]
+fn gaac_slots_and_raw_blocks_are_size_classes() {
+    // Llama-3-8B GAAC page: 2 H = 16 slots of C = 2976 bytes; a raw block is 2 N = 4096.
+    let (slots, raw, open) = (16 * 2976, 4096, 65536);
+    let classes = SizeClasses::new((0..=4).map(|k| slots + k * raw).chain([open]).collect()).unwrap();
+    assert_eq!(classes.fit(slots), Some(0));
+    assert_eq!(classes.fit(slots + 2 * raw), Some(2));
+    assert_eq!(classes.fit(open), Some(5));
+    assert_eq!(classes.fit(slots + 5 * raw), None, "five raw blocks: larger than BF16, the page stays BF16");
+    assert_eq!(classes.fit(open + 128), None, "an all-raw ZipFusion page is above the BF16 page");
+}
+
+#[test]
+fn a_trace_replays_and_a_changed_outcome_is_caught() {
+    let mut pool = tiny(2, 2, 8);
+    pool.record_trace(true);
+    seed_example(&mut pool);
+    pool.reserve(2, 2).unwrap();
+    let p = pool.alloc(2, 1).unwrap();
+    pool.compress(p, 30).unwrap();
+    pool.compact(0, 8).unwrap();
+    pool.release(1).unwrap();
+    let lines = pool.take_trace();
+    let text = lines.join("\n");
+    let replayed = trace::replay(&text).unwrap();
+    assert_eq!(replayed.page_table().collect::<Vec<_>>(), pool.page_table().collect::<Vec<_>>());
+    // Another location in one alloc line is a mismatch on that line.
+    let at = lines.iter().position(|l| l.starts_with("alloc ")).unwrap();
+    let mut tampered = lines.clone();
+    tampered[at] = tampered[at].replacen(":0:64", ":64:64", 1);
+    assert_ne!(tampered[at], lines[at]);
+    match trace::replay(&tampered.join("\n")) {
+        Err(trace::ReplayError::Mismatch { line, .. }) => assert_eq!(line, at + 1),
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert!(matches!(trace::replay("garbage"), Err(trace::ReplayError::Parse { line: 1, .. })));
+}
+
+#[test]
+fn moving_a_kept_page_to_another_open_slot_respects_reservations() {
+    // Found by the property test: the move's capacity check counted the free open slots
+    // of the page's own chunk, which a move cannot use, and took the last shared chunk
+    // that layers 1 and 2 had reserved.
+    let mut pool = tiny(3, 0, 3);
+    pool.reserve(0, 0).unwrap();
+    pool.reserve(2, 1).unwrap();
+    let p = pool.alloc(0, 0).unwrap();
+    assert_eq!(pool.compress(p, 49).unwrap(), CompressOutcome::Kept);
+    pool.alloc(0, 0).unwrap();
+    assert_eq!(pool.move_page(p), Err(Error::NoCapacity { layer: 0 }));
+    for layer in 0..3 {
+        pool.alloc(2, layer).unwrap();
+    }
+}

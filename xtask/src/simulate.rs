@@ -1,0 +1,1012 @@
+//! `cargo xtask simulate`: a discrete-event decode server at an equal KV memory budget,
+//! with `kvcodec-pool` as its allocator (issue 19; seed 002, "Memory management" and
+//! "Results": 8K prompts + 256 generated tokens, batch 46 -> 57 at equal memory).
+//!
+//! * Model shape Llama-3.1-8B: 32 layers, 8 KV heads, head_dim 128, 16-token pages of
+//!   64 KiB in BF16. Step time: weight bytes over the H200's measured copy bandwidth,
+//!   plus 32 times one layer's decode attention at the batch and its mean context
+//!   (bench-attention JSON), plus the device work of compressing and moving pages at
+//!   ZipFusion's measured GPU encode rate. Prefill is not timed (as in the seed).
+//! * Page sizes from real KV: the SmolLM2 fixtures encoded by the CPU encoders, their
+//!   blocks mapped to the Llama page shape (see [`PageSizes`]).
+//! * The scheduler admits requests in arrival order while [`Pool::admissible_pages`]
+//!   covers a request's whole length in BF16 pages, reserves them, prefills (every full
+//!   prompt page compressed as written) and decodes one token per running request per
+//!   step; the device is one step behind the host ([`Pool::complete`] of step n - 1 at
+//!   the start of step n).
+//! * `--reserve compressed`: a request reserves its prompt in BF16 pages and its output
+//!   at the codec's measured mean page ratio; a page that cannot be had preempts the
+//!   youngest request (vLLM's recompute: released, queued again first, its generated
+//!   tokens lost and not counted in tokens/s).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use bf16_field::KvKind;
+use kvcodec_pool::{Epoch, Move, PageId, Pool, PoolConfig, SizeClasses};
+
+/// Llama-3.1-8B: layers, KV heads, head_dim.
+const LAYERS: u32 = 32;
+const KV_HEADS: usize = 8;
+const HEAD_DIM: usize = 128;
+/// Tokens per page (ZipFusion's and GAAC's blocks are 16 tokens).
+const PAGE_TOKENS: u64 = 16;
+/// One BF16 page: 16 tokens x 8 heads x 128 x {K,V} x 2 bytes.
+const PAGE_BYTES: u32 = (PAGE_TOKENS as usize * KV_HEADS * HEAD_DIM * 2 * 2) as u32;
+/// ZipFusion's size classes are this many bytes apart (rounding loss under 1%).
+const ZF_CLASS_STEP: u32 = 512;
+/// The decode steps a run takes and the first step of its measured window.
+const STEPS: u64 = 2048;
+const WARMUP: u64 = 512;
+/// The batch at which the allocator's own CPU cost is measured (the issue's target).
+const TIMED_BATCH: usize = 64;
+/// Layers compacted per step (round robin), and moves per compaction.
+const COMPACT_MOVES: usize = 64;
+
+#[derive(clap::Args, Clone)]
+pub(crate) struct SimulateArgs {
+    /// KV memory budget in GB (10^9 bytes), the same for every codec. Default: the seed's
+    /// H100 run, 46 BF16 requests of 8192 + 256 tokens (46 x 1.107 GB, rounded up).
+    #[arg(long, default_value_t = 51.0)]
+    kv_gb: f64,
+    /// Chunk size in MiB: the unit a layer takes from or returns to the shared pool.
+    #[arg(long, default_value_t = 2)]
+    chunk_mib: u64,
+    /// With the shared pool: the share of the budget kept as per-layer private space.
+    #[arg(long, default_value_t = 0.5)]
+    private_share: f64,
+    /// Model weights in bytes (Llama-3.1-8B in BF16).
+    #[arg(long, default_value_t = 16.0e9)]
+    weight_bytes: f64,
+    /// The bench JSON whose CUDA rows give `copy_gb_s` (weights' read time) and
+    /// ZipFusion's GPU `encode_gb_s` (page compression).
+    #[arg(long, default_value = "docs/bench/2026-12-01-h200-merged-main-code.json")]
+    bench: PathBuf,
+    /// The bench-attention JSON: per-(shape, batch, context) twin and fused times.
+    #[arg(long, default_value = "docs/bench/2026-12-01-h200-attention-fused.json")]
+    attention: PathBuf,
+    /// Write the allocator trace of the ZipFusion + pool run on the seed's stream to
+    /// this file (the format of `kvcodec_pool::trace`), then replay it on the CPU model.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Decode steps the trace covers (the first wave's prefill dominates its size).
+    #[arg(long, default_value_t = 300)]
+    trace_steps: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Only time the allocator's CPU cost per decode step (skip the serving runs).
+    #[arg(long)]
+    allocator_only: bool,
+    /// The reservation policies to run, comma-separated: `bf16` (a request reserves its
+    /// whole length in BF16 pages, never preempted) and `compressed` (its prompt in BF16
+    /// pages, its output at the codec's measured mean page ratio; a page that cannot be
+    /// allocated preempts the youngest request, vLLM's recompute).
+    #[arg(long, value_delimiter = ',', default_value = "bf16,compressed")]
+    reserve: Vec<Reserve>,
+}
+
+/// How much a request reserves at admission (see `--reserve`).
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Reserve {
+    /// Its whole length in open (BF16) pages: a running request can always grow.
+    Bf16,
+    /// Its prompt in open pages (prefill writes them open before compressing them), its
+    /// output pages divided by the codec's measured mean page ratio, rounded up; a
+    /// shortfall preempts.
+    Compressed,
+}
+
+impl Reserve {
+    fn name(self) -> &'static str {
+        match self {
+            Reserve::Bf16 => "bf16",
+            Reserve::Compressed => "compressed",
+        }
+    }
+}
+
+// ----- measured inputs ---------------------------------------------------------------
+
+/// The H200 numbers the step time is built from.
+struct Device {
+    /// Device-to-device copy GB/s (read + write counted), the bench's `copy_gb_s`.
+    copy_gb_s: f64,
+    /// ZipFusion's GPU page compression GB/s of BF16 input (`encode_gb_s`, CUDA row).
+    encode_gb_s: f64,
+    source: String,
+    /// One layer's decode attention in µs: (batch, context) grid, twin and fused base.
+    batches: Vec<f64>,
+    contexts: Vec<f64>,
+    twin_us: Vec<Vec<f64>>,
+    fused_us: Vec<Vec<f64>>,
+    attention_source: String,
+}
+
+fn load_device(args: &SimulateArgs) -> anyhow::Result<Device> {
+    let root = crate::project_root();
+    let read = |p: &Path| -> anyhow::Result<serde_json::Value> {
+        let path = if p.is_absolute() { p.to_path_buf() } else { root.join(p) };
+        let text = std::fs::read_to_string(&path).with_context(|| crate::shown(&path).to_string())?;
+        serde_json::from_str(&text).with_context(|| crate::shown(&path).to_string())
+    };
+    let bench = read(&args.bench)?;
+    let rows = bench["rows"].as_array().context("--bench: no rows")?;
+    let row = |codec: &str, field: &str| {
+        rows.iter()
+            .filter(|r| r["codec"] == codec && r["backend"] == "cuda")
+            .find_map(|r| r[field].as_f64())
+            .with_context(|| format!("--bench: no CUDA {codec} row with {field}"))
+    };
+    let copy_gb_s = row("zipfusion", "copy_gb_s")?;
+    let encode_gb_s = row("zipfusion", "encode_gb_s")?;
+    let source = format!("{}, {}, commit {}", args.bench.display(), bench["device"], bench["commit"]);
+
+    let att = read(&args.attention)?;
+    let cells: Vec<&serde_json::Value> = att["cells"]
+        .as_array()
+        .context("--attention: no cells")?
+        .iter()
+        .filter(|c| c["shape"] == "llama3-8b")
+        .collect();
+    let mut batches: Vec<f64> = cells.iter().filter_map(|c| c["batch"].as_f64()).collect();
+    let mut contexts: Vec<f64> = cells.iter().filter_map(|c| c["context"].as_f64()).collect();
+    for v in [&mut batches, &mut contexts] {
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+    }
+    anyhow::ensure!(
+        batches.len() >= 2 && contexts.len() >= 2,
+        "--attention: fewer than 2 batches or contexts"
+    );
+    let grid = |pick: &dyn Fn(&serde_json::Value) -> Option<f64>| -> anyhow::Result<Vec<Vec<f64>>> {
+        batches
+            .iter()
+            .map(|&b| {
+                contexts
+                    .iter()
+                    .map(|&s| {
+                        cells
+                            .iter()
+                            .find(|c| c["batch"].as_f64() == Some(b) && c["context"].as_f64() == Some(s))
+                            .and_then(|c| pick(c))
+                            .with_context(|| {
+                                format!("--attention: no llama3-8b cell at batch {b} context {s}")
+                            })
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let twin_us = grid(&|c| c["twin_us"].as_f64())?;
+    let fused_us = grid(&|c| {
+        c["fused"].as_array()?.iter().find(|f| f["variant"] == "base").and_then(|f| f["us"].as_f64())
+    })?;
+    let attention_source =
+        format!("{}, {}, commit {}", args.attention.display(), att["device"], att["commit"]);
+    Ok(Device { copy_gb_s, encode_gb_s, source, batches, contexts, twin_us, fused_us, attention_source })
+}
+
+/// `y` at `x` on the polyline through `(xs, ys)`, extended past both ends by the first
+/// and last segments.
+fn polyline(xs: &[f64], ys: &[f64], x: f64) -> f64 {
+    let i = xs.partition_point(|&v| v <= x).clamp(1, xs.len() - 1);
+    let (x0, x1, y0, y1) = (xs[i - 1], xs[i], ys[i - 1], ys[i]);
+    y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+}
+
+impl Device {
+    /// One layer's attention in µs at `batch` sequences of mean context `context`:
+    /// piecewise linear in context at each measured batch, then in batch (both extended
+    /// linearly past the grid), floored at the smallest measured time.
+    fn attention_us(&self, fused: bool, batch: f64, context: f64) -> f64 {
+        let grid = if fused { &self.fused_us } else { &self.twin_us };
+        let at_batch: Vec<f64> = grid.iter().map(|row| polyline(&self.contexts, row, context)).collect();
+        let floor = grid.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+        polyline(&self.batches, &at_batch, batch).max(floor)
+    }
+}
+
+// ----- page sizes from real KV -----------------------------------------------------
+
+/// Compressed page sizes of the Llama shape, per Llama layer, from the SmolLM2 fixtures
+/// (30 layers, 3 KV heads, head_dim 64, 512 tokens each).
+///
+/// Layer `l` of 32 takes SmolLM2 layer `round(l * 29 / 31)` (same relative depth). That
+/// layer's blocks, both fixtures, in page order, form one sequence; a Llama page takes
+/// the next blocks of it from a start chosen by a hash of (request, page):
+/// * ZipFusion: 64 blocks of 16 tokens x 32 channels (8 heads x {K,V} x 4) from the
+///   SmolLM2 blocks of the same size (12 per SmolLM2 page); size
+///   `M + 768 e + 1024 (64 - e)` (docs/formats/zipfusion.md §5.2).
+/// * GAAC: 16 blocks of 16 x 128 channels, each two consecutive SmolLM2 blocks of
+///   16 x 64: it fits its 2976-byte slot when the two halves' 4-bit and raw bytes sum to
+///   at most the slot's 96 bytes of slack (each half coded in the widest slot, bases
+///   calibrated on the other fixture); size `16 C + k 2N` with `k` raw blocks
+///   (docs/formats/gaac.md §4), BF16 past the open page.
+struct PageSizes {
+    /// Per Llama layer, per start, the page's compressed bytes.
+    per_layer: Vec<Vec<u32>>,
+    /// The mean Llama page ratio (BF16 bytes / compressed bytes, pages kept BF16 at 1).
+    mean_ratio: f64,
+    /// The SmolLM2 share of eligible (ZipFusion) or fitting (GAAC) blocks.
+    smollm_share: f64,
+}
+
+fn smollm_layer(l: u32, smollm_layers: usize) -> usize {
+    ((l as f64) * (smollm_layers - 1) as f64 / (LAYERS - 1) as f64).round() as usize
+}
+
+/// Builds the sizes from per-SmolLM2-layer block sequences: `take` consecutive items
+/// from every start, `size` of them.
+fn page_sizes<T: Copy>(blocks: &[Vec<T>], take: usize, size: impl Fn(&[T]) -> u32, share: f64) -> PageSizes {
+    let per_layer: Vec<Vec<u32>> = (0..LAYERS)
+        .map(|l| {
+            let seq = &blocks[smollm_layer(l, blocks.len())];
+            (0..seq.len())
+                .step_by(take.min(seq.len()).max(1))
+                .map(|start| {
+                    let items: Vec<T> = (0..take).map(|i| seq[(start + i) % seq.len()]).collect();
+                    size(&items)
+                })
+                .collect()
+        })
+        .collect();
+    let all: Vec<f64> =
+        per_layer.iter().flatten().map(|&b| f64::from(PAGE_BYTES) / f64::from(b.min(PAGE_BYTES))).collect();
+    PageSizes { mean_ratio: all.iter().sum::<f64>() / all.len() as f64, per_layer, smollm_share: share }
+}
+
+fn zipfusion_sizes(files: &[PathBuf]) -> anyhow::Result<PageSizes> {
+    let shape = zipfusion::PageShape::new(KV_HEADS, HEAD_DIM)?;
+    let mut blocks: Vec<Vec<bool>> = Vec::new();
+    let options = zipfusion::EncodeOptions { variant: zipfusion::Variant::Base, checksum: false };
+    for f in files {
+        let cache = crate::read_cache(f)?;
+        let info = zipfusion::cache_info(&zipfusion::encode_cache(&cache, &options)?)?;
+        let s = cache.shape();
+        blocks.resize(s.layers, Vec::new());
+        let per_layer = info.header.pages_per_layer();
+        for (i, (_, page)) in info.pages.iter().enumerate() {
+            for head in 0..s.kv_heads {
+                for kind in KvKind::BOTH {
+                    let eligible = page.blocks(head, kind).iter().map(|m| *m != zipfusion::BlockMeta::Raw);
+                    blocks[i / per_layer].extend(eligible);
+                }
+            }
+        }
+    }
+    let all: Vec<bool> = blocks.iter().flatten().copied().collect();
+    let share = all.iter().filter(|&&e| e).count() as f64 / all.len() as f64;
+    let size = |e: &[bool]| {
+        let coded = e.iter().filter(|&&x| x).count();
+        (shape.metadata_len()
+            + coded * zipfusion::format::CODED_BLOCK_LEN
+            + (e.len() - coded) * zipfusion::format::RAW_BLOCK_LEN) as u32
+    };
+    Ok(page_sizes(&blocks, shape.blocks(), size, share))
+}
+
+/// GAAC's Llama block: slot capacity, raw length, slack of its slot.
+fn gaac_block() -> (u32, u32, u32) {
+    let b = gaac::BlockShape::new(HEAD_DIM).expect("128 is a multiple of 64");
+    let c = b.default_capacity();
+    (c as u32, b.raw_len() as u32, (c - b.planes_len()) as u32)
+}
+
+fn gaac_sizes(files: &[PathBuf]) -> anyhow::Result<PageSizes> {
+    let (capacity, raw, slack) = gaac_block();
+    let mut blocks: Vec<Vec<u32>> = Vec::new();
+    let (mut fit, mut total) = (0usize, 0usize);
+    for f in files {
+        let cache = crate::read_cache(f)?;
+        let other =
+            crate::bench::other_text_of_model(f).context("GAAC bases: no other fixture of the model")?;
+        let small = gaac::BlockShape::new(cache.shape().head_dim).context("GAAC needs head_dim % 64 == 0")?;
+        let options = gaac::EncodeOptions {
+            bases: Some(gaac::Bases::calibrate(&crate::read_cache(&other)?)),
+            slot_capacity: Some(small.max_coded_len()),
+            ..Default::default()
+        };
+        let info = gaac::cache_info(&gaac::encode_cache(&cache, &options)?)?;
+        let s = cache.shape();
+        blocks.resize(s.layers, Vec::new());
+        // Container order is (layer, kind, head, block); a page wants (block, kind, head).
+        let mut keyed: Vec<((usize, usize, usize, usize), u32)> = Vec::new();
+        for (i, b) in info.blocks.iter().enumerate() {
+            let (layer, kind, head, block) = info.header.block_coords(i);
+            let len = b.map_or(small.raw_len(), |(_, len)| len);
+            let extra = (len - small.planes_len()) as u32;
+            fit += usize::from(len <= small.default_capacity());
+            total += 1;
+            keyed.push(((layer, block, kind as usize, head), extra));
+        }
+        keyed.sort_unstable_by_key(|k| k.0);
+        for ((layer, ..), extra) in keyed {
+            blocks[layer].push(extra);
+        }
+    }
+    let size = |extras: &[u32]| {
+        let raws = extras.chunks(2).filter(|pair| pair.iter().sum::<u32>() > slack).count() as u32;
+        2 * KV_HEADS as u32 * capacity + raws * raw
+    };
+    Ok(page_sizes(&blocks, 2 * 2 * KV_HEADS, size, fit as f64 / total as f64))
+}
+
+// ----- the server ---------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Codec {
+    Bf16,
+    Zipfusion,
+    Gaac,
+}
+
+impl Codec {
+    fn name(self) -> &'static str {
+        match self {
+            Codec::Bf16 => "bf16",
+            Codec::Zipfusion => "zipfusion",
+            Codec::Gaac => "gaac",
+        }
+    }
+    fn classes(self) -> anyhow::Result<SizeClasses> {
+        Ok(match self {
+            Codec::Bf16 => SizeClasses::open_only(PAGE_BYTES)?,
+            Codec::Zipfusion => {
+                let min = zipfusion::PageShape::new(KV_HEADS, HEAD_DIM)?.min_page_len() as u32;
+                SizeClasses::stepped(min, PAGE_BYTES, ZF_CLASS_STEP)?
+            }
+            Codec::Gaac => {
+                let (capacity, raw, _) = gaac_block();
+                let slots = 2 * KV_HEADS as u32 * capacity;
+                let sizes = (0..).map(|k| slots + k * raw).take_while(|&b| b < PAGE_BYTES);
+                SizeClasses::new(sizes.chain([PAGE_BYTES]).collect())?
+            }
+        })
+    }
+}
+
+/// A request stream: (prompt tokens, output tokens), cycled.
+struct Stream {
+    name: &'static str,
+    what: &'static str,
+    requests: &'static [(u64, u64)],
+}
+
+const STREAMS: [Stream; 2] = [
+    Stream {
+        name: "seed-8k",
+        what: "8192-token prompt + 256 generated (the seed's)",
+        requests: &[(8192, 256)],
+    },
+    Stream {
+        name: "long-output",
+        what: "cycle of (1024 + 8192), (2048 + 4096), (8192 + 256), (512 + 2048): 57% of tokens generated",
+        requests: &[(1024, 8192), (2048, 4096), (8192, 256), (512, 2048)],
+    },
+];
+
+struct Running {
+    id: u64,
+    /// Which request of the stream it is (a preempted one is admitted again as itself).
+    request: (u64, u64),
+    prompt: u64,
+    output: u64,
+    generated: u64,
+    /// The open page of each layer.
+    open: Vec<PageId>,
+}
+
+/// The result of one run.
+#[derive(serde::Serialize, Clone)]
+struct RunResult {
+    stream: &'static str,
+    codec: &'static str,
+    shared_pool: bool,
+    attention: &'static str,
+    mean_batch: f64,
+    max_batch: usize,
+    tokens_per_s: f64,
+    mean_step_ms: f64,
+    held_gb: f64,
+    live_gb: f64,
+    pages_kept_bf16: u64,
+    pages_compressed: u64,
+    moves: u64,
+    reserve: &'static str,
+    /// Requests preempted in the measured window (their generated tokens are lost).
+    preemptions: u64,
+    /// Decode tokens thrown away by those preemptions (not counted in `tokens_per_s`).
+    lost_tokens: u64,
+}
+
+/// The pool of `codec` at the budget: `private_share` of the chunks per layer (1.0: no
+/// shared pool), the rest shared. Both shapes hold the same chunks.
+fn pool_config(args: &SimulateArgs, codec: Codec, shared: bool) -> anyhow::Result<PoolConfig> {
+    let chunk_bytes = args.chunk_mib << 20;
+    let per_layer = ((args.kv_gb * 1e9) / (chunk_bytes as f64 * f64::from(LAYERS))).floor() as u32;
+    let private_chunks =
+        if shared { (f64::from(per_layer) * args.private_share).floor() as u32 } else { per_layer };
+    Ok(PoolConfig {
+        layers: LAYERS,
+        chunk_bytes,
+        private_chunks,
+        shared_chunks: (per_layer - private_chunks) * LAYERS,
+        page_tokens: PAGE_TOKENS as u32,
+        classes: codec.classes()?,
+    })
+}
+
+/// A deterministic hash (splitmix64) of a page's coordinates: picks its sizes' start.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(b);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+struct Server<'a> {
+    pool: Pool,
+    codec: Codec,
+    sizes: Option<&'a PageSizes>,
+    reserve: Reserve,
+    running: Vec<Running>,
+    next_id: u64,
+    /// Preempted requests, admitted again before new arrivals (oldest first).
+    requeue: std::collections::VecDeque<(u64, u64)>,
+    /// Preemptions, and the decode tokens they threw away.
+    preemptions: u64,
+    lost_tokens: u64,
+    kept: u64,
+    compressed: u64,
+    moves: u64,
+    /// Bytes the device reads and writes this step for compression and moves.
+    device_bytes: f64,
+}
+
+impl<'a> Server<'a> {
+    fn new(pool: Pool, codec: Codec, sizes: Option<&'a PageSizes>, reserve: Reserve) -> Server<'a> {
+        Server {
+            pool,
+            codec,
+            sizes,
+            reserve,
+            running: Vec::new(),
+            next_id: 0,
+            requeue: std::collections::VecDeque::new(),
+            preemptions: 0,
+            lost_tokens: 0,
+            kept: 0,
+            compressed: 0,
+            moves: 0,
+            device_bytes: 0.0,
+        }
+    }
+
+    fn page_bytes(&self, id: u64, page: u64, layer: u32) -> u32 {
+        match self.sizes {
+            None => PAGE_BYTES,
+            Some(s) => {
+                let starts = &s.per_layer[layer as usize];
+                starts[(mix(id, page) % starts.len() as u64) as usize]
+            }
+        }
+    }
+
+    fn compress(&mut self, id: u64, page_index: u64, layer: u32, page: PageId) -> anyhow::Result<()> {
+        let bytes = self.page_bytes(id, page_index, layer);
+        match self.pool.compress(page, bytes)? {
+            kvcodec_pool::CompressOutcome::Moved(m) => {
+                self.compressed += 1;
+                self.count_move(&m);
+            }
+            kvcodec_pool::CompressOutcome::Kept => self.kept += 1,
+        }
+        Ok(())
+    }
+
+    fn count_move(&mut self, m: &Move) {
+        // A compression reads the BF16 page and writes the compressed one; a move copies.
+        let read = if m.compress { m.from.slot_bytes } else { m.bytes };
+        self.device_bytes += f64::from(read) + f64::from(m.bytes);
+    }
+
+    /// Pages per layer a request of `(prompt, output)` reserves at admission under the
+    /// server's policy (`--reserve`).
+    fn reservation(&self, prompt: u64, output: u64) -> u64 {
+        let cfg = self.pool.config();
+        match self.reserve {
+            Reserve::Bf16 => cfg.pages_for_tokens(prompt + output),
+            Reserve::Compressed => {
+                let ratio = self.sizes.map_or(1.0, |s| s.mean_ratio);
+                let out_pages = cfg.pages_for_tokens(prompt + output) - prompt / PAGE_TOKENS;
+                prompt / PAGE_TOKENS + (out_pages as f64 / ratio).ceil() as u64
+            }
+        }
+    }
+
+    /// Admits `(prompt, output)` if its reservation fits (a preempted request first),
+    /// reserves it, prefills.
+    fn try_admit_next(&mut self, stream: &Stream, arrivals: &mut u64) -> anyhow::Result<bool> {
+        let (prompt, output) = match self.requeue.front() {
+            Some(&r) => r,
+            None => stream.requests[(*arrivals % stream.requests.len() as u64) as usize],
+        };
+        let admitted = self.try_admit(prompt, output)?;
+        if admitted && self.requeue.pop_front().is_none() {
+            *arrivals += 1;
+        }
+        Ok(admitted)
+    }
+
+    /// Admits `(prompt, output)` if its reservation fits: reserves it, prefills.
+    fn try_admit(&mut self, prompt: u64, output: u64) -> anyhow::Result<bool> {
+        let pages = self.reservation(prompt, output);
+        if self.pool.admissible_pages() < pages {
+            return Ok(false);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pool.reserve(id, pages)?;
+        let prompt_pages = prompt.div_ceil(PAGE_TOKENS);
+        let mut open = Vec::with_capacity(LAYERS as usize);
+        for layer in 0..LAYERS {
+            let mut last = None;
+            for p in 0..prompt_pages {
+                let page = self.pool.alloc(id, layer)?;
+                if (p + 1) * PAGE_TOKENS <= prompt {
+                    self.compress(id, p, layer, page)?;
+                }
+                last = Some(page);
+            }
+            open.push(last.context("a prompt of at least one token")?);
+        }
+        self.running.push(Running { id, request: (prompt, output), prompt, output, generated: 0, open });
+        Ok(true)
+    }
+
+    /// Whether request `i` can take a new page in every layer: from its reservation, or
+    /// beyond every reservation (the pool's exact admission query).
+    fn can_grow(&self, i: usize) -> bool {
+        let id = self.running[i].id;
+        self.pool.reserved(id).is_some_and(|r| r.iter().all(|&k| k > 0)) || self.pool.admissible_pages() >= 1
+    }
+
+    /// Preempts the youngest running request (vLLM's recompute): its pages and
+    /// reservation are released, it is queued to be admitted again, its generated tokens
+    /// are lost. Returns the index it had.
+    fn preempt_youngest(&mut self) -> anyhow::Result<usize> {
+        let v =
+            (0..self.running.len()).max_by_key(|&j| self.running[j].id).context("no request to preempt")?;
+        let r = self.running.swap_remove(v);
+        self.pool.release(r.id)?;
+        self.requeue.push_back(r.request);
+        self.preemptions += 1;
+        self.lost_tokens += r.generated;
+        Ok(v)
+    }
+
+    /// One decode token for every running request; finished ones release. A request
+    /// that needs a page when none can be had preempts the youngest request (itself if
+    /// it is the youngest); if the room is still pending it waits this step.
+    fn decode(&mut self) -> anyhow::Result<u64> {
+        let mut tokens = 0;
+        let mut i = 0;
+        while i < self.running.len() {
+            let (id, t) = (self.running[i].id, self.running[i].prompt + self.running[i].generated);
+            if t.is_multiple_of(PAGE_TOKENS) && !self.can_grow(i) {
+                let v = self.preempt_youngest()?;
+                if v == i {
+                    continue; // it preempted itself; the request now at i (if any) is next
+                }
+                if v < i {
+                    // The request at `i` moved: the last one took the victim's place.
+                    i = self.running.iter().position(|r| r.id == id).context("still running")?;
+                }
+                if !self.can_grow(i) {
+                    i += 1; // the victim's slots come back when its epoch completes
+                    continue;
+                }
+            }
+            if t.is_multiple_of(PAGE_TOKENS) {
+                // The token starts a new page in every layer (room checked above: the
+                // allocations first, so a compression cannot take it), and the previous
+                // page filled and compresses (unless the prompt's last page already did).
+                let mut prev = Vec::with_capacity(LAYERS as usize);
+                for layer in 0..LAYERS {
+                    prev.push(self.running[i].open[layer as usize]);
+                    self.running[i].open[layer as usize] = self.pool.alloc(id, layer)?;
+                }
+                for (layer, prev) in (0..LAYERS).zip(prev) {
+                    if self.pool.entry(prev).is_some_and(|e| e.format == kvcodec_pool::PageFormat::Open) {
+                        self.compress(id, t / PAGE_TOKENS - 1, layer, prev)?;
+                    }
+                }
+            }
+            self.running[i].generated += 1;
+            tokens += 1;
+            if self.running[i].generated == self.running[i].output {
+                self.pool.release(id)?;
+                self.running.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(tokens)
+    }
+}
+
+/// The allocator's CPU time per decode step, in µs of one thread of this machine.
+struct AllocatorTime {
+    mean: f64,
+    p50: f64,
+    p99: f64,
+    /// The mean over the steps in which no request finished (appends, compressions,
+    /// compaction, the admission query: no release).
+    steady_mean: f64,
+    /// Steps in which a request finished (its release and reclamation timed).
+    finish_steps: u64,
+    /// Pages compressed in the run, prefills included.
+    compressed: u64,
+}
+
+struct Sim<'a> {
+    args: &'a SimulateArgs,
+    device: &'a Device,
+    zf: &'a PageSizes,
+    gaac: &'a PageSizes,
+}
+
+impl Sim<'_> {
+    fn run(
+        &self,
+        stream: &Stream,
+        codec: Codec,
+        shared: bool,
+        reserve: Reserve,
+        trace_steps: Option<u64>,
+    ) -> anyhow::Result<(RunResult, Vec<String>)> {
+        let sizes = match codec {
+            Codec::Bf16 => None,
+            Codec::Zipfusion => Some(self.zf),
+            Codec::Gaac => Some(self.gaac),
+        };
+        let mut pool = Pool::new(pool_config(self.args, codec, shared)?)?;
+        if trace_steps.is_some() {
+            pool.record_trace(true);
+        }
+        let mut s = Server::new(pool, codec, sizes, reserve);
+        let mut arrivals = 0u64;
+        let (mut preempt_start, mut lost_start) = (0, 0);
+        let weight_ms = self.args.weight_bytes / (self.device.copy_gb_s * 1e9) * 1e3;
+        let (mut time_ms, mut tokens, mut batch_sum, mut max_batch, mut held, mut live) =
+            (0.0, 0u64, 0u64, 0, 0u64, 0u64);
+        let steps = trace_steps.unwrap_or(STEPS);
+        for step in 1..=steps {
+            let epoch: Epoch = step;
+            if step > 1 {
+                s.pool.complete(epoch - 1)?; // the device is one step behind
+            }
+            // Admission in arrival order.
+            while s.try_admit_next(stream, &mut arrivals)? {}
+            if step == WARMUP + 1 {
+                (preempt_start, lost_start) = (s.preemptions, s.lost_tokens);
+            }
+            // Compaction, one layer per step, round robin.
+            if s.codec != Codec::Bf16 {
+                let moves = s.pool.compact(((step - 1) % u64::from(LAYERS)) as u32, COMPACT_MOVES)?;
+                s.moves += moves.len() as u64;
+                moves.iter().for_each(|m| s.count_move(m));
+            }
+            let batch = s.running.len();
+            let context =
+                s.running.iter().map(|r| (r.prompt + r.generated) as f64).sum::<f64>() / batch.max(1) as f64;
+            let step_tokens = s.decode()?;
+            s.pool.submit(epoch)?;
+            let fused = codec == Codec::Zipfusion;
+            let attention_ms =
+                f64::from(LAYERS) * self.device.attention_us(fused, batch as f64, context) / 1e3;
+            let device_ms = s.device_bytes / (self.device.encode_gb_s * 1e9) * 1e3;
+            s.device_bytes = 0.0;
+            if step > WARMUP {
+                time_ms += weight_ms + attention_ms + device_ms;
+                tokens += step_tokens;
+                batch_sum += batch as u64;
+                max_batch = max_batch.max(batch);
+                let st = s.pool.stats();
+                held += u64::from(st.chunks_in_use) * s.pool.config().chunk_bytes;
+                live += st.live_slot_bytes;
+            }
+        }
+        let window = steps.saturating_sub(WARMUP).max(1) as f64;
+        let result = RunResult {
+            stream: stream.name,
+            codec: codec.name(),
+            shared_pool: shared,
+            attention: match codec {
+                Codec::Bf16 => "bf16 twin",
+                Codec::Zipfusion => "zipfusion fused (base)",
+                Codec::Gaac => "bf16 twin (no GAAC kernel yet)",
+            },
+            mean_batch: batch_sum as f64 / window,
+            max_batch,
+            tokens_per_s: tokens.saturating_sub(s.lost_tokens - lost_start) as f64 / (time_ms / 1e3),
+            mean_step_ms: time_ms / window,
+            held_gb: held as f64 / window / 1e9,
+            live_gb: live as f64 / window / 1e9,
+            pages_kept_bf16: s.kept,
+            pages_compressed: s.compressed,
+            moves: s.moves,
+            reserve: reserve.name(),
+            preemptions: s.preemptions - preempt_start,
+            lost_tokens: s.lost_tokens - lost_start,
+        };
+        Ok((result, s.pool.take_trace()))
+    }
+
+    /// The allocator's CPU time per decode step with [`TIMED_BATCH`] requests of the
+    /// seed's stream running, staggered, ZipFusion with the shared pool; a finished
+    /// request is replaced at once (its prefill not timed, the reclamation of its slots
+    /// timed).
+    fn time_allocator(&self) -> anyhow::Result<AllocatorTime> {
+        let (prompt, output) = STREAMS[0].requests[0];
+        let per_request =
+            f64::from(LAYERS) * (prompt + output) as f64 * f64::from(PAGE_BYTES) / PAGE_TOKENS as f64;
+        let args = SimulateArgs {
+            kv_gb: TIMED_BATCH as f64 * per_request / 1e9 * 1.05,
+            trace: None,
+            json: None,
+            ..self.args.clone()
+        };
+        let pool = Pool::new(pool_config(&args, Codec::Zipfusion, true)?)?;
+        let mut s = Server::new(pool, Codec::Zipfusion, Some(self.zf), Reserve::Bf16);
+        // Each admission's prefill is its own epoch, completed before the next: its
+        // compressed pages' open slots are free again.
+        let mut epoch: Epoch = 0;
+        for i in 0..TIMED_BATCH as u64 {
+            // Staggered: request i starts i * 4 tokens into its output.
+            let ahead = (i * 4) % output;
+            anyhow::ensure!(
+                s.try_admit(prompt + ahead, output - ahead)?,
+                "the timing pool holds {TIMED_BATCH} requests"
+            );
+            epoch += 1;
+            s.pool.submit(epoch)?;
+            s.pool.complete(epoch)?;
+        }
+        let (mut times, mut steady) = (Vec::new(), Vec::new());
+        for _ in 0..STEPS {
+            let t0 = Instant::now();
+            s.pool.complete(epoch)?; // the device is one step behind
+            let admissible = s.pool.admissible_pages();
+            let moves = s.pool.compact((epoch % u64::from(LAYERS)) as u32, COMPACT_MOVES)?;
+            s.decode()?;
+            epoch += 1;
+            s.pool.submit(epoch)?;
+            let elapsed = t0.elapsed();
+            std::hint::black_box((admissible, moves));
+            let mut us = elapsed.as_secs_f64() * 1e6;
+            // A finished request is replaced (prefill untimed) once its room is back; the
+            // reclamation of its slots (the `complete` of the epoch that freed them) is
+            // allocator work of this step, and timed.
+            let finished = s.running.len() < TIMED_BATCH;
+            if finished {
+                epoch += 1;
+                s.pool.submit(epoch)?;
+                let t1 = Instant::now();
+                s.pool.complete(epoch)?;
+                us += t1.elapsed().as_secs_f64() * 1e6;
+            }
+            times.push(us);
+            if !finished {
+                steady.push(us);
+            }
+            if finished {
+                while s.running.len() < TIMED_BATCH {
+                    anyhow::ensure!(
+                        s.try_admit(prompt, output)?,
+                        "a finished request's room is back after its epoch"
+                    );
+                    epoch += 1;
+                    s.pool.submit(epoch)?;
+                    s.pool.complete(epoch)?;
+                }
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let (all_mean, steady_mean) = (mean(&times), mean(&steady));
+        times.sort_by(f64::total_cmp);
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        Ok(AllocatorTime {
+            mean: all_mean,
+            p50: at(0.5),
+            p99: at(0.99),
+            steady_mean,
+            finish_steps: (times.len() - steady.len()) as u64,
+            compressed: s.compressed,
+        })
+    }
+}
+
+pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    anyhow::ensure!((0.0..=1.0).contains(&args.private_share), "--private-share must lie in [0, 1]");
+    let device = load_device(&args)?;
+    let files = crate::fixture_files()?;
+    let zf = zipfusion_sizes(&files)?;
+    let gaac = gaac_sizes(&files)?;
+    let sim = Sim { args: &args, device: &device, zf: &zf, gaac: &gaac };
+    let weight_ms = args.weight_bytes / (device.copy_gb_s * 1e9) * 1e3;
+    let chunk_bytes = args.chunk_mib << 20;
+    let per_layer = pool_config(&args, Codec::Bf16, false)?.private_chunks;
+    outln!(
+        "serving simulation: Llama-3.1-8B shape (32 layers, 8 KV heads, head_dim 128, 16-token pages of {PAGE_BYTES} B in BF16)"
+    )?;
+    outln!(
+        "KV budget {:.1} GB = 32 layers x {per_layer} chunks of {} MiB; with the shared pool {:.0}% of them private, the rest shared",
+        args.kv_gb,
+        args.chunk_mib,
+        100.0 * args.private_share
+    )?;
+    outln!(
+        "weights {:.1} GB / copy_bw {:.0} GB/s = {weight_ms:.3} ms per step (copy_gb_s, {})",
+        args.weight_bytes / 1e9,
+        device.copy_gb_s,
+        device.source
+    )?;
+    outln!(
+        "attention: 32 x one layer's time from {}: piecewise linear in context at each batch {:?}, then in batch (linear past the grid), at the batch's mean context",
+        device.attention_source,
+        device.batches
+    )?;
+    outln!(
+        "page compression and moves: bytes read + written / ZipFusion's GPU encode {:.0} GB/s (same JSON); GAAC has no GPU encoder: the same rate",
+        device.encode_gb_s
+    )?;
+    outln!(
+        "page sizes from the fixtures ({}): SmolLM2 layer round(l x 29/31) for Llama layer l; Llama pages from consecutive SmolLM2 blocks of that layer",
+        files.iter().map(|f| crate::shown(f).to_string()).collect::<Vec<_>>().join(", ")
+    )?;
+    outln!(
+        "  zipfusion (base): {:.2}% of SmolLM2 blocks eligible; Llama page ratio {:.4} mean; classes every {ZF_CLASS_STEP} B",
+        100.0 * zf.smollm_share,
+        zf.mean_ratio
+    )?;
+    let (capacity, raw, slack) = gaac_block();
+    outln!(
+        "  gaac: {:.2}% of SmolLM2 blocks (D=64) fit the default slot; a D=128 block = two D=64 halves, fits its {capacity} B slot when their extras sum <= {slack} B; page = 16 slots + {raw} B per raw block; Llama page ratio {:.4} mean",
+        100.0 * gaac.smollm_share,
+        gaac.mean_ratio
+    )?;
+    outln!("steps {STEPS}, measured from step {WARMUP}; chunk {chunk_bytes} B; prefill not timed")?;
+
+    let mut results = Vec::new();
+    for stream in STREAMS.iter().filter(|_| !args.allocator_only) {
+        outln!()?;
+        outln!("stream {}: {}", stream.name, stream.what)?;
+        outln!(
+            "{:<10} {:<5} {:<10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}  {}",
+            "codec",
+            "pool",
+            "reserve",
+            "mean batch",
+            "max batch",
+            "tokens/s",
+            "step ms",
+            "held GB",
+            "live GB",
+            "preempt",
+            "lost tok",
+            "attention"
+        )?;
+        let mut rows = Vec::new();
+        for &reserve in &args.reserve {
+            for codec in [Codec::Bf16, Codec::Zipfusion, Codec::Gaac] {
+                for shared in [false, true] {
+                    let (r, _) = sim.run(stream, codec, shared, reserve, None)?;
+                    outln!(
+                        "{:<10} {:<5} {:<10} {:>10.1} {:>9} {:>10.0} {:>8.3} {:>8.2} {:>8.2} {:>8} {:>8}  {}",
+                        r.codec,
+                        if shared { "yes" } else { "no" },
+                        r.reserve,
+                        r.mean_batch,
+                        r.max_batch,
+                        r.tokens_per_s,
+                        r.mean_step_ms,
+                        r.held_gb,
+                        r.live_gb,
+                        r.preemptions,
+                        r.lost_tokens,
+                        r.attention
+                    )?;
+                    rows.push(r);
+                }
+            }
+        }
+        // The baseline: BF16 pages, no shared pool, BF16 reservations (if run).
+        let base = rows
+            .iter()
+            .find(|r| r.codec == "bf16" && !r.shared_pool && r.reserve == "bf16")
+            .unwrap_or(&rows[0])
+            .clone();
+        for &reserve in &args.reserve {
+            for codec in ["bf16", "zipfusion", "gaac"] {
+                let pick = |shared: bool| {
+                    rows.iter()
+                        .find(|r| r.codec == codec && r.shared_pool == shared && r.reserve == reserve.name())
+                        .expect("ran")
+                };
+                let (no, yes) = (pick(false), pick(true));
+                if codec == base.codec && reserve.name() == base.reserve {
+                    continue;
+                }
+                let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+                outln!(
+                    "  {codec}, reserve {} vs bf16, reserve {} (no pool): max batch {:+.1}% ({:+.1}% without the pool, the pool's share {:+.1} points), mean batch {:+.1}%, tokens/s {:+.1}% ({:+.1}% without the pool)",
+                    reserve.name(),
+                    base.reserve,
+                    pct(yes.max_batch as f64, base.max_batch as f64),
+                    pct(no.max_batch as f64, base.max_batch as f64),
+                    pct(yes.max_batch as f64, base.max_batch as f64)
+                        - pct(no.max_batch as f64, base.max_batch as f64),
+                    pct(yes.mean_batch, base.mean_batch),
+                    pct(yes.tokens_per_s, base.tokens_per_s),
+                    pct(no.tokens_per_s, base.tokens_per_s),
+                )?;
+            }
+        }
+        results.extend(rows);
+    }
+
+    let at = sim.time_allocator()?;
+    outln!()?;
+    outln!(
+        "allocator CPU time per decode step at batch {TIMED_BATCH} (seed stream, zipfusion, shared pool; complete + admission query + compaction of one layer + appends, compressions, frees and their reclamation; {STEPS} steps, {} with a request finishing, {} pages compressed, one thread of this machine): mean {:.2} us, p50 {:.2} us, p99 {:.2} us; steps without a finish: mean {:.2} us",
+        at.finish_steps,
+        at.compressed,
+        at.mean,
+        at.p50,
+        at.p99,
+        at.steady_mean
+    )?;
+
+    if let Some(path) = &args.trace {
+        let (_, lines) =
+            sim.run(&STREAMS[0], Codec::Zipfusion, true, Reserve::Bf16, Some(args.trace_steps))?;
+        let text = lines.join("\n") + "\n";
+        std::fs::write(path, &text).with_context(|| format!("--trace {}", crate::shown(path)))?;
+        let replayed = kvcodec_pool::trace::replay(&text)?;
+        outln!(
+            "trace: {} lines ({} steps, zipfusion + pool, seed stream) -> {}; replayed on the CPU model: every outcome matches, {} live pages",
+            lines.len(),
+            args.trace_steps,
+            crate::shown(path),
+            replayed.page_table().count()
+        )?;
+    }
+    if let Some(path) = &args.json {
+        let (commit, dirty) = crate::git_state().unwrap_or_default();
+        let doc = serde_json::json!({
+            "date": "2026-12-01",
+            "commit": commit,
+            "dirty": dirty,
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "kv_gb": args.kv_gb,
+            "chunk_mib": args.chunk_mib,
+            "private_share": args.private_share,
+            "weight_ms": weight_ms,
+            "copy_gb_s": device.copy_gb_s,
+            "encode_gb_s": device.encode_gb_s,
+            "bench_source": device.source,
+            "attention_source": device.attention_source,
+            "zipfusion": {"smollm_eligible": zf.smollm_share, "llama_page_ratio": zf.mean_ratio},
+            "gaac": {"smollm_fit": gaac.smollm_share, "llama_page_ratio": gaac.mean_ratio},
+            "runs": results,
+            "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps},
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("--json {}", crate::shown(path)))?;
+        outln!("-> {}", crate::shown(path))?;
+    }
+    Ok(())
+}
