@@ -7,7 +7,7 @@
 // in turn; only a page's place in a whole-cache container depends on the earlier pages'
 // lengths (a decoupled look-back in the one-pass encoder, a one-CTA scan in the two-pass
 // one). Decoding: one warp per page, no barriers. Inside a page, block b starts at
-// metadata_len + 768 b + 256 (raw blocks before b) (spec 5.1), so positions come from a
+// metadata_len + 768 b + 256 (raw blocks before b) (spec 5.2), so positions come from a
 // population count of the raw blocks' bits, not from a walk.
 //
 // Every global access of a block body is a 16-byte vector (8 bytes for a coded block's
@@ -79,9 +79,8 @@ __device__ __forceinline__ unsigned zf_tile_word(unsigned row, unsigned word) {
 // 4 (u % 4)..
 __device__ __forceinline__ unsigned zf_row_offset(unsigned u) { return 2 * zf_tile_word(u >> 2, 4 * (u & 3)); }
 
-// Loads a block's rows into the warp's tile (row stride ZIPFUSION_TILE_STRIDE words,
-// which spreads a fragment-order gather over the banks) and returns the lane's two
-// uint4 for the classification.
+// Loads a block's rows into a tile (zf_tile_word's swizzled layout) and returns the
+// lane's two uint4 for the classification.
 __device__ __forceinline__ void zf_load_block(const unsigned short* __restrict__ words, const ZfPages& g,
                                               unsigned long long at, unsigned short* tile, uint4 (&v)[2]) {
     const unsigned lane = threadIdx.x & 31;
@@ -156,16 +155,19 @@ __device__ __forceinline__ unsigned zf_entry_of(const ZfPages& g, unsigned b) {
 // holds values v = 4 f + i (f, i < 4) of the mma.m16n8k16 B fragments, at k = 2 (l % 4)
 // + i % 2 + 8 (i / 2) and n = l / 4; K (kind 0) puts token 8 (f % 2) + n, channel
 // 16 (f / 2) + k there, V (kind 1) token k, channel 8 f + n. A lane's 16 values travel
-// as 8 words: p[2 q] holds values 4 q and 4 q + 1,
-// p[2 q + 1] values 4 q + 2 and 4 q + 3 (low half first), the order of a raw block's
-// bytes (spec 4.2).
-#define ZF_TILE_WORDS (16 * ZIPFUSION_TILE_STRIDE)
+// as 8 words: p[2 q] holds values 4 q and 4 q + 1, p[2 q + 1] values 4 q + 2 and 4 q + 3
+// (low half first), the order of a raw block's bytes (spec 4.2).
 
-// Where lane `lane`'s values lie in a tile, in 16-bit words: value 4 f + 2 m (and, 16
-// bits on, 4 f + 2 m + 1 for K) at at[f] + m * step[m]... spelled out for each kind: the
-// swizzle of zf_tile_word is a lane constant here (K reads rows n and n + 8, whose
-// swizzle is that of n; V reads rows 2 j + {0, 1, 8, 9}, whose swizzle is that of 2 j),
-// so four per-lane offsets and immediates address all 16 values.
+// 16-bit words of a block's tile: zf_tile_word and zf_lane_slots assume rows of exactly
+// 32 channels (16 32-bit words).
+#define ZF_TILE_WORDS (16 * ZIPFUSION_TILE_STRIDE)
+static_assert(ZIPFUSION_TILE_STRIDE == 32, "the swizzled tile layout assumes unpadded rows of 32 channels");
+
+// Where lane `lane`'s values lie in a tile, in 16-bit words, as four per-lane offsets to
+// which zf_gather and zf_scatter add constants (K: value 4 f + 2 m at at[2 (f / 2) + m]
+// plus 256 (f % 2); V: value 4 f + 2 m + h at at[f] plus 256 m + 32 h). The swizzle of
+// zf_tile_word is a lane constant here: K reads rows n and n + 8, whose swizzle is that
+// of n; V reads rows 2 j + {0, 1, 8, 9}, whose swizzle is that of 2 j.
 struct ZfLaneSlots {
     unsigned at[4];
 };
@@ -340,7 +342,7 @@ __device__ __forceinline__ void zf_encode_lane(const unsigned short* tile, unsig
     zf_pack(p, meta, a, b);
 }
 
-// Block positions inside a page (spec 5.1): blocks lie in storage order (entry-major,
+// Block positions inside a page (spec 5.2): blocks lie in storage order (entry-major,
 // entry 2 head + kind), coded ones 768 bytes and raw ones 1024, after the metadata; so
 // block b starts at metadata_len + 768 b + 256 (raw blocks before b). `raw` bit i of
 // word c marks block 32 c + i raw; `raw_before[c]` counts the raw blocks before word c.
@@ -739,7 +741,7 @@ __device__ __forceinline__ void zf_flag(unsigned* status, unsigned code) { atomi
 // Blocks a warp loads before restoring the first of them: enough bytes in flight per SM
 // to cover the DRAM latency at the registers a lane can spare (8 words a block).
 #define ZF_DECODE_AHEAD 3
-// CTAs per SM the decoder's 80 registers a thread allow: 24 warps, 72 blocks in flight.
+// CTAs per SM the decoder asks its registers to allow (__launch_bounds__).
 #define ZF_DECODE_CTAS 6
 
 // Block b's metadata byte in the page at `page_src` (spec 5.1).

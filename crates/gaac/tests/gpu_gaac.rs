@@ -15,7 +15,12 @@ use gaac::format::BlockShape;
 use gaac::gpu::{GpuError, SealShape, Sealer, seal_blocks_device};
 use gaac::{Bases, EncodeOptions, Error, GaacCodec, cache_info, encode_words};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
-use kvcodec_testkit::{assert_gpu_rejects_like_cpu, gpu_or_skip, kv_like, replay_in_graph, round_trip};
+use kvcodec_testkit::{
+    assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like, replay_in_graph, round_trip,
+};
+
+/// What graph-replay tests fill outputs with before each replay.
+const REPLAY_FILL: u8 = 0x5a;
 
 /// KV-like data with a few huge and tiny values (raw and 4-bit groups, and with a tight
 /// slot raw blocks).
@@ -299,8 +304,9 @@ fn sealing_gives_the_cpu_slots_and_replays_in_a_cuda_graph() {
             2,
             || {
                 let mut b = buffers.borrow_mut();
-                gpu.stream().memset_zeros(&mut b.slots).unwrap();
-                gpu.stream().memset_zeros(&mut b.statuses).unwrap();
+                fill_device(&gpu, &mut b.slots, REPLAY_FILL);
+                fill_device(&gpu, &mut b.statuses, REPLAY_FILL);
+                fill_device(&gpu, &mut b.raw, REPLAY_FILL);
             },
             || buffers.borrow_mut().seal(&gpu, &sealer),
             |replay| buffers.borrow().check(&gpu, &case, &format!("{what} replay {replay}")),
@@ -311,20 +317,27 @@ fn sealing_gives_the_cpu_slots_and_replays_in_a_cuda_graph() {
 #[test]
 fn cache_encoding_replays_in_a_cuda_graph() {
     let Some(gpu) = gpu_or_skip("cache_encoding_replays_in_a_cuda_graph") else { return };
-    let cache = with_outliers(2, 2, 64, 37, 11);
-    for codec in codecs(&cache) {
-        let expected = codec.encode(&cache).unwrap();
-        let words = gpu.upload(&cache.words_in(WordOrder::LayerMajor)).unwrap();
-        let n = cache.shape().total_values();
-        let encoder = RefCell::new(codec.device_encoder(&gpu, cache.shape()).unwrap());
+    // Two caches of one shape take turns in the captured input buffer, so a replay that
+    // read or wrote nothing would leave the other cache's container behind.
+    let caches = [with_outliers(2, 2, 64, 37, 11), with_outliers(2, 2, 64, 37, 12)];
+    for codec in codecs(&caches[0]) {
+        let expected: Vec<Vec<u8>> = caches.iter().map(|c| codec.encode(c).unwrap()).collect();
+        let inputs: Vec<Vec<u16>> = caches.iter().map(|c| c.words_in(WordOrder::LayerMajor)).collect();
+        let words = RefCell::new(gpu.upload(&inputs[0]).unwrap());
+        let n = caches[0].shape().total_values();
+        let encoder = RefCell::new(codec.device_encoder(&gpu, caches[0].shape()).unwrap());
+        let turn = std::cell::Cell::new(0);
         replay_in_graph(
             &gpu,
-            2,
-            || {},
-            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.slice(..n)).unwrap(),
+            4,
+            || {
+                turn.set(turn.get() + 1);
+                gpu.stream().memcpy_htod(&inputs[turn.get() % 2], &mut *words.borrow_mut()).unwrap();
+            },
+            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.borrow().slice(..n)).unwrap(),
             |replay| {
                 let bytes = codec.encoded_bytes(&gpu, &encoder.borrow()).unwrap();
-                assert!(bytes == expected, "{} replay {replay}", codec.name());
+                assert!(bytes == expected[turn.get() % 2], "{} replay {replay}", codec.name());
             },
         );
     }

@@ -71,7 +71,8 @@ pub trait GpuCacheCodec: CacheCodec {
 
     /// Enqueues the decoding into `out` (the shape's `total_values()` words in
     /// [`CacheCodec::word_order`]) on `gpu`'s stream. A kernel that finds invalid
-    /// input leaves a status that [`GpuCacheCodec::finish_decode`] reports.
+    /// input leaves a status that [`GpuCacheCodec::finish_decode`] reports; `out`'s
+    /// contents are then unspecified (kernels may have written the parts they decoded).
     ///
     /// # Errors
     /// GPU errors (a short or misaligned `out`, a driver failure).

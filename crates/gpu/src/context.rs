@@ -123,6 +123,9 @@ pub struct DeviceInfo {
     pub compute_capability: (i32, i32),
     /// Streaming multiprocessors, for sizing grids to whole waves.
     pub multiprocessors: u32,
+    /// The most shared memory one CTA may use, in bytes, once a kernel opts in (227 KiB on
+    /// sm_90, 163 KiB on sm_80, 99 KiB on sm_86 and sm_89).
+    pub max_shared_per_cta: usize,
     /// The driver's CUDA version as `major * 1000 + minor * 10` (13000 for 13.0).
     pub driver_version: i32,
 }
@@ -213,6 +216,9 @@ impl GpuContext {
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| unavailable("multiprocessor count", e))? as u32;
+        let max_shared_per_cta =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .map_err(|e| unavailable("shared memory per block", e))? as usize;
         let mut driver_version = 0;
         // SAFETY: cuDriverGetVersion writes one int through a valid pointer; libcuda is
         // loaded (checked above).
@@ -224,6 +230,7 @@ impl GpuContext {
             name: ctx.name().unwrap_or_else(|_| "unknown".into()),
             compute_capability,
             multiprocessors,
+            max_shared_per_cta,
             driver_version,
         };
         // SAFETY: kvcodec orders its work itself (see the type's docs), so cudarc's

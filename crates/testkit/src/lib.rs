@@ -334,6 +334,16 @@ pub fn format_spec(file: &str) -> PathBuf {
     root.join("docs/formats").join(file)
 }
 
+/// Fills a device buffer with `byte` on `gpu`'s stream: a graph-replay `reset` that a
+/// replay writing nothing cannot pass (zeros would be the right value of many statuses).
+///
+/// # Panics
+/// If the copy fails.
+pub fn fill_device(gpu: &GpuContext, buffer: &mut cudarc::driver::CudaSlice<u8>, byte: u8) {
+    let fill = vec![byte; buffer.len()];
+    gpu.stream().memcpy_htod(&fill, buffer).expect("fill a device buffer");
+}
+
 /// Runs `call` once on `gpu`'s stream (loading modules and warming allocations, which
 /// cannot be captured), then captures a second call in a CUDA graph and replays it
 /// `replays` times, running `check(replay)` after each replay. `reset` runs before the

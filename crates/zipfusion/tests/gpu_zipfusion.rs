@@ -10,7 +10,9 @@ use std::cell::RefCell;
 use bf16_field::{KvCache, KvKind};
 use cudarc::driver::CudaSlice;
 use kvcodec_gpu::{DeviceStatus, GpuContext};
-use kvcodec_testkit::{assert_gpu_rejects_like_cpu, gpu_or_skip, kv_like, replay_in_graph, round_trip};
+use kvcodec_testkit::{
+    assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like, replay_in_graph, round_trip,
+};
 use zipfusion::gpu::{GpuError, PageScratch, decode_pages_device, encode_pages_device, verify_pages};
 use zipfusion::{Error, PageShape, Variant, ZipfusionCodec, encode_page, page_info};
 
@@ -42,11 +44,21 @@ fn gpu_caches_are_byte_identical_to_cpu_both_ways() {
     let Some(gpu) = gpu_or_skip("gpu_caches_are_byte_identical_to_cpu_both_ways") else { return };
     let mut cases: Vec<(String, KvCache)> = kvcodec_testkit::fixtures();
     cases.push(("example (T = 19, a tail)".into(), common::example_cache()));
-    // D = 96 has 3 blocks per metadata entry (not a power of 2); the last shape's pages
-    // have 64 blocks: the two-pass encoder.
-    for (l, h, d, t) in
-        [(2, 2, 128, 40), (1, 1, 256, 16), (1, 4, 32, 7), (3, 1, 64, 33), (1, 3, 96, 40), (1, 8, 128, 48)]
-    {
+    // D = 96 has 3 blocks per metadata entry (not a power of 2; with H = 6 the decoder's
+    // second chunk of 32 blocks starts inside an entry); H = 17 has 34 metadata entries
+    // (the checks' second group of 32 lanes); the last shape's pages have 64 blocks: the
+    // two-pass encoder.
+    let shapes = [
+        (2, 2, 128, 40),
+        (1, 1, 256, 16),
+        (1, 4, 32, 7),
+        (3, 1, 64, 33),
+        (1, 3, 96, 40),
+        (1, 6, 96, 32),
+        (1, 17, 64, 16),
+        (1, 8, 128, 48),
+    ];
+    for (l, h, d, t) in shapes {
         cases.push((
             format!("L{l} H{h} D{d} T{t}"),
             with_zeros_and_outliers(l, h, d, t, (l * h + d + t) as u32),
@@ -302,7 +314,7 @@ fn page_compression_replays_in_a_cuda_graph() {
             &gpu,
             3,
             || {
-                gpu.stream().memset_zeros(&mut *slots.borrow_mut()).unwrap();
+                fill_device(&gpu, &mut slots.borrow_mut(), 0x5a);
                 gpu.stream().memset_zeros(&mut *lens.borrow_mut()).unwrap();
             },
             || {
@@ -336,20 +348,30 @@ fn page_compression_replays_in_a_cuda_graph() {
 fn cache_encoding_replays_in_a_cuda_graph() {
     use kvcodec_gpu::GpuCacheCodec;
     let Some(gpu) = gpu_or_skip("cache_encoding_replays_in_a_cuda_graph") else { return };
-    let cache = with_zeros_and_outliers(2, 2, 64, 37, 11);
+    // Two caches of one shape take turns in the captured input buffer, so a replay that
+    // read or wrote nothing would leave the other cache's container behind.
+    let caches = [with_zeros_and_outliers(2, 2, 64, 37, 11), with_zeros_and_outliers(2, 2, 64, 37, 12)];
     for codec in codecs() {
-        let expected = bf16_field::CacheCodec::encode(&codec, &cache).unwrap();
-        let words = gpu.upload(&cache.words_in(bf16_field::WordOrder::LayerMajor)).unwrap();
-        let n = cache.shape().total_values();
-        let encoder = RefCell::new(codec.device_encoder(&gpu, cache.shape()).unwrap());
+        let expected: Vec<Vec<u8>> =
+            caches.iter().map(|c| bf16_field::CacheCodec::encode(&codec, c).unwrap()).collect();
+        let inputs: Vec<Vec<u16>> =
+            caches.iter().map(|c| c.words_in(bf16_field::WordOrder::LayerMajor)).collect();
+        let words = RefCell::new(gpu.upload(&inputs[0]).unwrap());
+        let n = caches[0].shape().total_values();
+        let encoder = RefCell::new(codec.device_encoder(&gpu, caches[0].shape()).unwrap());
+        let turn = std::cell::Cell::new(0);
         replay_in_graph(
             &gpu,
-            2,
-            || {},
-            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.slice(..n)).unwrap(),
+            4,
+            || {
+                turn.set(turn.get() + 1);
+                gpu.stream().memcpy_htod(&inputs[turn.get() % 2], &mut *words.borrow_mut()).unwrap();
+            },
+            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.borrow().slice(..n)).unwrap(),
             |replay| {
                 let bytes = codec.encoded_bytes(&gpu, &encoder.borrow()).unwrap();
-                assert!(bytes == expected, "{} replay {replay}", bf16_field::CacheCodec::name(&codec));
+                let name = bf16_field::CacheCodec::name(&codec);
+                assert!(bytes == expected[turn.get() % 2], "{name} replay {replay}");
             },
         );
     }

@@ -337,7 +337,9 @@ impl Sealer {
 /// block, zeros after it), and `statuses[b]` = 0; a block that does not fit gets an
 /// all-zero slot, `statuses[b]` = 1 and its `[16, D]` words in `raw[b 32 D .. b 32 D + 32
 /// D]` (spec §3.6), where a pool keeps it. Keep every buffer alive until the stream has
-/// passed the call.
+/// passed the call. The bases are not checked here (that would need a synchronisation):
+/// every base must be at most 248, as [`crate::Bases`] guarantees for calibrated ones;
+/// a larger one seals blocks that the decoder later rejects (`BaseOutOfRange`).
 ///
 /// # Errors
 /// [`kvcodec_gpu::Error::Buffer`] for a short or misaligned buffer;

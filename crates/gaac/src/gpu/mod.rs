@@ -129,8 +129,6 @@ pub const TILE_PAD: usize = 8;
 /// CTAs per multiprocessor the block kernels' grids are sized for at most (fewer when
 /// registers or shared memory allow fewer).
 const CTAS_PER_SM: usize = 4;
-/// Dynamic shared memory a CTA may use on sm_80 and later (227 KiB).
-const MAX_SMEM: usize = 227 * 1024;
 
 /// What the decode kernels leave in their status word: the first problem's code (the
 /// checks of spec §7.1 rows 13-17 and §7.2; the CPU decoder gives the exact error).
@@ -211,11 +209,13 @@ impl Launch {
         blocks: usize,
         warp_bytes: usize,
     ) -> Result<Launch, GpuError> {
-        let warps = (MAX_SMEM / warp_bytes).clamp(1, WARPS as usize);
-        if warp_bytes > MAX_SMEM {
+        // The device's opt-in limit: 227 KiB on sm_90, less on sm_80 and sm_8x.
+        let max_smem = gpu.info().max_shared_per_cta;
+        let warps = (max_smem / warp_bytes).clamp(1, WARPS as usize);
+        if warp_bytes > max_smem {
             return Err(kvcodec_gpu::Error::Unsupported {
                 what: "slot capacity",
-                why: format!("a warp would need {warp_bytes} bytes of shared memory, over {MAX_SMEM}"),
+                why: format!("a warp would need {warp_bytes} bytes of shared memory, over {max_smem}"),
             }
             .into());
         }

@@ -59,7 +59,9 @@ fn launch_decode(
 /// its V, `[16, H, D]` each), on the context's stream without synchronising. Each page's
 /// metadata is checked as [`crate::page_info`] checks the slot's bytes (spec §6); an
 /// invalid page writes nothing and leaves a [`DECODE_STATUS`] code in `status` (cleared
-/// first), which [`verify_pages`] turns into the CPU's error.
+/// first), which [`verify_pages`] turns into the CPU's error. The valid pages of the same
+/// call are still decoded: after an error, `out` holds them and leaves the invalid pages'
+/// words as they were.
 ///
 /// # Errors
 /// `shape`'s error; [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;

@@ -30,7 +30,8 @@
 //! `metadata_len + 768 b + 256 x` (raw blocks before `b`), counted from the raw blocks' bits.
 //!
 //! GPU limits (the CPU path has none of them): device buffers 16-byte aligned; at most
-//! [`MAX_PAGE_BLOCKS`] blocks per page (the page's metadata is held in shared memory).
+//! [`MAX_PAGE_BLOCKS`] blocks per page (the two-pass encoder holds a page's metadata
+//! bytes in shared memory).
 
 mod decode;
 mod encode;
@@ -106,8 +107,8 @@ pub const TILE_STRIDE: usize = 32;
 /// `16 x` [`TILE_STRIDE`] words each); larger pages are classified and written in two
 /// passes over the input.
 pub const FUSED_MAX_BLOCKS: usize = 32;
-/// The most blocks a page may have on the GPU (`2 H D / 32`): its metadata and offsets
-/// live in shared memory.
+/// The most blocks a page may have on the GPU (`2 H D / 32`): the two-pass encoder holds
+/// a page's metadata bytes and raw bits in shared memory.
 pub const MAX_PAGE_BLOCKS: usize = 4096;
 
 /// What `zipfusion_decode_pages` leaves in its status word: the first problem's code
