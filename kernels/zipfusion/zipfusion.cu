@@ -151,6 +151,48 @@ __device__ __forceinline__ unsigned zf_entry_of(const ZfPages& g, unsigned b) {
     return (n & (n - 1)) == 0 ? b >> (__ffs(n) - 1) : b / n;
 }
 
+// The checksum's sums (kernels/common/adler.cuh) of the values a lane holds of one page,
+// folded in where the kernels already hold them: the encoder as it classifies the rows it
+// loaded, the decoder as it stores its rows. Positions are relative to the page's K (kind
+// 0) and V (kind 1) starts, so that each stays below 2 per_kind bytes.
+struct ZfPageSums {
+    uint32_t s_k, s_v;
+    unsigned long long ws_k, ws_v;
+};
+
+// Word offset of unit u of block j of entry e inside its kind's [16, H, D] slice.
+__device__ __forceinline__ unsigned zf_unit_in_kind(const ZfPages& g, unsigned entry, unsigned j, unsigned u) {
+    return (entry >> 1) * g.head_dim + j * ZIPFUSION_BLOCK_CHANNELS + (u >> 2) * g.heads * g.head_dim + 8 * (u & 3);
+}
+
+__device__ __forceinline__ void zf_sums_add(ZfPageSums& sums, unsigned kind, uint4 w, unsigned word_in_kind) {
+    if (kind == 0) {
+        kv_adler_add16_wide(w, 2 * word_in_kind, sums.s_k, sums.ws_k);
+    } else {
+        kv_adler_add16_wide(w, 2 * word_in_kind, sums.s_v, sums.ws_v);
+    }
+}
+
+// The warp's sums of the page whose K starts at word `page_words`, reduced over the lanes
+// and taken modulo 65521 with the two bases folded in: (S, W) for the counters. Every lane
+// gets them.
+__device__ __forceinline__ void zf_sums_reduce(const ZfPages& g, const ZfPageSums& sums,
+                                               unsigned long long page_words, uint32_t& s_mod, uint32_t& w_mod) {
+    const unsigned full = 0xffffffffu;
+    unsigned long long s_k = sums.s_k, s_v = sums.s_v, ws_k = sums.ws_k, ws_v = sums.ws_v;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+        s_k += __shfl_xor_sync(full, s_k, d);
+        s_v += __shfl_xor_sync(full, s_v, d);
+        ws_k += __shfl_xor_sync(full, ws_k, d);
+        ws_v += __shfl_xor_sync(full, ws_v, d);
+    }
+    const unsigned long long m = KV_ADLER_MOD;
+    const unsigned long long base_k = (2 * page_words) % m, base_v = (2 * (page_words + g.kind_stride)) % m;
+    s_mod = (uint32_t)((s_k + s_v) % m);
+    w_mod = (uint32_t)((ws_k % m + base_k * (s_k % m) + ws_v % m + base_v * (s_v % m)) % m);
+}
+
 // A block's fragment order (spec 3.2, 3.3; zipfusion::format::fragment_coords): lane l
 // holds values v = 4 f + i (f, i < 4) of the mma.m16n8k16 B fragments, at k = 2 (l % 4)
 // + i % 2 + 8 (i / 2) and n = l / 4; K (kind 0) puts token 8 (f % 2) + n, channel
@@ -592,22 +634,25 @@ __device__ __forceinline__ unsigned long long zf_look_back(unsigned long long* s
 // their blocks into their tiles (each block's bytes in its own tile) while the look-back
 // runs; then the metadata and the blocks are copied out, 16 bytes a lane. At most 32
 // blocks per page (one word of raw bits).
-extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
-    zipfusion_encode_fused(const unsigned short* __restrict__ words, ZfPages g, unsigned long long* state,
+template <bool CHECKSUM>
+__device__ __forceinline__ void zf_encode_fused(const unsigned short* __restrict__ words, ZfPages g, unsigned long long* state,
                            unsigned long long* __restrict__ offsets, unsigned long long tail_len,
                            unsigned long long slot_stride, unsigned* __restrict__ lens,
-                           unsigned char* __restrict__ out) {
+                           unsigned char* __restrict__ out, unsigned long long* __restrict__ sums) {
     extern __shared__ __align__(16) unsigned char dynamic[];
     // Dynamic shared memory: a tile per block, then the blocks' metadata bytes.
     unsigned short* tiles = reinterpret_cast<unsigned short*>(dynamic);
     unsigned char* page_metas = reinterpret_cast<unsigned char*>(tiles + g.page_blocks * ZF_TILE_WORDS);
     __shared__ unsigned long long s_page, s_at;
     __shared__ unsigned s_raw[2];  // raw bits, then 0: raw and raw_before of zf_block_at
+    __shared__ uint32_t s_sums[2];  // the page's checksum sums (S, W), each modulo 65521 per warp
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         s_page = slot_stride ? blockIdx.x : atomicAdd(state, 1ull);
         s_raw[0] = 0;
         s_raw[1] = 0;
+        s_sums[0] = 0;
+        s_sums[1] = 0;
     }
     __syncthreads();
     const unsigned long long page = s_page;
@@ -626,6 +671,7 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     }
     copy_async_commit();
     copy_async_wait_all();
+    ZfPageSums page_sums = {0, 0, 0, 0};
     for (unsigned b = warp; b < g.page_blocks; b += ZF_WARPS) {
         const unsigned short* tile = tiles + b * ZF_TILE_WORDS;
         uint4 v[2];
@@ -636,8 +682,23 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
             page_metas[b] = (unsigned char)meta;
             if (meta == ZIPFUSION_RAW_BLOCK_BYTE) atomicOr(&s_raw[0], 1u << b);
         }
+        if (CHECKSUM) {
+            const unsigned entry = zf_entry_of(g, b), j = b - entry * g.blocks_per_entry;
+#pragma unroll
+            for (int s = 0; s < 2; ++s)
+                zf_sums_add(page_sums, entry & 1, v[s], zf_unit_in_kind(g, entry, j, lane + 32 * s));
+        }
+    }
+    if (CHECKSUM) {
+        uint32_t s_mod, w_mod;
+        zf_sums_reduce(g, page_sums, page_words, s_mod, w_mod);
+        if (lane == 0) {
+            atomicAdd(&s_sums[0], s_mod);
+            atomicAdd(&s_sums[1], w_mod);
+        }
     }
     __syncthreads();
+    if (CHECKSUM && threadIdx.x == 0) kv_adler_commit32(s_sums[0] % (uint32_t)KV_ADLER_MOD, s_sums[1] % (uint32_t)KV_ADLER_MOD, 0, sums);
     const unsigned page_len = g.metadata_len + ZIPFUSION_CODED_BLOCK_LEN * g.page_blocks +
                               (ZIPFUSION_RAW_BLOCK_LEN - ZIPFUSION_CODED_BLOCK_LEN) * __popc(s_raw[0]);
     const bool container = slot_stride == 0;
@@ -680,6 +741,23 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     }
 }
 
+extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
+    zipfusion_encode_fused(const unsigned short* __restrict__ words, ZfPages g, unsigned long long* state,
+                           unsigned long long* __restrict__ offsets, unsigned long long tail_len,
+                           unsigned long long slot_stride, unsigned* __restrict__ lens,
+                           unsigned char* __restrict__ out, unsigned long long* __restrict__ sums) {
+    zf_encode_fused<false>(words, g, state, offsets, tail_len, slot_stride, lens, out, sums);
+}
+
+// zipfusion_encode_fused with the checksum's sums of the values folded into `sums`.
+extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
+    zipfusion_encode_fused_checksum(const unsigned short* __restrict__ words, ZfPages g, unsigned long long* state,
+                           unsigned long long* __restrict__ offsets, unsigned long long tail_len,
+                           unsigned long long slot_stride, unsigned* __restrict__ lens,
+                           unsigned char* __restrict__ out, unsigned long long* __restrict__ sums) {
+    zf_encode_fused<true>(words, g, state, offsets, tail_len, slot_stride, lens, out, sums);
+}
+
 // One CTA after zipfusion_encode_fused: a container's length into *total (and, for a
 // cache without full pages, each group's tail offset), and its header, with the checksum
 // from `sums` (when non-null) and its CRC-32C.
@@ -714,21 +792,40 @@ extern "C" __global__ void zipfusion_encode_header(unsigned long long* __restric
 extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS)
     zipfusion_tails(unsigned short* words, ZfPages g, unsigned long long groups, unsigned long long tail_first,
                     unsigned long long tail_words, const unsigned long long* __restrict__ offsets,
-                    unsigned long long pages_per_group, unsigned char* container, unsigned to_container) {
+                    unsigned long long pages_per_group, unsigned char* container, unsigned to_container,
+                    unsigned long long* __restrict__ sums) {
     // tail_words is a multiple of 32 (16-byte units: tail_words / 8 per kind).
     const unsigned long long units = tail_words / 8, total = groups * 2 * units;
+    // The checksum's sums of the values copied (when sums is not null), modulo 65521 per
+    // unit: a tail is a small share of a cache.
+    const unsigned long long m = KV_ADLER_MOD;
+    unsigned long long s_mod = 0, w_mod = 0;
     for (unsigned long long u = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; u < total;
          u += (unsigned long long)gridDim.x * blockDim.x) {
         const unsigned long long group = u / (2 * units), kind = (u / units) % 2, k = u % units;
-        uint4* w = reinterpret_cast<uint4*>(words + group * g.group_stride + kind * g.kind_stride + tail_first) + k;
+        const unsigned long long at = group * g.group_stride + kind * g.kind_stride + tail_first + 8 * k;
+        uint4* w = reinterpret_cast<uint4*>(words + at);
         uint4* c = reinterpret_cast<uint4*>(container + offsets[group * (pages_per_group + 1) + pages_per_group] +
                                             2 * kind * tail_words) +
                    k;
+        const uint4 value = to_container ? *w : *c;
         if (to_container) {
-            *c = *w;
+            *c = value;
         } else {
-            *w = *c;
+            *w = value;
         }
+        if (sums) {
+            uint32_t sum = 0, weighted = 0;
+            kv_adler_add16(value, 0u, sum, weighted);
+            s_mod = (s_mod + sum) % m;
+            w_mod = (w_mod + (2 * at) % m * sum + weighted) % m;
+        }
+    }
+    if (sums) {
+        const unsigned full = 0xffffffffu;
+        const uint32_t s_warp = __reduce_add_sync(full, (uint32_t)s_mod) % (uint32_t)m;
+        const uint32_t w_warp = __reduce_add_sync(full, (uint32_t)w_mod) % (uint32_t)m;
+        if ((threadIdx.x & 31) == 0) kv_adler_commit32(s_warp, w_warp, 0, sums);
     }
 }
 
@@ -741,8 +838,10 @@ __device__ __forceinline__ void zf_flag(unsigned* status, unsigned code) { atomi
 // Blocks a warp loads before restoring the first of them: enough bytes in flight per SM
 // to cover the DRAM latency at the registers a lane can spare (8 words a block).
 #define ZF_DECODE_AHEAD 3
-// CTAs per SM the decoder asks its registers to allow (__launch_bounds__).
+// CTAs per SM the decoder asks its registers to allow (__launch_bounds__); its checksum
+// variant holds the sums too and takes one CTA fewer rather than spill.
 #define ZF_DECODE_CTAS 6
+#define ZF_DECODE_CHECKSUM_CTAS 5
 
 // Block b's metadata byte in the page at `page_src` (spec 5.1).
 __device__ __forceinline__ unsigned zf_meta_byte(const ZfPages& g, const unsigned char* page_src, unsigned b) {
@@ -810,11 +909,11 @@ __device__ __forceinline__ unsigned zf_check_page(const ZfPages& g, const unsign
 // of the container's src_len bytes to it (a container, whose offsets the host walked).
 // An invalid page leaves a status code and writes nothing. No barriers: a warp's pages
 // are its own.
-extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CTAS)
-    zipfusion_decode_pages(const unsigned char* __restrict__ src, unsigned long long src_len, ZfPages g,
+template <bool CHECKSUM>
+__device__ __forceinline__ void zf_decode_pages(const unsigned char* __restrict__ src, unsigned long long src_len, ZfPages g,
                            unsigned long long pages, const unsigned long long* __restrict__ offsets,
                            unsigned long long slot_stride, unsigned short* __restrict__ words,
-                           unsigned* __restrict__ status) {
+                           unsigned* __restrict__ status, unsigned long long* __restrict__ sums) {
     __shared__ __align__(16) unsigned short tiles[ZF_WARPS][ZF_TILE_WORDS];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, full = 0xffffffffu;
     unsigned short* tile = tiles[warp];
@@ -835,6 +934,7 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CTAS)
             continue;
         }
         const unsigned long long page_words = zf_page_words(g, page);
+        ZfPageSums page_sums = {0, 0, 0, 0};
         // 32 blocks at a time: lane l holds block 32 c + l's metadata byte and position.
         for (unsigned c0 = 0; c0 < g.page_blocks; c0 += 32) {
             const unsigned b = c0 + lane;
@@ -880,13 +980,36 @@ extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CTAS)
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const unsigned u = lane + 32 * r;
-                        *reinterpret_cast<uint4*>(words + base + zf_row_word(g, u)) =
-                            *reinterpret_cast<const uint4*>(tile + zf_row_offset(u));
+                        const uint4 row = *reinterpret_cast<const uint4*>(tile + zf_row_offset(u));
+                        *reinterpret_cast<uint4*>(words + base + zf_row_word(g, u)) = row;
+                        if (CHECKSUM) zf_sums_add(page_sums, entry & 1, row, zf_unit_in_kind(g, entry, j, u));
                     }
                     __syncwarp();
                 }
             }
         }
+        if (CHECKSUM) {
+            uint32_t s_mod, w_mod;
+            zf_sums_reduce(g, page_sums, page_words, s_mod, w_mod);
+            if (lane == 0) kv_adler_commit32(s_mod, w_mod, 0, sums);
+        }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CTAS)
+    zipfusion_decode_pages(const unsigned char* __restrict__ src, unsigned long long src_len, ZfPages g,
+                           unsigned long long pages, const unsigned long long* __restrict__ offsets,
+                           unsigned long long slot_stride, unsigned short* __restrict__ words,
+                           unsigned* __restrict__ status, unsigned long long* __restrict__ sums) {
+    zf_decode_pages<false>(src, src_len, g, pages, offsets, slot_stride, words, status, sums);
+}
+
+// zipfusion_decode_pages with the checksum's sums of the values folded into `sums`.
+extern "C" __global__ void __launch_bounds__(ZIPFUSION_THREADS, ZF_DECODE_CHECKSUM_CTAS)
+    zipfusion_decode_pages_checksum(const unsigned char* __restrict__ src, unsigned long long src_len, ZfPages g,
+                           unsigned long long pages, const unsigned long long* __restrict__ offsets,
+                           unsigned long long slot_stride, unsigned short* __restrict__ words,
+                           unsigned* __restrict__ status, unsigned long long* __restrict__ sums) {
+    zf_decode_pages<true>(src, src_len, g, pages, offsets, slot_stride, words, status, sums);
 }
 

@@ -2,12 +2,13 @@
 
 use bf16_field::KvShape;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
-use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums, status_with_checksum};
+use kvcodec_gpu::integrity::{AdlerSums, status_with_checksum};
 use kvcodec_gpu::{
     DeviceStatus, GpuContext, check_aligned, check_len, cpu_verdict, device_address, launch_config,
 };
 
-use super::{DECODE_STATUS, GpuError, PagesArg, THREADS, ZipfusionKernel, decode_grid};
+use super::TailCopy::ToWords;
+use super::{DECODE_STATUS, GpuError, PagesArg, THREADS, TailsArg, ZipfusionKernel, copy_tails, decode_grid};
 use crate::cache::{CacheHeader, cache_info};
 use crate::format::{ALIGN, HEADER_LEN, OFFSET_LEN, PageShape, RAW_BLOCK_BYTE, Variant};
 use crate::{Error, page_info};
@@ -31,8 +32,11 @@ fn launch_decode(
     slot_stride: u64,
     out: &mut CudaViewMut<'_, u16>,
     status: &mut DeviceStatus,
+    sums: Option<&mut AdlerSums>,
 ) -> Result<(), GpuError> {
-    let f = gpu.function(ZipfusionKernel::DecodePages)?;
+    let kernel =
+        if sums.is_some() { ZipfusionKernel::DecodePagesChecksum } else { ZipfusionKernel::DecodePages };
+    let f = gpu.function(kernel)?;
     let (src_len, pages64) = (src.len() as u64, pages as u64);
     let mut launch = gpu.stream().launch_builder(&f);
     // With fixed slots the kernel never reads the offsets table: a null pointer.
@@ -44,12 +48,16 @@ fn launch_decode(
     };
     launch.arg(&slot_stride).arg(out);
     launch.arg(status.word());
+    match sums {
+        Some(sums) => launch.arg(sums.counters_mut()),
+        None => launch.arg(&null),
+    };
     // SAFETY: the signature matches zipfusion_decode_pages; each page lies at a 16-byte
     // aligned offset inside `src` with at most the bytes after it (fixed slots inside
     // `src`, checked by the caller, or the container offsets the host walk found inside
     // it); the kernel reads a page's metadata only when its limit holds it and its blocks
     // only when the metadata says they end within the limit; `out` holds every page `g`
-    // places (checked by the caller); `status` is one u32.
+    // places (checked by the caller); `status` is one u32; `sums` is null or two counters.
     unsafe { launch.launch(launch_config(decode_grid(pages), THREADS, 0)) }?;
     Ok(())
 }
@@ -95,7 +103,7 @@ pub fn decode_pages_device(
     if pages == 0 {
         return Ok(());
     }
-    launch_decode(gpu, slots, &g, pages, None, slot_stride as u64, out, status)?;
+    launch_decode(gpu, slots, &g, pages, None, slot_stride as u64, out, status, None)?;
     Ok(())
 }
 
@@ -250,40 +258,25 @@ impl CacheDecoder {
         let page_shape = self.header.page_shape();
         let g = PagesArg::cache(page_shape, self.header.variant, per_layer, shape.values_per_tensor())?;
         self.status.clear(gpu)?;
+        if let Some(sums) = &mut self.sums {
+            sums.clear(gpu)?;
+        }
         let src = self.device.slice(..self.bytes.len());
         let pages = shape.layers * per_layer;
         if pages > 0 {
-            launch_decode(gpu, &src, &g, pages, Some(&self.offsets), 0, &mut out, &mut self.status)?;
+            let (offsets, status) = (Some(&self.offsets), &mut self.status);
+            launch_decode(gpu, &src, &g, pages, offsets, 0, &mut out, status, self.sums.as_mut())?;
         }
-        let tail_words = self.header.tail_tokens() * shape.values_per_token();
-        if tail_words > 0 {
-            let f = gpu.function(ZipfusionKernel::Tails)?;
-            let per_layer64 = per_layer as u64;
-            let (groups, first, tw, to_container) = (
-                shape.layers as u64,
-                (per_layer * page_shape.values_per_kind()) as u64,
-                tail_words as u64,
-                0u32,
-            );
-            let mut launch = stream.launch_builder(&f);
-            launch
-                .arg(&mut out)
-                .arg(&g)
-                .arg(&groups)
-                .arg(&first)
-                .arg(&tw)
-                .arg(&self.offsets)
-                .arg(&per_layer64);
-            launch.arg(&src).arg(&to_container);
-            // SAFETY: the signature matches zipfusion_tails; the walk put each layer's
-            // tail inside the container; each lands after its layer's pages in `out`
-            // (n words); to_container = 0 only reads the container.
-            unsafe { launch.launch(gpu.grid_stride_config(shape.layers * tail_words / 4, THREADS)) }?;
-        }
-        if let Some(sums) = &mut self.sums {
-            sums.clear(gpu)?;
-            add_record_sums(gpu, &out.slice(..n), &RecordRuns::contiguous(n), sums)?;
-        }
+        let tails = TailsArg {
+            groups: shape.layers as u64,
+            first: (per_layer * page_shape.values_per_kind()) as u64,
+            words: (self.header.tail_tokens() * shape.values_per_token()) as u64,
+            pages_per_group: per_layer as u64,
+        };
+        let (out_at, src_at) = (device_address(&out, stream), device_address(&src, stream));
+        // SAFETY: the walk put each layer's tail inside the container; each lands after
+        // its layer's pages in `out` (n words); only `out` is written.
+        unsafe { copy_tails(gpu, out_at, &g, &tails, &self.offsets, src_at, ToWords, self.sums.as_mut()) }?;
         Ok(())
     }
 

@@ -5,7 +5,8 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
 use kvcodec_gpu::{GpuContext, check_aligned, check_len, device_address, launch_config};
 
-use super::{GpuError, PagesArg, SCAN_THREADS, THREADS, ZipfusionKernel, page_grid};
+use super::TailCopy::ToContainer;
+use super::{GpuError, PagesArg, SCAN_THREADS, THREADS, TailsArg, ZipfusionKernel, copy_tails, page_grid};
 use crate::cache::{CacheHeader, EncodeOptions, max_encoded_len, page_shape_of};
 use crate::format::{ALIGN, HEADER_LEN, PAGE_TOKENS, PageShape, Variant};
 
@@ -102,8 +103,11 @@ fn fused(
     slot_stride: u64,
     lens: Option<&mut CudaViewMut<'_, u32>>,
     out: &mut CudaViewMut<'_, u8>,
+    sums: Option<&mut AdlerSums>,
 ) -> Result<(), GpuError> {
-    let f = gpu.function(ZipfusionKernel::EncodeFused)?;
+    let kernel =
+        if sums.is_some() { ZipfusionKernel::EncodeFusedChecksum } else { ZipfusionKernel::EncodeFused };
+    let f = gpu.function(kernel)?;
     // What a mode does not use is a null pointer: the kernel never reads it.
     let null = 0u64;
     let mut launch = gpu.stream().launch_builder(&f);
@@ -122,12 +126,17 @@ fn fused(
         None => launch.arg(&null),
     };
     launch.arg(out);
-    // SAFETY: the signature matches zipfusion_encode_fused; one CTA per page (pages <=
-    // 2^30, checked by PagesArg::fused); the callers checked that `words` holds every
-    // page `g` places and that every page fits `out` (fixed slots of at least the largest
-    // page, or the largest container); with slot_stride = 0, `state` holds 1 + pages
-    // zeroed words and `offsets` groups x (group_pages + 1); else `lens` holds a word per
-    // page; the dynamic shared memory holds a tile per block (fused_smem).
+    match sums {
+        Some(sums) => launch.arg(sums.counters_mut()),
+        None => launch.arg(&null),
+    };
+    // SAFETY: the signature matches zipfusion_encode_fused(_checksum); one CTA per page
+    // (pages <= 2^30, checked by PagesArg::fused); the callers checked that `words` holds
+    // every page `g` places and that every page fits `out` (fixed slots of at least the
+    // largest page, or the largest container); with slot_stride = 0, `state` holds 1 +
+    // pages zeroed words and `offsets` groups x (group_pages + 1); else `lens` holds a
+    // word per page; `sums` is two counters (read only by the checksum variant); the
+    // dynamic shared memory holds a tile per block (fused_smem).
     unsafe { launch.launch(launch_config(pages as u32, THREADS, g.fused_smem())) }?;
     Ok(())
 }
@@ -212,7 +221,7 @@ fn encode_slots(
         return Ok(());
     }
     if g.fused(pages) {
-        return fused(gpu, words, g, pages, None, None, 0, slot_stride as u64, Some(lens), out);
+        return fused(gpu, words, g, pages, None, None, 0, slot_stride as u64, Some(lens), out, None);
     }
     classify(gpu, words, g, pages, &mut scratch.metas, lens)?;
     write_pages(gpu, words, g, pages, &scratch.metas, None, slot_stride as u64, out)?;
@@ -304,57 +313,82 @@ impl CacheEncoder {
         let per_tensor = shape.values_per_tensor();
         let g = PagesArg::cache(self.page_shape, self.options.variant, per_layer, per_tensor)?;
         let pages = shape.layers * per_layer;
-        if let Some(sums) = &mut self.sums {
-            sums.clear(gpu)?;
-            add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
-        }
         let tail_tokens = shape.tokens % PAGE_TOKENS;
         let tail_words = tail_tokens * shape.values_per_token();
         let value_bytes = 2 * n as u64;
         let header = HeaderArg(self.header);
         let (layers, per_layer64, tail_len) = (shape.layers as u64, per_layer as u64, 4 * tail_words as u64);
-        // A null pointer tells the header kernels there is no checksum.
-        let null: u64 = 0;
-        if g.fused(pages) {
-            stream.memset_zeros(&mut self.state)?;
-            if pages > 0 {
-                let mut out = self.out.as_view_mut();
-                let (state, offsets) = (Some(&mut self.state), Some(&mut self.offsets));
-                fused(gpu, &words, &g, pages, state, offsets, tail_len, 0, None, &mut out)?;
+        let tails = TailsArg {
+            groups: layers,
+            first: (per_layer * self.page_shape.values_per_kind()) as u64,
+            words: tail_words as u64,
+            pages_per_group: per_layer64,
+        };
+        let (words_at, out_at) = (device_address(&words, stream), device_address(&self.out, stream));
+        if let Some(sums) = &mut self.sums {
+            sums.clear(gpu)?;
+        }
+        if !g.fused(pages) {
+            if let Some(sums) = &mut self.sums {
+                add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
             }
-            let f = gpu.function(ZipfusionKernel::EncodeHeader)?;
-            let mut launch = stream.launch_builder(&f);
-            launch.arg(&mut self.offsets).arg(&layers).arg(&per_layer64).arg(&tail_len);
-            launch.arg(&mut self.total).arg(&header);
-            match &self.sums {
-                Some(sums) => launch.arg(sums.counters()),
-                None => launch.arg(&null),
-            };
-            launch.arg(&value_bytes).arg(&mut self.out);
-            // SAFETY: the signature matches zipfusion_encode_header; offsets holds
-            // layers x (per_layer + 1) words, the fused kernel's (or, without pages, the
-            // tails' that this kernel writes); the header's 48 bytes fit `out`; `sums` is
-            // null or two u64 counters.
-            unsafe { launch.launch(launch_config(1, 32, 0)) }?;
-        } else {
             self.encode_two_pass(gpu, &words, &g, pages, tail_len)?;
+            // SAFETY: each layer's tails lie in `words` (after its pages) and, at the scan's
+            // offsets, inside `out` (the largest container); only `out` is written.
+            return unsafe {
+                copy_tails(gpu, words_at, &g, &tails, &self.offsets, out_at, ToContainer, None)
+            };
         }
-        if tail_words > 0 {
-            let f = gpu.function(ZipfusionKernel::Tails)?;
-            let (groups, first, tw, to_container) = (
-                shape.layers as u64,
-                (per_layer * self.page_shape.values_per_kind()) as u64,
-                tail_words as u64,
-                1u32,
-            );
-            let mut launch = stream.launch_builder(&f);
-            launch.arg(&words).arg(&g).arg(&groups).arg(&first).arg(&tw).arg(&self.offsets).arg(&per_layer64);
-            launch.arg(&mut self.out).arg(&to_container);
-            // SAFETY: the signature matches zipfusion_tails; each layer's tails lie inside
-            // `words` (after its pages) and, at the scan's offsets, inside `out` (the
-            // largest container); to_container = 1 only reads `words`.
-            unsafe { launch.launch(gpu.grid_stride_config(shape.layers * tail_words / 4, THREADS)) }?;
+        stream.memset_zeros(&mut self.state)?;
+        if pages > 0 {
+            // Pages, then tails (the pages' look-back wrote the tails' offsets), both adding
+            // the checksum's sums, then the header with the checksum.
+            let mut out = self.out.as_view_mut();
+            let (state, offsets) = (Some(&mut self.state), Some(&mut self.offsets));
+            fused(gpu, &words, &g, pages, state, offsets, tail_len, 0, None, &mut out, self.sums.as_mut())?;
+            let sums = self.sums.as_mut();
+            // SAFETY: as above; the offsets are the fused kernel's.
+            unsafe { copy_tails(gpu, words_at, &g, &tails, &self.offsets, out_at, ToContainer, sums) }?;
+            self.write_header(gpu, layers, per_layer64, tail_len, &header, value_bytes)
+        } else {
+            // No full page: the values are the tails alone, and the header kernel writes
+            // their offsets, so it runs first.
+            if let Some(sums) = &mut self.sums {
+                add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
+            }
+            self.write_header(gpu, layers, per_layer64, tail_len, &header, value_bytes)?;
+            // SAFETY: as above; the offsets are the header kernel's.
+            unsafe { copy_tails(gpu, words_at, &g, &tails, &self.offsets, out_at, ToContainer, None) }
         }
+    }
+
+    /// Launches `zipfusion_encode_header`: the container's length and header (with the
+    /// checksum from the sums, when they are kept).
+    fn write_header(
+        &mut self,
+        gpu: &GpuContext,
+        layers: u64,
+        per_layer: u64,
+        tail_len: u64,
+        header: &HeaderArg,
+        value_bytes: u64,
+    ) -> Result<(), GpuError> {
+        // A null pointer tells the header kernel there is no checksum.
+        let null: u64 = 0;
+        let f = gpu.function(ZipfusionKernel::EncodeHeader)?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(&mut self.offsets).arg(&layers).arg(&per_layer).arg(&tail_len);
+        launch.arg(&mut self.total).arg(header);
+        match &self.sums {
+            Some(sums) => launch.arg(sums.counters()),
+            None => launch.arg(&null),
+        };
+        launch.arg(&value_bytes).arg(&mut self.out);
+        // SAFETY: the signature matches zipfusion_encode_header; offsets holds layers x
+        // (per_layer + 1) words, the fused kernel's (or, without pages, the tails' that
+        // this kernel writes); the header's 48 bytes fit `out`; `sums` is null or two u64
+        // counters.
+        unsafe { launch.launch(launch_config(1, 32, 0)) }?;
         Ok(())
     }
 

@@ -14,12 +14,15 @@
 //! §7. Encoding is one pass over the input (`zipfusion_encode_fused`, one CTA per page):
 //! a page's blocks are loaded into shared memory and classified, the page's place in the
 //! container comes from a decoupled look-back over the earlier pages' lengths (pages
-//! taken in ticket order), and the page is written from shared memory; then one CTA
-//! writes the header with its checksum and CRC (`zipfusion_encode_header`) and the BF16
-//! tails are copied (`zipfusion_tails`). Pages of more than [`FUSED_MAX_BLOCKS`] blocks
+//! taken in ticket order), and the page is written from shared memory; the BF16 tails
+//! are copied (`zipfusion_tails`), then one CTA writes the header with its checksum and
+//! CRC (`zipfusion_encode_header`). With the checksum, the one-pass encoder, the tail copy
+//! and the decoder add the Adler-32 sums of the values they hold (`*_checksum` kernels);
+//! no other pass reads the values. Pages of more than [`FUSED_MAX_BLOCKS`] blocks
 //! take two passes instead: classification (`zipfusion_encode_classify`), a scan of the
 //! page lengths that also writes the header (`zipfusion_encode_scan`, one CTA) and the
-//! page writer (`zipfusion_encode_pages`). The container's length stays on the device
+//! page writer (`zipfusion_encode_pages`), the checksum's sums in a pass of their own.
+//! The container's length stays on the device
 //! until [`CacheEncoder::encoded_len`] reads it. Decoding walks the container's page
 //! lengths on the host once ([`CacheDecoder::new`]: pages have no index), then each
 //! decode is one kernel over the pages plus the tail copy.
@@ -36,7 +39,7 @@
 mod decode;
 mod encode;
 
-use kvcodec_gpu::{Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
+use kvcodec_gpu::{GpuContext, Kernel, Module, StatusCodes, StatusEncoding, StatusValue};
 
 pub use decode::{CacheDecoder, decode_pages_device, pages_cpu_verdict, verify_pages};
 pub use encode::{CacheEncoder, PageScratch, encode_kv_pages_device, encode_pages_device};
@@ -69,12 +72,16 @@ pub enum ZipfusionKernel {
     /// Classification, placement and writing of a page in one pass over its input, one
     /// CTA per page, pages of at most [`FUSED_MAX_BLOCKS`] blocks.
     EncodeFused,
+    /// [`ZipfusionKernel::EncodeFused`] adding the checksum's sums of the pages' values.
+    EncodeFusedChecksum,
     /// A container's length and header after [`ZipfusionKernel::EncodeFused`], one CTA.
     EncodeHeader,
     /// The BF16 tails of a container, either way.
     Tails,
     /// The metadata checks and the blocks of every page, one warp per page.
     DecodePages,
+    /// [`ZipfusionKernel::DecodePages`] adding the checksum's sums of the decoded values.
+    DecodePagesChecksum,
 }
 
 impl Kernel for ZipfusionKernel {
@@ -87,9 +94,11 @@ impl Kernel for ZipfusionKernel {
             ZipfusionKernel::EncodeScan => "zipfusion_encode_scan",
             ZipfusionKernel::EncodePages => "zipfusion_encode_pages",
             ZipfusionKernel::EncodeFused => "zipfusion_encode_fused",
+            ZipfusionKernel::EncodeFusedChecksum => "zipfusion_encode_fused_checksum",
             ZipfusionKernel::EncodeHeader => "zipfusion_encode_header",
             ZipfusionKernel::Tails => "zipfusion_tails",
             ZipfusionKernel::DecodePages => "zipfusion_decode_pages",
+            ZipfusionKernel::DecodePagesChecksum => "zipfusion_decode_pages_checksum",
         }
     }
 }
@@ -241,6 +250,65 @@ impl PagesArg {
     pub(crate) fn fused_smem(&self) -> u32 {
         self.page_blocks * (32 * TILE_STRIDE as u32) + self.page_blocks
     }
+}
+
+/// Where a cache's BF16 tails lie: in each of `groups` layers, its K tail (`words` words
+/// from word `first` of the layer's K) then its V tail, at the container offset recorded
+/// after the layer's `pages_per_group` pages.
+pub(crate) struct TailsArg {
+    pub(crate) groups: u64,
+    pub(crate) first: u64,
+    pub(crate) words: u64,
+    pub(crate) pages_per_group: u64,
+}
+
+/// Which way [`copy_tails`] copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TailCopy {
+    /// Cache words into the container (encoding).
+    ToContainer,
+    /// The container into cache words (decoding).
+    ToWords,
+}
+
+/// Launches `zipfusion_tails` (nothing when there are no tails): the tails between the
+/// cache's words at device address `words` and the container at `container`, adding the
+/// checksum's sums of the values copied to `sums` when given.
+///
+/// # Safety
+/// `words` must hold the cache `g` and `tails` describe (16-byte aligned) and `container`
+/// every tail at the offsets in `offsets` (groups x (pages_per_group + 1) words); the
+/// side copied to must be writable and not read by anything else on the stream meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn copy_tails(
+    gpu: &GpuContext,
+    words: u64,
+    g: &PagesArg,
+    tails: &TailsArg,
+    offsets: &cudarc::driver::CudaSlice<u64>,
+    container: u64,
+    direction: TailCopy,
+    sums: Option<&mut kvcodec_gpu::integrity::AdlerSums>,
+) -> Result<(), GpuError> {
+    use cudarc::driver::PushKernelArg;
+    if tails.words == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(ZipfusionKernel::Tails)?;
+    let to_container = u32::from(direction == TailCopy::ToContainer);
+    let null = 0u64;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(&words).arg(g).arg(&tails.groups).arg(&tails.first).arg(&tails.words).arg(offsets);
+    launch.arg(&tails.pages_per_group).arg(&container).arg(&to_container);
+    match sums {
+        Some(sums) => launch.arg(sums.counters_mut()),
+        None => launch.arg(&null),
+    };
+    let units = (tails.groups * tails.words / 4) as usize;
+    // SAFETY: the signature matches zipfusion_tails; the caller vouches for the buffers;
+    // `sums` is null or two counters.
+    unsafe { launch.launch(gpu.grid_stride_config(units, THREADS)) }?;
+    Ok(())
 }
 
 /// The grid of a page kernel: a CTA per page (the kernels stride past 2^30 pages).
