@@ -192,6 +192,14 @@ const CODECS: &[Entry] = &[
         name: "zipfusion-zero",
         rows: |ctx| codec_rows(ctx, &ZipfusionCodec { variant: Variant::ZeroAware, checksum: false }),
     },
+    Entry {
+        name: "zipfusion-checksum",
+        rows: |ctx| codec_rows(ctx, &ZipfusionCodec { variant: Variant::Base, checksum: true }),
+    },
+    Entry {
+        name: "zipfusion-zero-checksum",
+        rows: |ctx| codec_rows(ctx, &ZipfusionCodec { variant: Variant::ZeroAware, checksum: true }),
+    },
 ];
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
