@@ -65,10 +65,9 @@ struct GaacTile {
     static constexpr int GROUPS_PER_ROW = D / GAAC_GROUP_CHANNELS;
 };
 
-// Shared memory of one encoder warp: the tile, the slot being built (C bytes), the head's
-// bases and window starts.
+// Shared memory of one encoder warp: the tile of codes and the slot being built (C bytes).
 static inline __host__ __device__ size_t gaac_encode_warp_bytes(int head_dim, size_t capacity) {
-    return 2 * (size_t)GAAC_BLOCK_TOKENS * (head_dim + GAAC_TILE_PAD) + capacity + 2 * (size_t)head_dim;
+    return 2 * (size_t)GAAC_BLOCK_TOKENS * (head_dim + GAAC_TILE_PAD) + capacity;
 }
 
 // Shared memory of one decoder warp: the addend image, the bases and window starts, the
@@ -124,32 +123,6 @@ __device__ __forceinline__ uint32_t gaac_exponents(uint32_t x, uint32_t y) {
     return __byte_perm((x >> 7) & 0x00ff00ffu, (y >> 7) & 0x00ff00ffu, 0x6420);
 }
 
-// Their sign+mantissa bytes (bf16_field), one per byte.
-__device__ __forceinline__ uint32_t gaac_sign_mantissas(uint32_t x, uint32_t y) {
-    const uint32_t sx = ((x >> 8) & 0x00800080u) | (x & 0x007f007fu);
-    const uint32_t sy = ((y >> 8) & 0x00800080u) | (y & 0x007f007fu);
-    return __byte_perm(sx, sy, 0x6420);
-}
-
-// Whether every byte e of `e4` lies in [lo, lo + span] of its byte of `lo4`.
-__device__ __forceinline__ bool gaac_within(uint32_t e4, uint32_t lo4, uint32_t span) {
-    return (__vcmpgeu4(e4, lo4) & __vcmpleu4(__vsub4(e4, lo4), span * 0x01010101u)) == GAAC_WARP_MASK;
-}
-
-// Bit 3 of each byte of `d4` -> bits 0..3.
-__device__ __forceinline__ uint32_t gaac_bit3s(uint32_t d4) {
-    const uint32_t x = (d4 >> 3) & 0x01010101u;
-    return (x | (x >> 7) | (x >> 14) | (x >> 21)) & 0xfu;
-}
-
-// The tag of group g from the tag plane (spec 3.3).
-__device__ __forceinline__ uint32_t gaac_tag(const uint8_t* tags, unsigned g) { return (tags[g >> 2] >> (2 * (g & 3))) & 3u; }
-
-// A byte mask: 0xff in byte r where tag_r (bits 8r..8r+2 of `tags4`) is `tag`.
-__device__ __forceinline__ uint32_t gaac_tag_mask(uint32_t tags4, uint32_t tag) {
-    return __vcmpeq4(tags4, tag * 0x01010101u);
-}
-
 // ---------------------------------------------------------------------------------------
 // Encode.
 // ---------------------------------------------------------------------------------------
@@ -157,6 +130,14 @@ __device__ __forceinline__ uint32_t gaac_tag_mask(uint32_t tags4, uint32_t tag) 
 // Codes the blocks of this warp's range into their slots (spec 3, 4). A block that does
 // not fit gets status 1 and an all-zero slot, and its words go to raw_out (when non-null,
 // at 2 N bytes per block index) and its count to warp_raw[warp] (when non-null).
+//
+// Two passes per block (docs/perf/gaac-gpu.md, "Encoder version 2"): in group order, each
+// lane checks its groups' tags on the exponents in 16-bit halves (E + 256 - b stays in its
+// half) and writes each value's code, its sign+mantissa byte and its 3-bit field
+// (spec 3.3) above it, into the tile; then in fragment order, each lane gathers its codes
+// and splits them into the two planes with byte permutes. The lane's channels are the
+// same for all its groups (group 32 j + lane has column lane mod D/8), so their bases are
+// registers. At D = 64 the next block's loads are issued before the second pass.
 template <int D>
 __device__ void gaac_encode_range(const uint16_t* __restrict__ words, const GaacLayout& g,
                                   const uint8_t* __restrict__ bases, uint8_t* __restrict__ slots,
@@ -165,72 +146,99 @@ __device__ void gaac_encode_range(const uint16_t* __restrict__ words, const Gaac
     using G = GaacGeometry<D>;
     using T = GaacTile<D>;
     constexpr int J = G::GROUPS / GAAC_LANES;  // groups a lane loads per block: D / 16
+    constexpr uint32_t BIAS = 0x01000100u;     // 256 in each half
+    // Whether the next block's words are loaded during this one's second pass: at D = 64
+    // (16 registers); wider blocks would fit fewer warps per multiprocessor.
+    constexpr bool PREFETCH = J <= 4;
     extern __shared__ __align__(16) uint8_t gaac_smem[];
     const int lane = threadIdx.x & 31;
     const unsigned cap = g.capacity;
     uint8_t* own = gaac_smem + gaac_encode_warp_bytes(D, cap) * (threadIdx.x / GAAC_LANES);
     uint16_t* tile = reinterpret_cast<uint16_t*>(own);
     uint8_t* stage = own + T::BYTES;
-    uint8_t* base = stage + cap;
-    uint8_t* wstart = base + D;
     const uint32_t below = (1u << lane) - 1u;
+    const int col = lane % T::GROUPS_PER_ROW;  // the column of every group of the lane
     unsigned me, begin, end;
     gaac_warp_range(g.blocks, me, begin, end);
     unsigned raw_count = 0;
     GaacCursor cur;
-    if (begin < end) cur.start(g, begin);
-    bool load_head = true;
-    for (unsigned i = begin; i < end; ++i) {
-        if (load_head) {
-            __syncwarp();
-            const uint32_t* hb = reinterpret_cast<const uint32_t*>(bases + (size_t)cur.head_index * D);
-            for (int k = lane; k < D / 4; k += GAAC_LANES) {
-                const uint32_t b = hb[k];
-                reinterpret_cast<uint32_t*>(base)[k] = b;
-                reinterpret_cast<uint32_t*>(wstart)[k] = gaac_window_starts(b);
-            }
-        }
+    uint4 v[J];
+    auto load = [&]() {
         const uint16_t* src = words + cur.first_word(g, D);
-        uint4 v[J];
 #pragma unroll
         for (int j = 0; j < J; ++j) {
             const int grp = GAAC_LANES * j + lane;
-            v[j] = gaac_load_nc(src + (size_t)(grp / T::GROUPS_PER_ROW) * g.row_values +
-                                GAAC_GROUP_CHANNELS * (grp % T::GROUPS_PER_ROW));
+            v[j] = gaac_load_nc(src + (size_t)(grp / T::GROUPS_PER_ROW) * g.row_values + GAAC_GROUP_CHANNELS * col);
         }
+    };
+    if (begin < end) {
+        cur.start(g, begin);
+        if (PREFETCH) load();
+    }
+    bool load_head = true;
+    uint32_t bh[4], wh[4];  // the bases and window starts of channels 8 col + 2k, 2k + 1, in halves
+    for (unsigned i = begin; i < end; ++i) {
+        if (load_head) {
+            const uint2 b8 = __ldg(reinterpret_cast<const uint2*>(bases + (size_t)cur.head_index * D + GAAC_GROUP_CHANNELS * col));
+            const uint2 w8 = make_uint2(gaac_window_starts(b8.x), gaac_window_starts(b8.y));
+            bh[0] = __byte_perm(b8.x, 0, 0x4140), bh[1] = __byte_perm(b8.x, 0, 0x4342);
+            bh[2] = __byte_perm(b8.y, 0, 0x4140), bh[3] = __byte_perm(b8.y, 0, 0x4342);
+            wh[0] = __byte_perm(w8.x, 0, 0x4140), wh[1] = __byte_perm(w8.x, 0, 0x4342);
+            wh[2] = __byte_perm(w8.y, 0, 0x4140), wh[3] = __byte_perm(w8.y, 0, 0x4342);
+        }
+        if (!PREFETCH) load();
         // The 4th-bit and raw sections start zero; so does the padding after them.
         for (unsigned k = G::PLANES_LEN / 4 + lane; k < cap / 4; k += GAAC_LANES) reinterpret_cast<uint32_t*>(stage)[k] = 0;
         __syncwarp();
         // Tags (spec 2.2) of the lane's groups 32 j + lane, their 4th-bit bytes (spec 3.4),
-        // and the group into the tile.
+        // and the groups' codes into the tile.
         uint32_t tagbits = 0;
         unsigned n4 = 0, nr = 0;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
             const int grp = GAAC_LANES * j + lane;
-            const int col = grp % T::GROUPS_PER_ROW;
-            const uint2 b8 = *reinterpret_cast<const uint2*>(base + GAAC_GROUP_CHANNELS * col);
-            const uint2 w8 = *reinterpret_cast<const uint2*>(wstart + GAAC_GROUP_CHANNELS * col);
-            const uint32_t e_lo = gaac_exponents(v[j].x, v[j].y), e_hi = gaac_exponents(v[j].z, v[j].w);
-            uint32_t tag = GAAC_TAG_RAW;
-            if (gaac_within(e_lo, b8.x, GAAC_OFFSET3_MAX) && gaac_within(e_hi, b8.y, GAAC_OFFSET3_MAX)) tag = 0;
-            else if (gaac_within(e_lo, w8.x, GAAC_OFFSET4_MAX) && gaac_within(e_hi, w8.y, GAAC_OFFSET4_MAX))
-                tag = GAAC_TAG_OFFSET4;
+            const uint32_t x[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+            // d3 = E + 256 - b and d4 = E + 256 - w per half: E - b in 0..=7 exactly when
+            // d3 is 256..=263, E - w in 0..=15 when d4 is 256..=271; the low 3 bits are the
+            // field (E - b or E - w mod 8).
+            uint32_t eh[4], d3[4], d4[4], bad3 = 0, bad4 = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                eh[k] = (x[k] >> 7) & 0x00ff00ffu;
+                d3[k] = eh[k] + BIAS - bh[k];
+                d4[k] = eh[k] + BIAS - wh[k];
+                bad3 |= d3[k] ^ BIAS;
+                bad4 |= d4[k] ^ BIAS;
+            }
+            const bool ok3 = (bad3 & 0xfff8fff8u) == 0, ok4 = (bad4 & 0xfff0fff0u) == 0;
+            const uint32_t tag = ok3 ? 0u : ok4 ? GAAC_TAG_OFFSET4 : GAAC_TAG_RAW;
             tagbits |= tag << (2 * j);
             const uint32_t m4 = __ballot_sync(GAAC_WARP_MASK, tag == GAAC_TAG_OFFSET4);
             const uint32_t mr = __ballot_sync(GAAC_WARP_MASK, tag == GAAC_TAG_RAW);
             if (tag == GAAC_TAG_OFFSET4) {
-                const uint32_t hi = gaac_bit3s(__vsub4(e_lo, w8.x)) | (gaac_bit3s(__vsub4(e_hi, w8.y)) << 4);
+                // Bit 3 of E - w of value i -> bit i.
+                uint32_t u = 0;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) u |= ((d4[k] >> 3) & 0x00010001u) << (2 * k);
                 const unsigned at = G::PLANES_LEN + n4 + __popc(m4 & below);
-                if (at < cap) stage[at] = (uint8_t)hi;
+                if (at < cap) stage[at] = (uint8_t)(u | (u >> 15));
             }
             n4 += __popc(m4);
             nr += __popc(mr);
-            *reinterpret_cast<uint4*>(tile + (grp / T::GROUPS_PER_ROW) * T::ROW + GAAC_GROUP_CHANNELS * col) = v[j];
+            // Code of a value: its sign+mantissa byte, its field in bits 8..10.
+            uint32_t code[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const uint32_t f = ok3 ? d3[k] : ok4 ? d4[k] : eh[k];
+                code[k] = ((x[k] >> 8) & 0x00800080u) | (x[k] & 0x007f007fu) | ((f << 8) & 0x07000700u);
+            }
+            *reinterpret_cast<uint4*>(tile + (grp / T::GROUPS_PER_ROW) * T::ROW + GAAC_GROUP_CHANNELS * col) =
+                make_uint4(code[0], code[1], code[2], code[3]);
         }
         const unsigned len = G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * nr;
         uint8_t* slot = slots + (unsigned long long)i * cap;
-        if (len > cap) {
+        const bool coded = len <= cap;
+        if (!coded) {
             // Raw (spec 3.6): an all-zero slot; the words, in [16, D] order = group order.
             if (raw_out) {
 #pragma unroll
@@ -240,30 +248,33 @@ __device__ void gaac_encode_range(const uint16_t* __restrict__ words, const Gaac
             for (unsigned k = lane; k < cap / 16; k += GAAC_LANES) reinterpret_cast<uint4*>(slot)[k] = make_uint4(0, 0, 0, 0);
             if (lane == 0) statuses[i] = GAAC_STATUS_RAW;
             ++raw_count;
-        } else {
-            if (nr) {
-                // Raw highs after every 4th-bit byte, in group order (spec 3.5): rare.
-                unsigned before = 0;
+        } else if (nr) {
+            // Raw highs after every 4th-bit byte, in group order (spec 3.5): rare.
+            unsigned before = 0;
 #pragma unroll
-                for (int j = 0; j < J; ++j) {
-                    const bool raw = ((tagbits >> (2 * j)) & 3u) == GAAC_TAG_RAW;
-                    const uint32_t mr = __ballot_sync(GAAC_WARP_MASK, raw);
-                    if (raw) {
-                        const uint32_t e_lo = gaac_exponents(v[j].x, v[j].y), e_hi = gaac_exponents(v[j].z, v[j].w);
-                        unsigned long long high = 0;
+            for (int j = 0; j < J; ++j) {
+                const bool raw = ((tagbits >> (2 * j)) & 3u) == GAAC_TAG_RAW;
+                const uint32_t mr = __ballot_sync(GAAC_WARP_MASK, raw);
+                if (raw) {
+                    const uint32_t e_lo = gaac_exponents(v[j].x, v[j].y), e_hi = gaac_exponents(v[j].z, v[j].w);
+                    unsigned long long high = 0;
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            high |= (unsigned long long)((e_lo >> (8 * q + 3)) & 0x1fu) << (5 * q);
-                            high |= (unsigned long long)((e_hi >> (8 * q + 3)) & 0x1fu) << (5 * (q + 4));
-                        }
-                        const unsigned at =
-                            G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * (before + __popc(mr & below));
-#pragma unroll
-                        for (int q = 0; q < GAAC_RAW_BYTES_PER_GROUP; ++q) stage[at + q] = (uint8_t)(high >> (8 * q));
+                    for (int q = 0; q < 4; ++q) {
+                        high |= (unsigned long long)((e_lo >> (8 * q + 3)) & 0x1fu) << (5 * q);
+                        high |= (unsigned long long)((e_hi >> (8 * q + 3)) & 0x1fu) << (5 * (q + 4));
                     }
-                    before += __popc(mr);
+                    const unsigned at = G::PLANES_LEN + n4 + GAAC_RAW_BYTES_PER_GROUP * (before + __popc(mr & below));
+#pragma unroll
+                    for (int q = 0; q < GAAC_RAW_BYTES_PER_GROUP; ++q) stage[at + q] = (uint8_t)(high >> (8 * q));
                 }
+                before += __popc(mr);
             }
+        }
+        // The next block's words are loaded while this one is written.
+        const bool is_v = cur.tensor & 1u;
+        load_head = cur.next(g);
+        if (PREFETCH && i + 1 < end) load();
+        if (coded) {
             // The tag plane: group 32 j + lane's tag at bits 2 (lane mod 4) of byte 8 j + lane / 4.
 #pragma unroll
             for (int j = 0; j < J; ++j) {
@@ -272,49 +283,33 @@ __device__ void gaac_encode_range(const uint16_t* __restrict__ words, const Gaac
                 t |= __shfl_xor_sync(GAAC_WARP_MASK, t, 2);
                 if ((lane & 3) == 0) stage[8 * j + (lane >> 2)] = (uint8_t)t;
             }
-            __syncwarp();  // the tile and the tags are in shared memory
+            __syncwarp();  // the codes and the tags are in shared memory
             // The 3-bit plane (spec 3.2) and the sign+mantissa plane (spec 3.1): the lane's
-            // four values of each tile, gathered from the tile in fragment order.
-            const bool is_v = cur.tensor & 1u;
+            // four codes of each tile, gathered from the tile in fragment order.
 #pragma unroll
             for (int s = 0; s < G::SLABS; ++s) {
                 uint32_t planes[3] = {0, 0, 0};
 #pragma unroll
                 for (int m = 0; m < GAAC_SLAB_TILES; ++m) {
                     const int t = GAAC_SLAB_TILES * s + m;
-                    uint32_t x, y, b4, w4, tags4;
+                    uint32_t x, y;  // codes of values 0, 1 and 2, 3 of the lane's quad
                     if (!is_v) {
                         // K: token 8 (t / (D/16)) + l / 4, channels c, c + 1, c + 8, c + 9.
                         const int token = 8 * (t / G::CHANNEL_TILES) + (lane >> 2);
                         const int c = 16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3);
                         x = *reinterpret_cast<const uint32_t*>(tile + token * T::ROW + c);
                         y = *reinterpret_cast<const uint32_t*>(tile + token * T::ROW + c + 8);
-                        const uint16_t* b16 = reinterpret_cast<const uint16_t*>(base + c);
-                        const uint16_t* w16 = reinterpret_cast<const uint16_t*>(wstart + c);
-                        b4 = b16[0] | ((uint32_t)b16[4] << 16);
-                        w4 = w16[0] | ((uint32_t)w16[4] << 16);
-                        const unsigned grp = token * T::GROUPS_PER_ROW + c / GAAC_GROUP_CHANNELS;
-                        tags4 = 0x0101u * gaac_tag(stage, grp) + 0x01010000u * gaac_tag(stage, grp + 1);
                     } else {
                         // V: channel 8 t + l / 4, tokens q, q + 1, q + 8, q + 9.
-                        const int ch = 8 * t + (lane >> 2), q = 2 * (lane & 3);
-                        const uint16_t* col = tile + ch;
-                        x = col[q * T::ROW] | ((uint32_t)col[(q + 1) * T::ROW] << 16);
-                        y = col[(q + 8) * T::ROW] | ((uint32_t)col[(q + 9) * T::ROW] << 16);
-                        b4 = 0x01010101u * base[ch];
-                        w4 = 0x01010101u * wstart[ch];
-                        const unsigned grp = q * T::GROUPS_PER_ROW + t;
-                        tags4 = gaac_tag(stage, grp) | (gaac_tag(stage, grp + T::GROUPS_PER_ROW) << 8) |
-                                (gaac_tag(stage, grp + 8 * T::GROUPS_PER_ROW) << 16) |
-                                (gaac_tag(stage, grp + 9 * T::GROUPS_PER_ROW) << 24);
+                        const uint16_t* ch = tile + 8 * t + (lane >> 2) + 2 * (lane & 3) * T::ROW;
+                        x = __byte_perm(ch[0], ch[T::ROW], 0x5410);
+                        y = __byte_perm(ch[8 * T::ROW], ch[9 * T::ROW], 0x5410);
                     }
-                    const uint32_t e4 = gaac_exponents(x, y);
-                    // The field (spec 3.3): E - b, (E - w) mod 8, or E mod 8 by the group's tag.
-                    const uint32_t m4 = gaac_tag_mask(tags4, GAAC_TAG_OFFSET4), mr = gaac_tag_mask(tags4, GAAC_TAG_RAW);
-                    const uint32_t f = (__vsub4(e4, b4) & ~(m4 | mr)) | (__vsub4(e4, w4) & m4) | (e4 & mr);
+                    const uint32_t f = __byte_perm(x, y, 0x7531);  // the fields, one per byte
 #pragma unroll
-                    for (int k = 0; k < 3; ++k) planes[k] |= ((f >> k) & 0x01010101u) << m;
-                    reinterpret_cast<uint32_t*>(stage + G::SM_AT)[GAAC_LANES * t + lane] = gaac_sign_mantissas(x, y);
+                    for (int k = 0; k < 3; ++k)
+                        planes[k] |= (m >= k ? f << (m - k) : f >> (k - m)) & (0x01010101u << m);
+                    reinterpret_cast<uint32_t*>(stage + G::SM_AT)[GAAC_LANES * t + lane] = __byte_perm(x, y, 0x6420);
                 }
 #pragma unroll
                 for (int k = 0; k < 3; ++k)
@@ -327,21 +322,22 @@ __device__ void gaac_encode_range(const uint16_t* __restrict__ words, const Gaac
             if (lane == 0) statuses[i] = 0;
         }
         __syncwarp();  // every lane is done with the tile and the slot before the next block
-        load_head = cur.next(g);
     }
     if (warp_raw && lane == 0) warp_raw[me] = raw_count;
 }
 
-#define GAAC_ENCODE_ENTRY(D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)                                               \
+// At least 3 CTAs per multiprocessor at D = 64 (80 registers, no spills: the occupancy of
+// version 1) and 2 at D = 128 (126 registers).
+#define GAAC_ENCODE_ENTRY(D, MIN_CTAS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32, MIN_CTAS)                                     \
         gaac_encode_d##D(const uint16_t* words, GaacLayout g, const uint8_t* bases, uint8_t* slots,            \
                          uint8_t* statuses, uint8_t* raw_out, unsigned* warp_raw) {                            \
         gaac_encode_range<D>(words, g, bases, slots, statuses, raw_out, warp_raw);                              \
     }
 
-GAAC_ENCODE_ENTRY(64)
-GAAC_ENCODE_ENTRY(128)
-GAAC_ENCODE_ENTRY(256)
+GAAC_ENCODE_ENTRY(64, 3)
+GAAC_ENCODE_ENTRY(128, 2)
+GAAC_ENCODE_ENTRY(256, 1)
 
 // One CTA of GAAC_SCAN_THREADS after gaac_encode_d<D>: the exclusive scan of the warps'
 // raw counts (in place: each warp's first raw block's place in the overflow section), R,

@@ -26,7 +26,7 @@
 #define GAAC_HEADER_CRC 60
 #define GAAC_WARPS 8                                     // most warps per CTA of the block kernels
 #define GAAC_SCAN_THREADS 1024                           // threads of the encoder's header CTA
-#define GAAC_DECODE_STAGES 3                             // slots per decoder warp's cp.async ring
+#define GAAC_DECODE_STAGES 2                             // slots per decoder warp's cp.async ring
 #define GAAC_TILE_PAD 8                                  // padding words per row of a warp's [16, D] tile
 
 // Device status values: the first problem's code (atomicCAS from 0).

@@ -5,8 +5,9 @@
 //! [`kvcodec_gpu::GpuCacheCodec`] for [`crate::GaacCodec`]): the container of spec §5.
 //! Encoding is three launches on the caller's stream: `gaac_encode_d<D>` codes every
 //! block into its slot (one warp per block, each warp a contiguous range of blocks,
-//! 16-byte loads into a shared-memory tile, the slot built in shared memory and written
-//! with 16-byte stores), writes its status byte and counts the raw blocks of its range;
+//! 16-byte loads, each value's code (sign+mantissa byte and 3-bit field) into a
+//! shared-memory tile, the slot built from it in shared memory and written with 16-byte
+//! stores), writes its status byte and counts the raw blocks of its range;
 //! `gaac_encode_header` (one CTA) scans those counts into the raw blocks' places in the
 //! overflow section and writes the header with R, the checksum and the CRC-32C;
 //! `gaac_encode_overflow` copies the raw blocks, the tails and the bases. The container's
@@ -122,7 +123,7 @@ pub const WARPS: u32 = 8;
 pub const SCAN_THREADS: u32 = 1024;
 /// Slots in each decoder warp's `cp.async` ring: two in flight while one is restored
 /// (`docs/perf/gaac-gpu.md`, version 2).
-pub const DECODE_STAGES: usize = 3;
+pub const DECODE_STAGES: usize = 2;
 /// Padding words per row of a warp's `[16, D]` shared-memory tile, so that the
 /// fragment-order gathers of spec §3.1 fall on distinct banks.
 pub const TILE_PAD: usize = 8;
@@ -247,10 +248,10 @@ impl Launch {
     }
 }
 
-/// Shared memory of one encoder warp: the tile, the slot being built, the bases and
-/// window starts (`gaac_encode_warp_bytes` in the kernel source).
+/// Shared memory of one encoder warp: the tile of codes and the slot being built
+/// (`gaac_encode_warp_bytes` in the kernel source).
 pub(crate) fn encode_warp_bytes(block: BlockShape, capacity: usize) -> usize {
-    2 * 16 * (block.head_dim + TILE_PAD) + capacity + 2 * block.head_dim
+    2 * 16 * (block.head_dim + TILE_PAD) + capacity
 }
 
 /// Shared memory of one decoder warp: the addend image, the bases and window starts, the
