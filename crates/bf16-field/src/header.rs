@@ -43,6 +43,31 @@ pub enum HeaderFault {
     },
 }
 
+/// Implements `From<HeaderFault>` for a codec's error enum, whose variants `Truncated`,
+/// `BadMagic`, `UnsupportedVersion` and `HeaderChecksumMismatch` have the fields of the
+/// [`HeaderFault`] variants of the same names: `?` then turns a fault into the codec's
+/// own error, message included.
+#[macro_export]
+macro_rules! impl_from_header_fault {
+    ($error:ty) => {
+        /// The shared header checks' faults ([`bf16_field::header`]) as this crate's
+        /// variants of the same name and numbers.
+        impl From<$crate::header::HeaderFault> for $error {
+            fn from(fault: $crate::header::HeaderFault) -> Self {
+                use $crate::header::HeaderFault;
+                match fault {
+                    HeaderFault::Truncated { needed, got } => Self::Truncated { needed, got },
+                    HeaderFault::BadMagic { found } => Self::BadMagic { found },
+                    HeaderFault::UnsupportedVersion { version } => Self::UnsupportedVersion { version },
+                    HeaderFault::HeaderChecksumMismatch { stored, computed } => {
+                        Self::HeaderChecksumMismatch { stored, computed }
+                    }
+                }
+            }
+        }
+    };
+}
+
 /// Byte offsets of a header's shape fields: L, H and D as little-endian `u32`, T as a
 /// little-endian `u64`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

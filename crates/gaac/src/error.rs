@@ -3,7 +3,6 @@
 //! checks run in order, so every hostile input maps to exactly one variant.
 
 use bf16_field::KvKind;
-use bf16_field::header::HeaderFault;
 use thiserror::Error;
 
 /// Errors of the GAAC calibration, encoders and decoders.
@@ -288,17 +287,4 @@ pub enum Error {
 /// `Result` with this crate's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The shared header checks' faults ([`bf16_field::header`]) as this crate's variants of
-/// the same name and numbers.
-impl From<HeaderFault> for Error {
-    fn from(fault: HeaderFault) -> Self {
-        match fault {
-            HeaderFault::Truncated { needed, got } => Error::Truncated { needed, got },
-            HeaderFault::BadMagic { found } => Error::BadMagic { found },
-            HeaderFault::UnsupportedVersion { version } => Error::UnsupportedVersion { version },
-            HeaderFault::HeaderChecksumMismatch { stored, computed } => {
-                Error::HeaderChecksumMismatch { stored, computed }
-            }
-        }
-    }
-}
+bf16_field::impl_from_header_fault!(Error);

@@ -6,7 +6,6 @@
 use std::fmt;
 
 use bf16_field::KvKind;
-use bf16_field::header::HeaderFault;
 
 /// Errors of the ZipFusion encoders and decoders.
 ///
@@ -287,17 +286,4 @@ impl std::error::Error for Error {
     }
 }
 
-/// The shared header checks' faults ([`bf16_field::header`]) as this crate's variants of
-/// the same name and numbers.
-impl From<HeaderFault> for Error {
-    fn from(fault: HeaderFault) -> Self {
-        match fault {
-            HeaderFault::Truncated { needed, got } => Error::Truncated { needed, got },
-            HeaderFault::BadMagic { found } => Error::BadMagic { found },
-            HeaderFault::UnsupportedVersion { version } => Error::UnsupportedVersion { version },
-            HeaderFault::HeaderChecksumMismatch { stored, computed } => {
-                Error::HeaderChecksumMismatch { stored, computed }
-            }
-        }
-    }
-}
+bf16_field::impl_from_header_fault!(Error);
