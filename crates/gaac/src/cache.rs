@@ -72,15 +72,10 @@ pub struct Sections {
     pub end: usize,
 }
 
-/// The `(L, H, D, T)` of a shape, as errors report it.
-fn dims(s: KvShape) -> [usize; 4] {
-    [s.layers, s.kv_heads, s.head_dim, s.tokens]
-}
-
 /// Checks a cache shape against the format (spec §5.1): no zero dimension, D a multiple
 /// of 64, L, H and D within `u32`. Returns its block shape.
 pub(crate) fn block_shape_of(shape: KvShape) -> Result<BlockShape> {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     if [layers, kv_heads, head_dim, tokens].contains(&0) {
         return Err(Error::InvalidShape { layers, kv_heads, head_dim, tokens });
     }
@@ -113,7 +108,7 @@ fn sections(shape: KvShape, block: BlockShape, capacity: usize, raw: usize) -> O
 }
 
 pub(crate) fn too_large(shape: KvShape) -> Error {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     Error::ShapeTooLarge { layers, kv_heads, head_dim, tokens }
 }
 
@@ -198,6 +193,26 @@ impl CacheHeader {
             raw_blocks: raw as usize,
             checksum: checksummed.then(|| le_u32(h, header::CHECKSUM)),
         })
+    }
+
+    /// [`CacheHeader::parse`] of a container the caller expects to hold a cache of
+    /// `expected`, in the CPU decoder's order: the expected shape first (it must be one
+    /// the format can hold), then the header, then the header's shape against it.
+    ///
+    /// # Errors
+    /// The expected shape's error, [`CacheHeader::parse`]'s, or
+    /// [`Error::CacheShapeMismatch`].
+    pub(crate) fn parse_expecting(bytes: &[u8], expected: Option<KvShape>) -> Result<CacheHeader> {
+        if let Some(shape) = expected {
+            block_shape_of(shape)?;
+        }
+        let header = CacheHeader::parse(bytes)?;
+        if let Some(expected) = expected
+            && expected != header.shape
+        {
+            return Err(Error::CacheShapeMismatch { expected: expected.dims(), found: header.shape.dims() });
+        }
+        Ok(header)
     }
 
     /// The 64 header bytes, the CRC-32C included.

@@ -40,16 +40,11 @@ pub struct CacheHeader {
     pub checksum: Option<u32>,
 }
 
-/// The `(L, H, D, T)` of a shape, as errors report it.
-fn dims(s: KvShape) -> [usize; 4] {
-    [s.layers, s.kv_heads, s.head_dim, s.tokens]
-}
-
 /// Checks a cache shape against the format (spec §7.1): no zero dimension, D a multiple
 /// of 32, every page within its `u32` offsets, L, H and D within their `u32` fields, and
 /// the largest container within `usize`. Returns its page shape.
 pub(crate) fn page_shape_of(shape: KvShape) -> Result<PageShape> {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     if [layers, kv_heads, head_dim, tokens].contains(&0) {
         return Err(Error::InvalidShape { layers, kv_heads, head_dim, tokens });
     }
@@ -135,6 +130,26 @@ impl CacheHeader {
         page_shape_of(shape)?;
         let checksum = checksummed.then(|| le_u32(h, header::CHECKSUM));
         Ok(CacheHeader { variant, shape, checksum })
+    }
+
+    /// [`CacheHeader::parse`] of a container the caller expects to hold a cache of
+    /// `expected`, in the CPU decoder's order: the expected shape first (it must be one
+    /// the format can hold), then the header, then the header's shape against it.
+    ///
+    /// # Errors
+    /// The expected shape's error, [`CacheHeader::parse`]'s, or
+    /// [`Error::CacheShapeMismatch`].
+    pub(crate) fn parse_expecting(bytes: &[u8], expected: Option<KvShape>) -> Result<CacheHeader> {
+        if let Some(shape) = expected {
+            page_shape_of(shape)?;
+        }
+        let header = CacheHeader::parse(bytes)?;
+        if let Some(expected) = expected
+            && expected != header.shape
+        {
+            return Err(Error::CacheShapeMismatch { expected: expected.dims(), found: header.shape.dims() });
+        }
+        Ok(header)
     }
 
     /// The 48 header bytes, the CRC-32C included.
