@@ -9,7 +9,7 @@ use kvcodec_attention::gpu::{
 };
 use kvcodec_attention::{DecodeShape, reference, relative_l2_error};
 use kvcodec_gpu::GpuContext;
-use kvcodec_testkit::gpu_or_skip;
+use kvcodec_testkit::{floats, gpu_or_skip};
 
 /// BF16 attention tolerances: the output is rounded to BF16 (2^-9 relative) and P is
 /// rounded to BF16 before P.V, as in FlashAttention-2.
@@ -20,7 +20,7 @@ fn assert_close(gpu: &GpuContext, owned: &common::Owned, what: &str) {
     let problem = owned.problem();
     let want = reference(&problem).unwrap();
     let got = decode_to_vec(gpu, &problem).unwrap();
-    let error = relative_l2_error(&common::floats(&got.out), &want.out);
+    let error = relative_l2_error(&floats(&got.out), &want.out);
     assert!(error < MAX_RELATIVE_L2, "{what}: relative L2 error {error:.2e}");
     for (i, (g, w)) in got.lse.iter().zip(&want.lse).enumerate() {
         assert!((g - w).abs() <= MAX_LSE_ERROR * w.abs().max(1.0), "{what}: lse[{i}] {g} vs {w}");
@@ -79,7 +79,7 @@ fn a_block_table_wider_than_the_contexts_changes_nothing() {
     let wide = common::Owned { pages, max_pages: width, ..owned };
     let result = decode_to_vec(&gpu, &wide.problem()).unwrap();
     assert_close(&gpu, &wide, "wide table");
-    let error = relative_l2_error(&common::floats(&result.out), &common::floats(&narrow.out));
+    let error = relative_l2_error(&floats(&result.out), &floats(&narrow.out));
     assert!(error < MAX_RELATIVE_L2, "wide vs narrow table: {error:.2e}");
 }
 

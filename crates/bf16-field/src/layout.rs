@@ -106,6 +106,11 @@ impl KvShape {
         Ok(())
     }
 
+    /// `[L, H, D, T]`, the order in which the codecs' errors report a shape.
+    pub fn dims(&self) -> [usize; 4] {
+        [self.layers, self.kv_heads, self.head_dim, self.tokens]
+    }
+
     /// Values per token of one layer's K or V: `H x D`.
     pub fn values_per_token(&self) -> usize {
         self.kv_heads * self.head_dim

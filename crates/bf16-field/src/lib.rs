@@ -2,7 +2,8 @@
 //! is the `kvcodec-gpu` crate): the BF16 field split and merge, entropy statistics, the
 //! KV cache data model ([`KvShape`], [`KvCache`], [`WordOrder`], and [`KeysOnlyCache`]
 //! for caches without V), safetensors I/O
-//! ([`io`]) and the [`CacheCodec`] trait every codec implements.
+//! ([`io`]), the container-header fields GAAC and ZipFusion share ([`header`]) and the
+//! [`CacheCodec`] trait every codec implements.
 //!
 //! A BF16 word `w` is `s EEEEEEEE FFFFFFF` (1 sign bit, 8 exponent bits, 7 mantissa
 //! bits). Every codec in the workspace separates it into two byte streams (the ExANS
@@ -26,6 +27,7 @@
 mod codec;
 mod error;
 mod field;
+pub mod header;
 pub mod integrity;
 pub mod io;
 mod keys_only;

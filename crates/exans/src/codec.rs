@@ -28,14 +28,9 @@ impl Default for ExansCodec {
     }
 }
 
-/// The `(L, H, D, T)` of a shape, as [`Error::CacheShapeMismatch`] reports it.
-fn dims(s: KvShape) -> [usize; 4] {
-    [s.layers, s.kv_heads, s.head_dim, s.tokens]
-}
-
 fn check_shape(expected: KvShape, found: KvShape) -> Result<(), Error> {
     if expected != found {
-        return Err(Error::CacheShapeMismatch { expected: dims(expected), found: dims(found) });
+        return Err(Error::CacheShapeMismatch { expected: expected.dims(), found: found.dims() });
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use bf16_field::header::{check_header_crc, header_prefix, le_u32, read_shape};
 use bf16_field::integrity::{adler32_words, header_crc32c};
 use bf16_field::{KvCache, KvKind, KvShape, WordOrder};
 use rayon::prelude::*;
@@ -71,19 +72,10 @@ pub struct Sections {
     pub end: usize,
 }
 
-fn le_u32(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// The `(L, H, D, T)` of a shape, as errors report it.
-fn dims(s: KvShape) -> [usize; 4] {
-    [s.layers, s.kv_heads, s.head_dim, s.tokens]
-}
-
 /// Checks a cache shape against the format (spec §5.1): no zero dimension, D a multiple
 /// of 64, L, H and D within `u32`. Returns its block shape.
 pub(crate) fn block_shape_of(shape: KvShape) -> Result<BlockShape> {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     if [layers, kv_heads, head_dim, tokens].contains(&0) {
         return Err(Error::InvalidShape { layers, kv_heads, head_dim, tokens });
     }
@@ -116,7 +108,7 @@ fn sections(shape: KvShape, block: BlockShape, capacity: usize, raw: usize) -> O
 }
 
 pub(crate) fn too_large(shape: KvShape) -> Error {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     Error::ShapeTooLarge { layers, kv_heads, head_dim, tokens }
 }
 
@@ -158,17 +150,7 @@ impl CacheHeader {
     /// [`Error::RawCountMismatch`] (more raw blocks than blocks), and
     /// [`Error::ShapeTooLarge`] when the container's length overflows `usize`.
     pub fn parse(bytes: &[u8]) -> Result<CacheHeader> {
-        let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
-            return Err(Error::Truncated { needed: HEADER_LEN, got: bytes.len() });
-        };
-        let magic = [h[0], h[1], h[2], h[3]];
-        if magic != MAGIC {
-            return Err(Error::BadMagic { found: magic });
-        }
-        let version = u16::from_le_bytes([h[header::VERSION], h[header::VERSION + 1]]);
-        if version != VERSION {
-            return Err(Error::UnsupportedVersion { version });
-        }
+        let h = header_prefix::<HEADER_LEN>(bytes, MAGIC, header::VERSION, VERSION)?;
         let flags = h[header::FLAGS];
         if flags & !KNOWN_FLAGS != 0 {
             return Err(Error::UnknownFlags { flags });
@@ -179,21 +161,10 @@ impl CacheHeader {
         if let Some(offset) = reserved.chain(unchecked).find(|&at| h[at] != 0) {
             return Err(Error::ReservedNotZero { offset, value: h[offset] });
         }
-        let stored = le_u32(h, header::HEADER_CRC);
-        let computed = header_crc32c(h, header::HEADER_CRC);
-        if stored != computed {
-            return Err(Error::HeaderChecksumMismatch { stored, computed });
-        }
-        let dim = |at: usize| le_u32(h, at) as usize;
-        let tokens = u64::from_le_bytes(std::array::from_fn(|i| h[header::TOKENS + i]));
-        let shape = KvShape {
-            layers: dim(header::LAYERS),
-            kv_heads: dim(header::KV_HEADS),
-            head_dim: dim(header::HEAD_DIM),
-            tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
-        };
+        check_header_crc(h, header::HEADER_CRC)?;
+        let shape = read_shape(h, header::SHAPE);
         let block = block_shape_of(shape)?;
-        let slot_capacity = dim(header::SLOT_CAPACITY);
+        let slot_capacity = le_u32(h, header::SLOT_CAPACITY) as usize;
         check_capacity(block, slot_capacity)?;
         let self_calibrated = flags & FLAG_SELF_CALIBRATED != 0;
         let calibration = le_u32(h, header::CALIBRATION_TOKENS);
@@ -222,6 +193,26 @@ impl CacheHeader {
             raw_blocks: raw as usize,
             checksum: checksummed.then(|| le_u32(h, header::CHECKSUM)),
         })
+    }
+
+    /// [`CacheHeader::parse`] of a container the caller expects to hold a cache of
+    /// `expected`, in the CPU decoder's order: the expected shape first (it must be one
+    /// the format can hold), then the header, then the header's shape against it.
+    ///
+    /// # Errors
+    /// The expected shape's error, [`CacheHeader::parse`]'s, or
+    /// [`Error::CacheShapeMismatch`].
+    pub(crate) fn parse_expecting(bytes: &[u8], expected: Option<KvShape>) -> Result<CacheHeader> {
+        if let Some(shape) = expected {
+            block_shape_of(shape)?;
+        }
+        let header = CacheHeader::parse(bytes)?;
+        if let Some(expected) = expected
+            && expected != header.shape
+        {
+            return Err(Error::CacheShapeMismatch { expected: expected.dims(), found: header.shape.dims() });
+        }
+        Ok(header)
     }
 
     /// The 64 header bytes, the CRC-32C included.

@@ -7,7 +7,7 @@ use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 
 use crate::Error;
 use crate::bases::Bases;
-use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, decode_cache_into, encode_words};
+use crate::cache::{CacheHeader, EncodeOptions, decode_cache_into, encode_words};
 use crate::gpu::{CacheDecoder, CacheEncoder, GpuError};
 
 /// GAAC over a whole cache: one container (spec §5) of 16-token blocks in fixed-capacity
@@ -60,16 +60,8 @@ impl CacheCodec for GaacCodec {
     }
 
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
-        // The caller's shape first (it must be one the format can hold), then the
-        // container's header against it, then the body.
-        block_shape_of(shape)?;
-        let found = CacheHeader::parse(encoded)?.shape;
-        if found != shape {
-            return Err(Error::CacheShapeMismatch {
-                expected: [shape.layers, shape.kv_heads, shape.head_dim, shape.tokens],
-                found: [found.layers, found.kv_heads, found.head_dim, found.tokens],
-            });
-        }
+        // The caller's shape first, then the container's header against it, then the body.
+        CacheHeader::parse_expecting(encoded, Some(shape))?;
         decode_cache_into(encoded, out).map(|_| ())
     }
 }

@@ -286,3 +286,5 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+bf16_field::impl_from_header_fault!(Error);

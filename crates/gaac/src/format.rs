@@ -296,4 +296,11 @@ pub mod header {
     pub const RESERVED1: usize = 44;
     /// `u32` CRC-32C of bytes 0..60.
     pub const HEADER_CRC: usize = 60;
+    /// The shape fields L, H, D and T, as [`bf16_field::header::read_shape`] reads them.
+    pub const SHAPE: bf16_field::header::ShapeFields = bf16_field::header::ShapeFields {
+        layers: LAYERS,
+        kv_heads: KV_HEADS,
+        head_dim: HEAD_DIM,
+        tokens: TOKENS,
+    };
 }

@@ -110,6 +110,11 @@ pub fn bf16(x: f32) -> u16 {
     half::bf16::from_f32(x).to_bits()
 }
 
+/// The `f32` value of each BF16 word (exact: every BF16 value is an `f32`).
+pub fn floats(words: &[u16]) -> Vec<f32> {
+    words.iter().map(|&w| half::bf16::from_bits(w).to_f32()).collect()
+}
+
 /// Words of every special class, repeated: +-0, +-Inf, NaNs, subnormals, the largest
 /// finite values, exponent 0xFF with payload.
 pub fn special_words() -> Vec<u16> {

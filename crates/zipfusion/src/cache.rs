@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use bf16_field::header::{check_header_crc, header_prefix, le_u32, read_shape};
 use bf16_field::integrity::{adler32_words, header_crc32c};
 use bf16_field::{KvCache, KvKind, KvShape, PARALLEL_CHUNK_VALUES, PARALLEL_MIN_VALUES, WordOrder};
 use rayon::prelude::*;
@@ -39,20 +40,11 @@ pub struct CacheHeader {
     pub checksum: Option<u32>,
 }
 
-fn le_u32(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// The `(L, H, D, T)` of a shape, as errors report it.
-fn dims(s: KvShape) -> [usize; 4] {
-    [s.layers, s.kv_heads, s.head_dim, s.tokens]
-}
-
 /// Checks a cache shape against the format (spec §7.1): no zero dimension, D a multiple
 /// of 32, every page within its `u32` offsets, L, H and D within their `u32` fields, and
 /// the largest container within `usize`. Returns its page shape.
 pub(crate) fn page_shape_of(shape: KvShape) -> Result<PageShape> {
-    let [layers, kv_heads, head_dim, tokens] = dims(shape);
+    let [layers, kv_heads, head_dim, tokens] = shape.dims();
     if [layers, kv_heads, head_dim, tokens].contains(&0) {
         return Err(Error::InvalidShape { layers, kv_heads, head_dim, tokens });
     }
@@ -115,17 +107,7 @@ impl CacheHeader {
     /// [`Error::HeaderChecksumMismatch`], then the shape's error ([`Error::InvalidShape`],
     /// [`Error::HeadDimUnsupported`], [`Error::ShapeTooLarge`]).
     pub fn parse(bytes: &[u8]) -> Result<CacheHeader> {
-        let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
-            return Err(Error::Truncated { needed: HEADER_LEN, got: bytes.len() });
-        };
-        let magic = [h[0], h[1], h[2], h[3]];
-        if magic != MAGIC {
-            return Err(Error::BadMagic { found: magic });
-        }
-        let version = u16::from_le_bytes([h[header::VERSION], h[header::VERSION + 1]]);
-        if version != VERSION {
-            return Err(Error::UnsupportedVersion { version });
-        }
+        let h = header_prefix::<HEADER_LEN>(bytes, MAGIC, header::VERSION, VERSION)?;
         let variant = Variant::from_byte(h[header::VARIANT])
             .ok_or(Error::UnknownVariant { variant: h[header::VARIANT] })?;
         let flags = h[header::FLAGS];
@@ -143,22 +125,31 @@ impl CacheHeader {
         if let Some(offset) = (0..HEADER_LEN).find(|&at| reserved(at) && h[at] != 0) {
             return Err(Error::ReservedNotZero { offset, value: h[offset] });
         }
-        let stored = le_u32(h, header::HEADER_CRC);
-        let computed = header_crc32c(h, header::HEADER_CRC);
-        if stored != computed {
-            return Err(Error::HeaderChecksumMismatch { stored, computed });
-        }
-        let dim = |at: usize| le_u32(h, at) as usize;
-        let tokens = u64::from_le_bytes(std::array::from_fn(|i| h[header::TOKENS + i]));
-        let shape = KvShape {
-            layers: dim(header::LAYERS),
-            kv_heads: dim(header::KV_HEADS),
-            head_dim: dim(header::HEAD_DIM),
-            tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
-        };
+        check_header_crc(h, header::HEADER_CRC)?;
+        let shape = read_shape(h, header::SHAPE);
         page_shape_of(shape)?;
         let checksum = checksummed.then(|| le_u32(h, header::CHECKSUM));
         Ok(CacheHeader { variant, shape, checksum })
+    }
+
+    /// [`CacheHeader::parse`] of a container the caller expects to hold a cache of
+    /// `expected`, in the CPU decoder's order: the expected shape first (it must be one
+    /// the format can hold), then the header, then the header's shape against it.
+    ///
+    /// # Errors
+    /// The expected shape's error, [`CacheHeader::parse`]'s, or
+    /// [`Error::CacheShapeMismatch`].
+    pub(crate) fn parse_expecting(bytes: &[u8], expected: Option<KvShape>) -> Result<CacheHeader> {
+        if let Some(shape) = expected {
+            page_shape_of(shape)?;
+        }
+        let header = CacheHeader::parse(bytes)?;
+        if let Some(expected) = expected
+            && expected != header.shape
+        {
+            return Err(Error::CacheShapeMismatch { expected: expected.dims(), found: header.shape.dims() });
+        }
+        Ok(header)
     }
 
     /// The 48 header bytes, the CRC-32C included.

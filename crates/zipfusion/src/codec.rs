@@ -6,7 +6,7 @@ use cudarc::driver::{CudaView, CudaViewMut};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 
 use crate::Error;
-use crate::cache::{CacheHeader, EncodeOptions, decode_cache_into, encode_words, page_shape_of};
+use crate::cache::{CacheHeader, EncodeOptions, decode_cache_into, encode_words};
 use crate::format::Variant;
 use crate::gpu::{CacheDecoder, CacheEncoder, GpuError};
 
@@ -54,14 +54,7 @@ impl CacheCodec for ZipfusionCodec {
     fn decode_into(&self, encoded: &[u8], shape: KvShape, out: &mut [u16]) -> Result<(), Error> {
         // The caller's shape first (it must be one the format can hold), then the
         // container's header against it, then the body.
-        page_shape_of(shape)?;
-        let found = CacheHeader::parse(encoded)?.shape;
-        if found != shape {
-            return Err(Error::CacheShapeMismatch {
-                expected: [shape.layers, shape.kv_heads, shape.head_dim, shape.tokens],
-                found: [found.layers, found.kv_heads, found.head_dim, found.tokens],
-            });
-        }
+        CacheHeader::parse_expecting(encoded, Some(shape))?;
         decode_cache_into(encoded, out).map(|_| ())
     }
 }

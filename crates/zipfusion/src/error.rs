@@ -285,3 +285,5 @@ impl std::error::Error for Error {
         }
     }
 }
+
+bf16_field::impl_from_header_fault!(Error);

@@ -372,6 +372,13 @@ pub mod header {
     pub const HEADER_CRC: usize = 36;
     /// `[u8; 8]` reserved, zero.
     pub const RESERVED1: usize = 40;
+    /// The shape fields L, H, D and T, as [`bf16_field::header::read_shape`] reads them.
+    pub const SHAPE: bf16_field::header::ShapeFields = bf16_field::header::ShapeFields {
+        layers: LAYERS,
+        kv_heads: KV_HEADS,
+        head_dim: HEAD_DIM,
+        tokens: TOKENS,
+    };
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! `KVCODEC_REQUIRE_GPU=1`.
 
 use kvcodec_attention::{BlockTables, DecodeShape, PAGE_TOKENS, PagedKv, reference, relative_l2_error};
-use kvcodec_testkit::{Rng, bf16, gpu_or_skip};
+use kvcodec_testkit::{Rng, bf16, floats, gpu_or_skip};
 use zipfusion::attention::{FusedError, ZfDecodeProblem, ZfPagedKv, decode_cpu, decode_fused_to_vec};
 use zipfusion::{PageShape, Variant, encode_page, page_info};
 
@@ -144,10 +144,6 @@ fn shapes() -> Vec<(DecodeShape, Vec<u32>)> {
         (DecodeShape { batch: 1, q_heads: 2, kv_heads: 2, head_dim: 64 }, vec![4096]),
         (DecodeShape { batch: 1, q_heads: 16, kv_heads: 2, head_dim: 256 }, vec![1601]),
     ]
-}
-
-fn floats(words: &[u16]) -> Vec<f32> {
-    words.iter().map(|&w| half::bf16::from_bits(w).to_f32()).collect()
 }
 
 /// The fused kernel against the twin on the decoded copy (bits) and the reference.

@@ -95,8 +95,3 @@ pub(crate) fn from_words(shape: DecodeShape, lens: &[u32], seed: u32, words: &[u
         words[(i - 1) % words.len()]
     })
 }
-
-/// `[b, q_heads, head_dim]` BF16 words as floats.
-pub(crate) fn floats(words: &[u16]) -> Vec<f32> {
-    words.iter().map(|&w| half::bf16::from_bits(w).to_f32()).collect()
-}

@@ -8,8 +8,7 @@ use kvcodec_gpu::{DeviceStatus, GpuContext, check_aligned, check_len, cpu_verdic
 use super::{
     DECODE_STATUS, Dim, GaacKernel, GpuError, Launch, LayoutArg, check_gpu_shape, decode_warp_bytes,
 };
-use crate::Error;
-use crate::cache::{CacheHeader, block_shape_of, cache_info};
+use crate::cache::{CacheHeader, cache_info};
 use crate::format::STATUS_RAW;
 
 /// The status code the host reports for a checksum mismatch (`CHECKSUM` of
@@ -57,18 +56,7 @@ impl CacheDecoder {
     /// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, bytes: &[u8], shape: Option<KvShape>) -> Result<Self, GpuError> {
-        if let Some(shape) = shape {
-            block_shape_of(shape)?;
-        }
-        let header = CacheHeader::parse(bytes)?;
-        if let Some(expected) = shape
-            && expected != header.shape
-        {
-            let dims = |s: KvShape| [s.layers, s.kv_heads, s.head_dim, s.tokens];
-            return Err(
-                Error::CacheShapeMismatch { expected: dims(expected), found: dims(header.shape) }.into()
-            );
-        }
+        let header = CacheHeader::parse_expecting(bytes, shape)?;
         let sections = header.sections();
         if bytes.len() != sections.end {
             // The CPU's checks fail too (Truncated or TrailingBytes), with its exact error.

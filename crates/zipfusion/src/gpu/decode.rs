@@ -206,18 +206,7 @@ impl CacheDecoder {
     /// bytes; [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, bytes: &[u8], shape: Option<KvShape>) -> Result<Self, GpuError> {
-        if let Some(shape) = shape {
-            crate::cache::page_shape_of(shape)?;
-        }
-        let header = CacheHeader::parse(bytes)?;
-        if let Some(expected) = shape
-            && expected != header.shape
-        {
-            let dims = |s: KvShape| [s.layers, s.kv_heads, s.head_dim, s.tokens];
-            return Err(
-                Error::CacheShapeMismatch { expected: dims(expected), found: dims(header.shape) }.into()
-            );
-        }
+        let header = CacheHeader::parse_expecting(bytes, shape)?;
         PagesArg::dense(header.page_shape(), header.variant)?;
         let Some(offsets) = walk(bytes, &header) else {
             // The CPU's walk fails too, with its exact error.
