@@ -16,7 +16,8 @@ use gaac::gpu::{GpuError, SealShape, Sealer, seal_blocks_device};
 use gaac::{Bases, EncodeOptions, Error, GaacCodec, cache_info, encode_words};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 use kvcodec_testkit::{
-    assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like, replay_in_graph, round_trip,
+    assert_cache_encoding_replays, assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like,
+    replay_in_graph, round_trip,
 };
 
 /// What graph-replay tests fill outputs with before each replay.
@@ -317,29 +318,9 @@ fn sealing_gives_the_cpu_slots_and_replays_in_a_cuda_graph() {
 #[test]
 fn cache_encoding_replays_in_a_cuda_graph() {
     let Some(gpu) = gpu_or_skip("cache_encoding_replays_in_a_cuda_graph") else { return };
-    // Two caches of one shape take turns in the captured input buffer, so a replay that
-    // read or wrote nothing would leave the other cache's container behind.
     let caches = [with_outliers(2, 2, 64, 37, 11), with_outliers(2, 2, 64, 37, 12)];
     for codec in codecs(&caches[0]) {
-        let expected: Vec<Vec<u8>> = caches.iter().map(|c| codec.encode(c).unwrap()).collect();
-        let inputs: Vec<Vec<u16>> = caches.iter().map(|c| c.words_in(WordOrder::LayerMajor)).collect();
-        let words = RefCell::new(gpu.upload(&inputs[0]).unwrap());
-        let n = caches[0].shape().total_values();
-        let encoder = RefCell::new(codec.device_encoder(&gpu, caches[0].shape()).unwrap());
-        let turn = std::cell::Cell::new(0);
-        replay_in_graph(
-            &gpu,
-            4,
-            || {
-                turn.set(turn.get() + 1);
-                gpu.stream().memcpy_htod(&inputs[turn.get() % 2], &mut *words.borrow_mut()).unwrap();
-            },
-            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.borrow().slice(..n)).unwrap(),
-            |replay| {
-                let bytes = codec.encoded_bytes(&gpu, &encoder.borrow()).unwrap();
-                assert!(bytes == expected[turn.get() % 2], "{} replay {replay}", codec.name());
-            },
-        );
+        assert_cache_encoding_replays(&gpu, &codec, &caches);
     }
 }
 

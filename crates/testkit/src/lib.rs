@@ -378,6 +378,42 @@ pub fn replay_in_graph(
     }
 }
 
+/// Captures `codec`'s device encoding of a cache in a CUDA graph and replays it 4 times,
+/// the two caches (of one shape) taking turns in the captured input buffer: each replay
+/// must leave the CPU encoder's bytes of the cache then in the buffer, so a replay that
+/// read or wrote nothing fails (it would leave the other cache's container behind).
+///
+/// # Panics
+/// On any error, on caches of two shapes, or when a replay's bytes differ.
+pub fn assert_cache_encoding_replays<C: GpuCacheCodec>(gpu: &GpuContext, codec: &C, caches: &[KvCache; 2])
+where
+    C::Error: std::fmt::Debug,
+{
+    use std::cell::{Cell, RefCell};
+    let shape = caches[0].shape();
+    assert_eq!(shape, caches[1].shape(), "the caches of a replay test share one shape");
+    let name = codec.name();
+    let expected: Vec<Vec<u8>> = caches.iter().map(|c| codec.encode(c).unwrap()).collect();
+    let inputs: Vec<Vec<u16>> = caches.iter().map(|c| c.words_in(codec.word_order())).collect();
+    let words = RefCell::new(gpu.upload(&inputs[0]).unwrap());
+    let n = shape.total_values();
+    let encoder = RefCell::new(codec.device_encoder(gpu, shape).unwrap());
+    let turn = Cell::new(0);
+    replay_in_graph(
+        gpu,
+        4,
+        || {
+            turn.set(turn.get() + 1);
+            gpu.stream().memcpy_htod(&inputs[turn.get() % 2], &mut *words.borrow_mut()).unwrap();
+        },
+        || codec.encode_device(gpu, &mut encoder.borrow_mut(), &words.borrow().slice(..n)).unwrap(),
+        |replay| {
+            let bytes = codec.encoded_bytes(gpu, &encoder.borrow()).unwrap();
+            assert!(bytes == expected[turn.get() % 2], "{name} replay {replay}");
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

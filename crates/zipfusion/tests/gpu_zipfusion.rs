@@ -11,7 +11,8 @@ use bf16_field::{KvCache, KvKind};
 use cudarc::driver::CudaSlice;
 use kvcodec_gpu::{DeviceStatus, GpuContext};
 use kvcodec_testkit::{
-    assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like, replay_in_graph, round_trip,
+    assert_cache_encoding_replays, assert_gpu_rejects_like_cpu, fill_device, gpu_or_skip, kv_like,
+    replay_in_graph, round_trip,
 };
 use zipfusion::gpu::{GpuError, PageScratch, decode_pages_device, encode_pages_device, verify_pages};
 use zipfusion::{Error, PageShape, Variant, ZipfusionCodec, encode_page, page_info};
@@ -346,33 +347,9 @@ fn page_compression_replays_in_a_cuda_graph() {
 
 #[test]
 fn cache_encoding_replays_in_a_cuda_graph() {
-    use kvcodec_gpu::GpuCacheCodec;
     let Some(gpu) = gpu_or_skip("cache_encoding_replays_in_a_cuda_graph") else { return };
-    // Two caches of one shape take turns in the captured input buffer, so a replay that
-    // read or wrote nothing would leave the other cache's container behind.
     let caches = [with_zeros_and_outliers(2, 2, 64, 37, 11), with_zeros_and_outliers(2, 2, 64, 37, 12)];
     for codec in codecs() {
-        let expected: Vec<Vec<u8>> =
-            caches.iter().map(|c| bf16_field::CacheCodec::encode(&codec, c).unwrap()).collect();
-        let inputs: Vec<Vec<u16>> =
-            caches.iter().map(|c| c.words_in(bf16_field::WordOrder::LayerMajor)).collect();
-        let words = RefCell::new(gpu.upload(&inputs[0]).unwrap());
-        let n = caches[0].shape().total_values();
-        let encoder = RefCell::new(codec.device_encoder(&gpu, caches[0].shape()).unwrap());
-        let turn = std::cell::Cell::new(0);
-        replay_in_graph(
-            &gpu,
-            4,
-            || {
-                turn.set(turn.get() + 1);
-                gpu.stream().memcpy_htod(&inputs[turn.get() % 2], &mut *words.borrow_mut()).unwrap();
-            },
-            || codec.encode_device(&gpu, &mut encoder.borrow_mut(), &words.borrow().slice(..n)).unwrap(),
-            |replay| {
-                let bytes = codec.encoded_bytes(&gpu, &encoder.borrow()).unwrap();
-                let name = bf16_field::CacheCodec::name(&codec);
-                assert!(bytes == expected[turn.get() % 2], "{name} replay {replay}");
-            },
-        );
+        assert_cache_encoding_replays(&gpu, &codec, &caches);
     }
 }

@@ -325,13 +325,17 @@ impl CacheEncoder {
             pages_per_group: per_layer64,
         };
         let (words_at, out_at) = (device_address(&words, stream), device_address(&self.out, stream));
+        // The one-pass encoder and the tail copy after it add the checksum's sums of the
+        // values they hold; the two-pass encoder and a cache of tails alone take a pass of
+        // their own.
+        let sums_in_kernels = g.fused(pages) && pages > 0;
         if let Some(sums) = &mut self.sums {
             sums.clear(gpu)?;
-        }
-        if !g.fused(pages) {
-            if let Some(sums) = &mut self.sums {
+            if !sums_in_kernels {
                 add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
             }
+        }
+        if !g.fused(pages) {
             self.encode_two_pass(gpu, &words, &g, pages, tail_len)?;
             // SAFETY: each layer's tails lie in `words` (after its pages) and, at the scan's
             // offsets, inside `out` (the largest container); only `out` is written.
@@ -351,11 +355,7 @@ impl CacheEncoder {
             unsafe { copy_tails(gpu, words_at, &g, &tails, &self.offsets, out_at, ToContainer, sums) }?;
             self.write_header(gpu, layers, per_layer64, tail_len, &header, value_bytes)
         } else {
-            // No full page: the values are the tails alone, and the header kernel writes
-            // their offsets, so it runs first.
-            if let Some(sums) = &mut self.sums {
-                add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
-            }
+            // No full page: the header kernel writes the tails' offsets, so it runs first.
             self.write_header(gpu, layers, per_layer64, tail_len, &header, value_bytes)?;
             // SAFETY: as above; the offsets are the header kernel's.
             unsafe { copy_tails(gpu, words_at, &g, &tails, &self.offsets, out_at, ToContainer, None) }
