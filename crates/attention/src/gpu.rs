@@ -52,7 +52,8 @@ impl Kernel for AttentionKernel {
 pub const WARPS: usize = 4;
 
 /// The most splits per (sequence, KV head): the CTA that combines them reads every
-/// split's state, so their count bounds the combine's time.
+/// split's state, so their count bounds the combine's time (on the H200, Gemma-3's one KV
+/// head at batch 1 ran 14-27% slower over 128-131 splits than over 64: docs/perf/attention.md, v5).
 pub const MAX_SPLITS: usize = 64;
 
 /// The fewest pages of a sequence a split reads, so that its partial state (about
@@ -65,9 +66,9 @@ pub const MIN_PAGES_PER_SPLIT: usize = 16;
 /// 8 rows of an ldmatrix tile fall in distinct banks.
 pub const ROW_PAD: usize = 8;
 
-/// The share of the last wave's CTA slots that must be busy for a split count to be taken
-/// without looking further.
-const GOOD_WAVE_FILL: f64 = 0.9;
+/// The share of the GPU's CTA slots a split plan fills at least, where the context allows:
+/// fewer CTAs leave too few warps per SM to keep enough bytes in flight.
+const MIN_SLOT_FILL: f64 = 0.6;
 
 /// What the kernels leave in their status word: flags for block-table entries that would
 /// read outside the cache (checked on the device, for problems whose tables live there).
@@ -115,25 +116,31 @@ pub struct SplitPlan {
 
 impl SplitPlan {
     /// The split count for `batch * kv_heads` units over at most `max_pages` pages on a GPU
-    /// of `multiprocessors` SMs holding `ctas_per_sm` CTAs each (the slots): the fewest
-    /// splits whose waves of CTAs keep at least 90% of the slots busy, else the one that
-    /// keeps the most busy; at most [`MAX_SPLITS`] (or one CTA per SM, where the units are
-    /// fewer than the SMs), and at least [`MIN_PAGES_PER_SPLIT`] pages per split.
+    /// of `multiprocessors` SMs holding `ctas_per_sm` CTAs each (the slots).
+    ///
+    /// Every CTA reads the same number of pages and an SM's CTAs share its bandwidth, so a
+    /// step takes about as long as the busiest SM: `ceil(units * splits / SMs)` CTAs of
+    /// `1 / splits` of a unit each. The plan takes the split count that minimises that
+    /// product, the most on a tie (more warps in flight), among the counts that keep all CTAs in one wave of the
+    /// slots (`units * splits <= slots`; one split where the units alone fill them) and fill
+    /// at least 60% of them where the context allows; at most [`MAX_SPLITS`] and at least
+    /// [`MIN_PAGES_PER_SPLIT`] pages per split. On the H200 at batch 1 this takes 33 splits
+    /// for Llama-3-8B's 8 KV heads (2 CTAs on every SM; the earlier rule's 45 put 3 on some
+    /// SMs and 2 on others and ran 8-10% slower) and 64 for one KV head (docs/perf/attention.md, v5).
     pub fn new(shape: &DecodeShape, max_pages: usize, multiprocessors: usize, ctas_per_sm: usize) -> Self {
         let units = (shape.batch * shape.kv_heads).max(1);
-        let slots = (multiprocessors * ctas_per_sm).max(1);
+        let sms = multiprocessors.max(1);
+        let slots = sms * ctas_per_sm.max(1);
         let pages = max_pages.max(1);
-        // More than MAX_SPLITS only where the units are fewer than the SMs (batch 1 on one
-        // KV head), so that every SM gets a CTA.
-        let cap = MAX_SPLITS.max(multiprocessors.div_ceil(units));
-        let most = (pages / MIN_PAGES_PER_SPLIT).clamp(1, cap);
-        let fill = |splits: usize| {
-            let ctas = units * splits;
-            ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
-        };
-        let wanted = (1..=most)
-            .find(|&s| fill(s) >= GOOD_WAVE_FILL)
-            .unwrap_or_else(|| (1..=most).rev().max_by(|&a, &b| fill(a).total_cmp(&fill(b))).unwrap_or(1));
+        let most = (pages / MIN_PAGES_PER_SPLIT).clamp(1, MAX_SPLITS);
+        let one_wave = (slots / units).clamp(1, most);
+        let fill = ((MIN_SLOT_FILL * slots as f64 / units as f64).ceil() as usize).clamp(1, one_wave);
+        // The busiest SM's share of the work, in units: ceil(units * s / SMs) / s, compared
+        // as exact fractions (a/s <= b/t <=> a*t <= b*s).
+        let busiest = |s: usize| (units * s).div_ceil(sms);
+        let wanted = (fill..=one_wave)
+            .reduce(|best, s| if busiest(s) * best <= busiest(best) * s { s } else { best })
+            .unwrap_or(1);
         let pages_per_split = pages.div_ceil(wanted);
         SplitPlan { splits: pages.div_ceil(pages_per_split), pages_per_split }
     }
