@@ -506,19 +506,27 @@ fn xorshift(seed: u32) -> impl FnMut() -> u32 {
     }
 }
 
-/// `cargo xtask plot-attention`: the SVG of a bench-attention JSON written earlier.
-pub(crate) fn plot(json: &std::path::Path, svg: &std::path::Path) -> anyhow::Result<()> {
+/// `cargo xtask plot-attention`: the SVG of the cells of bench-attention JSONs written
+/// earlier, titled with the first one's device and page placement.
+pub(crate) fn plot(jsons: &[PathBuf], svg: &std::path::Path) -> anyhow::Result<()> {
     #[derive(serde::Deserialize)]
     struct Saved {
         device: String,
         pages: String,
         cells: Vec<Cell>,
     }
-    let saved: Saved =
-        serde_json::from_str(&std::fs::read_to_string(json).with_context(|| crate::shown(json))?)
-            .with_context(|| format!("--json {}", crate::shown(json)))?;
-    let title = format!("decode attention, {} ({} pages)", saved.device, saved.pages);
-    std::fs::write(svg, crate::attention_plot::svg(&saved.cells, &title))
+    let mut title = String::new();
+    let mut cells = Vec::new();
+    for json in jsons {
+        let saved: Saved =
+            serde_json::from_str(&std::fs::read_to_string(json).with_context(|| crate::shown(json))?)
+                .with_context(|| format!("--json {}", crate::shown(json)))?;
+        if title.is_empty() {
+            title = format!("decode attention, {} ({} pages)", saved.device, saved.pages);
+        }
+        cells.extend(saved.cells);
+    }
+    std::fs::write(svg, crate::attention_plot::svg(&cells, &title))
         .with_context(|| format!("--svg {}", crate::shown(svg)))?;
     Ok(())
 }

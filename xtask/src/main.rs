@@ -76,12 +76,12 @@ enum Command {
     /// Decode attention on the GPU per model shape, context and batch, beside the BF16
     /// peers' times from xtask/attention/peers.py (--peers).
     BenchAttention(bench_attention::AttentionArgs),
-    /// The SVG plot of a bench-attention JSON (what `bench-attention --svg` writes), for a
-    /// JSON measured earlier.
+    /// The SVG plot of bench-attention JSONs measured earlier (what `bench-attention --svg`
+    /// writes), their cells together (e.g. two runs over different contexts).
     PlotAttention {
-        /// A JSON from `bench-attention --json`.
-        #[arg(long)]
-        json: PathBuf,
+        /// JSONs from `bench-attention --json`.
+        #[arg(long, required = true)]
+        json: Vec<PathBuf>,
         /// Where to write the SVG.
         #[arg(long)]
         svg: PathBuf,

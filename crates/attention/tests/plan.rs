@@ -1,6 +1,7 @@
-//! The split plan: the split count whose busiest SM holds the least work, in one wave of
-//! the GPU's slots filled at least 60% where the context allows, within the bounds on
-//! split count and size.
+//! The split plan: with units fewer than half the SMs, the split count whose busiest SM
+//! holds the least work, in one wave of the slots filled at least 60% where the context
+//! allows; with more, enough CTAs to fill the slots without a mostly idle last wave; within
+//! the bounds on split count and size.
 
 use kvcodec_attention::DecodeShape;
 use kvcodec_attention::gpu::{MAX_SPLITS, MIN_PAGES_PER_SPLIT, SplitPlan};
@@ -29,9 +30,14 @@ fn the_busiest_sm_gets_the_least_work() {
 }
 
 #[test]
-fn units_that_fill_the_slots_alone_are_not_split() {
-    assert_eq!(plan(32, 8, 4096, 3).splits, 1);
-    assert_eq!(plan(64, 8, 4096, 3).splits, 1);
+fn many_units_take_the_fewest_splits_that_fill_the_last_wave() {
+    // 256 units: 1 or 2 splits leave a wave 65% full, 3 splits make 768 CTAs in 2 waves (97%).
+    assert_eq!(plan(32, 8, 4096, 3).splits, 3);
+    // 512 units: 1 split fills 65% of two waves, 2 fill 86% of three, 3 fill 97% of four.
+    assert_eq!(plan(64, 8, 4096, 3).splits, 3);
+    // 96 units on 660 slots: 13 splits make 1248 CTAs in 2 waves (95%).
+    assert_eq!(plan(32, 3, 4096, 5).splits, 13);
+    // Units that fill the slots exactly are not split.
     assert_eq!(plan(99, 4, 4096, 3).splits, 1);
 }
 
