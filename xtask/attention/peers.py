@@ -98,7 +98,7 @@ def warm(shapes):
     jobs = []
     for name in shapes:
         for tc in ("0", "1"):
-            jobs.append(subprocess.Popen([sys.executable, __file__, "--warm-one", f"{name},{tc}", "--json", "-"]))
+            jobs.append(subprocess.Popen([sys.executable, __file__, "--warm-one", f"{name},{tc}"]))
     return max((j.wait() for j in jobs), default=0)
 
 
@@ -110,7 +110,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--pages", choices=["shuffled", "contiguous"], default="shuffled",
                     help="FlashInfer's page placement, as bench-attention's --pages")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", help="where to write the cells (needed unless --warm)")
     ap.add_argument("--warm", action="store_true", help="build FlashInfer's modules for --shapes, then exit")
     ap.add_argument("--warm-one", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -123,6 +123,8 @@ def main():
         hq, hkv, d = SHAPES[name]
         flashinfer_decode(1, 64, hq, hkv, d, 1, torch.empty(1 << 20, dtype=torch.uint8, device="cuda"), tc == "1")
         return
+    if not args.json:
+        ap.error("--json is needed (unless --warm)")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     try:
         import flashinfer  # noqa: F401
