@@ -9,8 +9,9 @@
 // one sequence, all of its GROUP query heads (so each KV byte is read once), and one
 // contiguous range of pages (a split of the context, so that batch 1 still fills every SM).
 // Each of its warps takes every WARPS-th page of that range, has the loader stage the page
-// into shared memory with 16-byte cp.async loads (the next page's in flight while one is
-// computed), reads the tensor-core fragments through the loader, and runs
+// into shared memory with 16-byte cp.async loads hinted to fetch whole 128-byte L2 lines
+// (the next page's in flight while one is computed), reads the tensor-core fragments
+// through the loader, and runs
 // FlashAttention-2's register flow on the tensor cores (mma.sync m16n8k16, in compute_80
 // PTX): S = Q.K^T with the query heads as the 16 rows (rows past GROUP are zero), an online
 // softmax in the log2 domain, then O += P.V with P taken straight from S's accumulators as
@@ -146,9 +147,9 @@ __device__ __forceinline__ void stage_bf16_page(const uint16_t* __restrict__ k_p
     for (int c = lane; c < PAGE_TOKENS * CHUNKS_PER_ROW; c += 32) {
         const int r = c / CHUNKS_PER_ROW, col = (c % CHUNKS_PER_ROW) * 8;
         const size_t at = base + r * token_stride + col;
-        copy_async_16(k_slot + r * ROW + col, k_pages + at);
+        copy_async_16_line(k_slot + r * ROW + col, k_pages + at);
         if (first_token + r < len)
-            copy_async_16(v_slot + r * ROW + col, v_pages + at);
+            copy_async_16_line(v_slot + r * ROW + col, v_pages + at);
         else
             *reinterpret_cast<uint4*>(v_slot + r * ROW + col) = make_uint4(0, 0, 0, 0);
     }
@@ -381,28 +382,34 @@ __device__ __forceinline__ void decode_paged(
 
     // Leave this split's state, then the last CTA of the (sequence, KV head) combines.
     const size_t unit = (size_t)seq * kv_heads + kv_head;
+    // Rows past the group are never read back: their state is not written.
     float* mine = partial + ((unit * splits + split) * MAX_GROUP + r) * (D + 2);
-    if (part == 0) {
-        mine[0] = cta_max;
-        mine[1] = cta_sum;
-    }
+    if (live_row) {
+        if (part == 0) {
+            mine[0] = cta_max;
+            mine[1] = cta_sum;
+        }
 #pragma unroll
-    for (int i = 0; i < D / THREADS_PER_ROW; ++i) mine[2 + part + i * THREADS_PER_ROW] = combined[i];
+        for (int i = 0; i < D / THREADS_PER_ROW; ++i) mine[2 + part + i * THREADS_PER_ROW] = combined[i];
+    }
     __threadfence();
     __syncthreads();
     __shared__ uint32_t ticket;
     if (threadIdx.x == 0) ticket = atomicAdd(tickets + unit, 1u);
     __syncthreads();
     if (ticket != splits - 1) return;
+    // Every split of the unit has taken its ticket: it can be reset for the next launch.
+    if (threadIdx.x == 0) tickets[unit] = 0;
+    if (!live_row) return;
     __threadfence();
 
     // One pass with the online rescaling of the softmax, unrolled so that the loads of
-    // several splits are in flight at once.
+    // 16 splits are in flight at once.
     float total_max = -INFINITY, total_sum = 0.f;
     float total[D / THREADS_PER_ROW];
 #pragma unroll
     for (int i = 0; i < D / THREADS_PER_ROW; ++i) total[i] = 0.f;
-#pragma unroll 8
+#pragma unroll 16
     for (uint32_t sp = 0; sp < splits; ++sp) {
         const float* theirs = partial + ((unit * splits + sp) * MAX_GROUP + r) * (D + 2);
         const float their_max = __ldcg(theirs);
@@ -414,13 +421,10 @@ __device__ __forceinline__ void decode_paged(
             total[i] = total[i] * keep + __ldcg(theirs + 2 + part + i * THREADS_PER_ROW) * add;
         total_max = new_max;
     }
-    if (live_row) {
 #pragma unroll
-        for (int i = 0; i < D / THREADS_PER_ROW; ++i)
-            out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(total[i] / total_sum);
-        if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * LN2;
-    }
-    if (threadIdx.x == 0) tickets[unit] = 0;
+    for (int i = 0; i < D / THREADS_PER_ROW; ++i)
+        out[head_out * D + part + i * THREADS_PER_ROW] = to_bf16(total[i] / total_sum);
+    if (part == 0) lse[head_out] = (total_max + log2f(total_sum)) * LN2;
 }
 
 }  // namespace

@@ -15,6 +15,13 @@ __device__ __forceinline__ void copy_async_16(void* shared, const void* global) 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared)), "l"(global));
 }
 
+// copy_async_16 with an L2 prefetch hint of the whole 128-byte line (`L2::128B`), for
+// streams that read every byte of their lines (a staged row of 128 bytes or more): the
+// attention kernels' page staging, as FlashInfer's paged decode does.
+__device__ __forceinline__ void copy_async_16_line(void* shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared_address(shared)), "l"(global));
+}
+
 // Closes the thread's queued copies into one group.
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 

@@ -236,7 +236,7 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
         const uint8_t* span = slots + e.id * slot_stride + e.offset;
         uint8_t* to = reinterpret_cast<uint8_t*>(stage);
         const uint32_t units = zf_k_units(e.info) + zf_v_units(e.info);
-        for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + 16 * u, span + 16 * u);
+        for (uint32_t u = lane; u < units; u += 32) copy_async_16_line(to + 16 * u, span + 16 * u);
         return true;
     }
 

@@ -1,6 +1,9 @@
 //! `cargo xtask bench-attention`: decode attention over a paged cache on the GPU, per
-//! model shape, context and batch, against the BF16 peers (torch SDPA, FlashInfer) timed by
-//! `xtask/attention/peers.py` in the same device call (issue 18's bench).
+//! model shape, context and batch, against the BF16 peers (torch SDPA, FlashInfer's paged
+//! decode with tensor cores off and on) timed by `xtask/attention/peers.py` in the same
+//! device call (issue 18's bench). Every kernel's speedup is printed against the best peer
+//! of its cell (the fastest of the three) beside the byte ratio of what it reads; `--svg`
+//! plots those speedups against the context ([`crate::attention_plot`]).
 //!
 //! Method (the peers script uses the same): CUDA events around one launch, 3 warm-ups,
 //! median of `--runs`, each run behind a 512 MiB memset that flushes the L2 and a hold
@@ -16,6 +19,7 @@
 //! metadata included) beside the speedup over the twin, and whether out and lse are the
 //! twin's bits.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -53,6 +57,10 @@ pub(crate) struct AttentionArgs {
     /// Write the cells as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the SVG plot of the speedups over the best peer here
+    /// ([`crate::attention_plot`]).
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 /// A named model shape: query heads, KV heads, head_dim.
@@ -65,39 +73,39 @@ const HOLD_NS: u64 = 2_000_000;
 
 /// One measured cell.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
-struct Cell {
-    shape: String,
-    batch: usize,
-    context: usize,
+pub(crate) struct Cell {
+    pub(crate) shape: String,
+    pub(crate) batch: usize,
+    pub(crate) context: usize,
     /// K and V bytes the step reads.
-    kv_bytes: usize,
+    pub(crate) kv_bytes: usize,
     /// Median µs of the BF16 twin.
-    twin_us: f64,
-    splits: usize,
+    pub(crate) twin_us: f64,
+    pub(crate) splits: usize,
     /// The peers' medians in µs from `--peers` (same cell), where given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sdpa_us: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    flashinfer_us: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    flashinfer_tc_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sdpa_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) flashinfer_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) flashinfer_tc_us: Option<f64>,
     /// The ZipFusion fused kernel on the same pages compressed, per variant.
-    fused: Vec<FusedCell>,
+    pub(crate) fused: Vec<FusedCell>,
 }
 
 /// The ZipFusion fused kernel in one cell.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
-struct FusedCell {
+pub(crate) struct FusedCell {
     /// `base` or `zero-aware`.
-    variant: String,
+    pub(crate) variant: String,
     /// Median µs.
-    us: f64,
+    pub(crate) us: f64,
     /// Bytes of the compressed pages (metadata included).
-    compressed_bytes: u64,
+    pub(crate) compressed_bytes: u64,
     /// BF16 bytes / compressed bytes.
-    ratio: f64,
+    pub(crate) ratio: f64,
     /// Whether out and lse are the twin's bits.
-    identical: bool,
+    pub(crate) identical: bool,
 }
 
 /// What peers.py writes: where and how it measured, and its cells.
@@ -173,26 +181,32 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         crate::shown(&input),
         args.pages
     )?;
+    // Each kernel: µs, GB/s of what it reads, the byte ratio of that, the speedup over the
+    // best peer and (fused) over the twin.
     outln!(
-        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
+        "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>4}",
         "shape",
         "B",
         "S",
         "KV MB",
         "splits",
+        "SDPA",
+        "FI",
+        "FI-TC",
         "twin us",
         "GB/s",
-        "SDPA us",
-        "FI us",
-        "FI-TC us",
         "ratio",
-        "vs best",
+        "/best",
         "ZF us",
+        "GB/s",
         "ratio",
-        "vs twin",
+        "/best",
+        "/twin",
         "ZF-ZA us",
+        "GB/s",
         "ratio",
-        "vs twin",
+        "/best",
+        "/twin",
         "bits"
     )?;
     let mut cells = Vec::new();
@@ -225,66 +239,30 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     flashinfer_tc_us: peer.and_then(|p| p.flashinfer_tc_us),
                     ..cell
                 };
-                let best = peer.and_then(|p| {
-                    [p.sdpa_us, p.flashinfer_us, p.flashinfer_tc_us].into_iter().flatten().reduce(f64::min)
-                });
-                let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
-                let zf = |i: usize| -> (String, String, String) {
-                    cell.fused.get(i).map_or(("-".into(), "-".into(), "-".into()), |f| {
-                        (
-                            format!("{:.1}", f.us),
-                            format!("{:.4}", f.ratio),
-                            format!("{:.3}x", cell.twin_us / f.us),
-                        )
-                    })
-                };
-                let (zf_us, zf_ratio, zf_speedup) = zf(0);
-                let (za_us, za_ratio, za_speedup) = zf(1);
-                let bits = if cell.fused.is_empty() {
-                    "-"
-                } else if cell.fused.iter().all(|f| f.identical) {
-                    "same"
-                } else {
-                    "DIFF"
-                };
-                outln!(
-                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>6.3} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
-                    cell.shape,
-                    batch,
-                    context,
-                    cell.kv_bytes as f64 / 1e6,
-                    cell.splits,
-                    cell.twin_us,
-                    cell.kv_bytes as f64 / cell.twin_us / 1e3,
-                    show(peer.and_then(|p| p.sdpa_us)),
-                    show(peer.and_then(|p| p.flashinfer_us)),
-                    show(peer.and_then(|p| p.flashinfer_tc_us)),
-                    1.0,
-                    best.map_or("-".to_string(), |b| format!("{:.3}x", b / cell.twin_us)),
-                    zf_us,
-                    zf_ratio,
-                    zf_speedup,
-                    za_us,
-                    za_ratio,
-                    za_speedup,
-                    bits,
-                )?;
+                outln!("{}", table_row(&cell))?;
                 cells.push(cell);
             }
         }
     }
     outln!(
-        "twin: the BF16 twin (kvcodec_attention::gpu); ratio: BF16 bytes / bytes the kernel reads; vs best: the best peer's time / ours"
+        "SDPA, FI, FI-TC: the peers' µs (torch SDPA on dense KV; FlashInfer's paged decode, tensor cores off / on); \
+         twin: the BF16 twin (kvcodec_attention::gpu); GB/s: bytes the kernel reads / time; ratio: BF16 bytes / \
+         bytes the kernel reads; /best: the best peer's time / the kernel's"
     )?;
     outln!(
         "ZF / ZF-ZA: ZipFusion fused (zipfusion::attention), base / zero-aware pages compressed on the device from \
-         the same values; ratio: BF16 bytes / compressed page bytes (metadata included); vs twin: twin time / \
-         fused time; bits: out and lse identical to the twin's"
+         the same values (ratio: metadata included); /twin: twin time / fused time; bits: out and lse identical to \
+         the twin's"
     )?;
     outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
         args.runs
     )?;
+    if let Some(svg) = &args.svg {
+        let title = format!("decode attention, {} ({} pages)", gpu.info(), args.pages);
+        std::fs::write(svg, crate::attention_plot::svg(&cells, &title))
+            .with_context(|| format!("--svg {}", crate::shown(svg)))?;
+    }
     if let Some(json) = &args.json {
         let (commit, dirty) = crate::bench::build_info();
         let report = Report {
@@ -303,6 +281,55 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--json {}", crate::shown(json)))?;
     }
     Ok(())
+}
+
+/// One line of the table: the peers, then each kernel's µs, GB/s, byte ratio and speedups.
+fn table_row(cell: &Cell) -> String {
+    let best = crate::attention_plot::best_peer(cell);
+    let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let over_best = |us: f64| best.map_or("-".to_string(), |b| format!("{:.3}x", b / us));
+    let mut row = format!(
+        "{:<10} {:>3} {:>7} {:>8.1} {:>6} {:>8} {:>8} {:>8} | {:>8.1} {:>5.0} {:>6.3} {:>6}",
+        cell.shape,
+        cell.batch,
+        cell.context,
+        cell.kv_bytes as f64 / 1e6,
+        cell.splits,
+        show(cell.sdpa_us),
+        show(cell.flashinfer_us),
+        show(cell.flashinfer_tc_us),
+        cell.twin_us,
+        cell.kv_bytes as f64 / cell.twin_us / 1e3,
+        1.0,
+        over_best(cell.twin_us),
+    );
+    for i in 0..2 {
+        match cell.fused.get(i) {
+            Some(f) => {
+                let _ = write!(
+                    row,
+                    " | {:>8.1} {:>5.0} {:>6.4} {:>6} {:>5.3}x",
+                    f.us,
+                    f.compressed_bytes as f64 / f.us / 1e3,
+                    f.ratio,
+                    over_best(f.us),
+                    cell.twin_us / f.us
+                );
+            }
+            None => {
+                let _ = write!(row, " | {:>8} {:>5} {:>6} {:>6} {:>6}", "-", "-", "-", "-", "-");
+            }
+        }
+    }
+    let bits = if cell.fused.is_empty() {
+        "-"
+    } else if cell.fused.iter().all(|f| f.identical) {
+        "same"
+    } else {
+        "DIFF"
+    };
+    let _ = write!(row, " | {bits:>4}");
+    row
 }
 
 /// Fills `dst` with `src` repeated, on the device.
@@ -477,4 +504,29 @@ fn xorshift(seed: u32) -> impl FnMut() -> u32 {
         x ^= x << 5;
         x
     }
+}
+
+/// `cargo xtask plot-attention`: the SVG of the cells of bench-attention JSONs written
+/// earlier, titled with the first one's device and page placement.
+pub(crate) fn plot(jsons: &[PathBuf], svg: &std::path::Path) -> anyhow::Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Saved {
+        device: String,
+        pages: String,
+        cells: Vec<Cell>,
+    }
+    let mut title = String::new();
+    let mut cells = Vec::new();
+    for json in jsons {
+        let saved: Saved =
+            serde_json::from_str(&std::fs::read_to_string(json).with_context(|| crate::shown(json))?)
+                .with_context(|| format!("--json {}", crate::shown(json)))?;
+        if title.is_empty() {
+            title = format!("decode attention, {} ({} pages)", saved.device, saved.pages);
+        }
+        cells.extend(saved.cells);
+    }
+    std::fs::write(svg, crate::attention_plot::svg(&cells, &title))
+        .with_context(|| format!("--svg {}", crate::shown(svg)))?;
+    Ok(())
 }

@@ -6,6 +6,7 @@
 #[macro_use]
 mod output;
 
+mod attention_plot;
 mod bench;
 mod bench_attention;
 mod bundle;
@@ -75,6 +76,16 @@ enum Command {
     /// Decode attention on the GPU per model shape, context and batch, beside the BF16
     /// peers' times from xtask/attention/peers.py (--peers).
     BenchAttention(bench_attention::AttentionArgs),
+    /// The SVG plot of bench-attention JSONs measured earlier (what `bench-attention --svg`
+    /// writes), their cells together (e.g. two runs over different contexts).
+    PlotAttention {
+        /// JSONs from `bench-attention --json`.
+        #[arg(long, required = true)]
+        json: Vec<PathBuf>,
+        /// Where to write the SVG.
+        #[arg(long)]
+        svg: PathBuf,
+    },
     /// ZipFusion's CPU codec timed on one thread and on all: encode and decode GB/s per
     /// core and in all, round trip checked.
     CpuBench(cpu_bench::CpuBenchArgs),
@@ -118,6 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate { codec, input, out } => calibrate(&codec, &input, &out),
         Command::Bench(args) => bench::run(args),
         Command::BenchAttention(args) => bench_attention::run(args),
+        Command::PlotAttention { json, svg } => bench_attention::plot(&json, &svg),
         Command::CpuBench(args) => cpu_bench::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),

@@ -52,7 +52,8 @@ impl Kernel for AttentionKernel {
 pub const WARPS: usize = 4;
 
 /// The most splits per (sequence, KV head): the CTA that combines them reads every
-/// split's state, so their count bounds the combine's time.
+/// split's state, so their count bounds the combine's time (on the H200, Gemma-3's one KV
+/// head at batch 1 ran 14-27% slower over 128-131 splits than over 64: docs/perf/attention.md, v5).
 pub const MAX_SPLITS: usize = 64;
 
 /// The fewest pages of a sequence a split reads, so that its partial state (about
@@ -65,8 +66,12 @@ pub const MIN_PAGES_PER_SPLIT: usize = 16;
 /// 8 rows of an ldmatrix tile fall in distinct banks.
 pub const ROW_PAD: usize = 8;
 
-/// The share of the last wave's CTA slots that must be busy for a split count to be taken
-/// without looking further.
+/// With units fewer than half the SMs: the share of the GPU's CTA slots a split plan fills
+/// at least, where the context allows (fewer CTAs leave too few warps per SM).
+const MIN_SLOT_FILL: f64 = 0.6;
+
+/// With more units: the share of the last wave's CTA slots that must be busy for a split
+/// count to be taken without looking further.
 const GOOD_WAVE_FILL: f64 = 0.9;
 
 /// What the kernels leave in their status word: flags for block-table entries that would
@@ -115,25 +120,46 @@ pub struct SplitPlan {
 
 impl SplitPlan {
     /// The split count for `batch * kv_heads` units over at most `max_pages` pages on a GPU
-    /// of `multiprocessors` SMs holding `ctas_per_sm` CTAs each (the slots): the fewest
-    /// splits whose waves of CTAs keep at least 90% of the slots busy, else the one that
-    /// keeps the most busy; at most [`MAX_SPLITS`] (or one CTA per SM, where the units are
-    /// fewer than the SMs), and at least [`MIN_PAGES_PER_SPLIT`] pages per split.
+    /// of `multiprocessors` SMs holding `ctas_per_sm` CTAs each (the slots); at most
+    /// [`MAX_SPLITS`], at least [`MIN_PAGES_PER_SPLIT`] pages per split.
+    ///
+    /// - Units fewer than half the SMs (batch 1, and small batches of few KV heads): each
+    ///   CTA is long and every SM holds few, so the busiest SM sets the step's time. Every
+    ///   CTA reads the same pages and an SM's CTAs share its bandwidth: the busiest SM holds
+    ///   `ceil(units * splits / SMs) / splits` of a unit. The plan takes the count that
+    ///   minimises it (the most splits on a tie: more warps in flight), among the counts
+    ///   that keep every CTA in one wave of the slots and fill at least 60% of them where
+    ///   the context allows. On the H200 this takes 33 splits for Llama-3-8B's 8 KV heads at
+    ///   batch 1 (2 CTAs on every SM; 45 put 3 on some SMs and 2 on others and ran 8-10%
+    ///   slower) and 64 for one KV head (docs/perf/attention.md, v5).
+    /// - More units: the fewest splits whose waves keep at least 90% of the slots busy (else
+    ///   the count that keeps the most busy), so that each SM holds all the CTAs it can:
+    ///   with the busiest-SM rule (1 split, 65% of the slots) ZipFusion's fused kernel ran
+    ///   4-17% slower at Llama-3-8B batch 32 than with this rule's 3 (v5).
     pub fn new(shape: &DecodeShape, max_pages: usize, multiprocessors: usize, ctas_per_sm: usize) -> Self {
         let units = (shape.batch * shape.kv_heads).max(1);
-        let slots = (multiprocessors * ctas_per_sm).max(1);
+        let sms = multiprocessors.max(1);
+        let slots = sms * ctas_per_sm.max(1);
         let pages = max_pages.max(1);
-        // More than MAX_SPLITS only where the units are fewer than the SMs (batch 1 on one
-        // KV head), so that every SM gets a CTA.
-        let cap = MAX_SPLITS.max(multiprocessors.div_ceil(units));
-        let most = (pages / MIN_PAGES_PER_SPLIT).clamp(1, cap);
-        let fill = |splits: usize| {
-            let ctas = units * splits;
-            ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+        let most = (pages / MIN_PAGES_PER_SPLIT).clamp(1, MAX_SPLITS);
+        let wanted = if 2 * units < sms {
+            let one_wave = (slots / units).clamp(1, most);
+            let fill = ((MIN_SLOT_FILL * slots as f64 / units as f64).ceil() as usize).clamp(1, one_wave);
+            // The busiest SM's share, ceil(units * s / SMs) / s, compared as exact
+            // fractions (a/s <= b/t <=> a*t <= b*s).
+            let busiest = |s: usize| (units * s).div_ceil(sms);
+            (fill..=one_wave)
+                .reduce(|best, s| if busiest(s) * best <= busiest(best) * s { s } else { best })
+                .unwrap_or(1)
+        } else {
+            let fill = |splits: usize| {
+                let ctas = units * splits;
+                ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+            };
+            (1..=most)
+                .find(|&s| fill(s) >= GOOD_WAVE_FILL)
+                .unwrap_or_else(|| (1..=most).rev().max_by(|&a, &b| fill(a).total_cmp(&fill(b))).unwrap_or(1))
         };
-        let wanted = (1..=most)
-            .find(|&s| fill(s) >= GOOD_WAVE_FILL)
-            .unwrap_or_else(|| (1..=most).rev().max_by(|&a, &b| fill(a).total_cmp(&fill(b))).unwrap_or(1));
         let pages_per_split = pages.div_ceil(wanted);
         SplitPlan { splits: pages.div_ceil(pages_per_split), pages_per_split }
     }
