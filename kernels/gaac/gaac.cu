@@ -12,13 +12,14 @@
 // Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
 // restores the coded ones (the restore of docs/perf/gaac-gpu.md, version 2: a cp.async
 // ring of slots per warp, the addend image, the common path in registers), through a
-// shared-memory tile into [16, D] rows; gaac_decode_finish copies the raw blocks and the
-// tails and checks the bases, the paddings and the raw count (spec 7.1 rows 13-17). A
-// problem leaves a GAAC_DECODE_* code in the status word; the host then reruns the CPU
-// decoder for the exact error.
+// shared-memory tile into [16, D] rows; each warp takes a contiguous range of blocks, then
+// chunks from a work counter (GaacBlockQueue, decoder version 3). gaac_decode_finish
+// copies the raw blocks and the tails and checks the bases, the paddings and the raw count
+// (spec 7.1 rows 13-17). A problem leaves a GAAC_DECODE_* code in the status word; the
+// host then reruns the CPU decoder for the exact error.
 //
-// Every block address is advanced by counters (no division per block); loads and stores
-// of values are 16 bytes wide.
+// Block addresses are advanced by counting (a division only where a run of blocks
+// starts); loads and stores of values are 16 bytes wide.
 
 #include <stddef.h>
 #include <stdint.h>
@@ -474,11 +475,53 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
     return __any_sync(GAAC_WARP_MASK, any != 0);
 }
 
-// Checks and decodes the blocks of this warp's range: coded blocks into `out`; raw ones
-// are checked and counted in *raw_counter (gaac_decode_finish copies them).
+// Blocks per chunk of the decoder's work counter, and the share of a warp's equal part of
+// the blocks that it takes as one contiguous range before it turns to the counter
+// (docs/perf/gaac-gpu.md, "Decoder version 3").
+#define GAAC_DECODE_CHUNK 2u
+#define GAAC_DECODE_STATIC_NUM 3u
+#define GAAC_DECODE_STATIC_DEN 4u
+#define GAAC_NO_BLOCK 0xffffffffu
+
+// The blocks one decoder warp takes, in its order: a contiguous static range (3/4 of an
+// equal share: the head's bases stay loaded), then chunks of GAAC_DECODE_CHUNK blocks
+// handed out by a work counter, so that a warp whose blocks cost more (V against K, raw
+// blocks) does not set the kernel's end. Lane 0 requests the next chunk a chunk ahead, so
+// the atomic's latency is hidden behind the current one.
+struct GaacBlockQueue {
+    unsigned next, end;      // the current run [next, end)
+    unsigned dynamic_first;  // the first block the counter hands out
+    unsigned grabbed;        // lane 0: the counter value of the next chunk
+    unsigned* work;
+    __device__ void start(unsigned blocks, unsigned* work_counter, int lane) {
+        const unsigned warps = gridDim.x * (blockDim.x / GAAC_LANES);
+        const unsigned me = blockIdx.x * (blockDim.x / GAAC_LANES) + threadIdx.x / GAAC_LANES;
+        const unsigned share = (unsigned)((unsigned long long)(blocks / warps) * GAAC_DECODE_STATIC_NUM / GAAC_DECODE_STATIC_DEN);
+        next = me * share;
+        end = next + share;
+        dynamic_first = warps * share;
+        work = work_counter;
+        grabbed = lane == 0 ? atomicAdd(work, 1u) : 0u;
+    }
+    // The next block, or GAAC_NO_BLOCK once every block is taken (a warp-uniform call).
+    __device__ unsigned pop(unsigned blocks, int lane) {
+        if (next == end) {
+            const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
+            if (c >= (blocks - dynamic_first + GAAC_DECODE_CHUNK - 1) / GAAC_DECODE_CHUNK) return GAAC_NO_BLOCK;
+            next = dynamic_first + c * GAAC_DECODE_CHUNK;
+            end = min(next + GAAC_DECODE_CHUNK, blocks);
+            if (lane == 0) grabbed = atomicAdd(work, 1u);
+        }
+        return next++;
+    }
+};
+
+// Checks and decodes the blocks a GaacBlockQueue gives this warp: coded blocks into `out`;
+// raw ones are checked and counted in counters[0] (gaac_decode_finish copies them);
+// counters[1] is the queue's work counter. Both are zero at launch.
 template <int D>
 __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const GaacLayout& g,
-                                  uint16_t* __restrict__ out, unsigned* __restrict__ raw_counter,
+                                  uint16_t* __restrict__ out, unsigned* __restrict__ counters,
                                   unsigned* __restrict__ status) {
     using G = GaacGeometry<D>;
     using T = GaacTile<D>;
@@ -493,46 +536,53 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     uint16_t* tile = reinterpret_cast<uint16_t*>(ring + GAAC_DECODE_STAGES * cap);
     const uint32_t ring_at = (uint32_t)__cvta_generic_to_shared(ring);
     const uint8_t* statuses = container + g.statuses;
-    unsigned me, begin, end;
-    gaac_warp_range(g.blocks, me, begin, end);
-    // The slot ring of gaac_restore.cu: STAGES - 1 slots in flight while one is restored.
+    // The slot ring of gaac_restore.cu with two stages: the next block's slot is in flight
+    // (and its status byte loaded) while one is restored.
+    static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
-    const uint8_t* fetch = container + g.slots + (unsigned long long)begin * cap + 16 * lane;
-    unsigned fetched = begin;
+    GaacBlockQueue queue;
+    queue.start(g.blocks, counters + 1, lane);
+    unsigned next_block;
+    uint32_t next_status = 0;
     auto issue = [&](int stage) {
-        if (fetched < end) {
+        next_block = queue.pop(g.blocks, lane);
+        if (next_block != GAAC_NO_BLOCK) {
+            const uint8_t* fetch = container + g.slots + (unsigned long long)next_block * cap + 16 * lane;
             const uint32_t dst = ring_at + cap * stage + 16 * lane;
 #pragma unroll
             for (int k = 0; k < MAX_COPIES; ++k) {
                 if (16 * (lane + GAAC_LANES * k) < cap) gaac_cp_async16(dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
             }
+            next_status = statuses[next_block];  // used a block later
         }
         gaac_cp_async_commit();
-        ++fetched;
-        fetch += cap;
     };
-#pragma unroll
-    for (int s = 0; s < GAAC_DECODE_STAGES - 1; ++s) issue(s);
+    issue(0);
     GaacCursor cur;
-    if (begin < end) cur.start(g, begin);
-    bool load_head = true, is_v = false;
+    unsigned previous = GAAC_NO_BLOCK, loaded = GAAC_NO_BLOCK;  // the last block; the head whose bases are loaded
+    bool is_v = false;
     uint32_t base_words[G::TILES];
-    uint32_t status_next = begin < end ? statuses[begin] : 0u;
     int stage = 0;
-    for (unsigned i = begin; i < end; ++i) {
-        const uint32_t block_status = status_next;
-        if (i + 1 < end) status_next = statuses[i + 1];
-        if (load_head) {
+    for (;;) {
+        const unsigned i = next_block;
+        const uint32_t block_status = next_status;
+        if (i == GAAC_NO_BLOCK) break;
+        // The block's place: by counting within a run, by division when a run starts.
+        if (previous != GAAC_NO_BLOCK && i == previous + 1) cur.next(g);
+        else cur.start(g, i);
+        previous = i;
+        if (cur.head_index != loaded) {
             is_v = cur.tensor & 1u;
             gaac_load_head<D>(container + GAAC_HEADER_LEN + (size_t)cur.head_index * D, base, wstart, is_v, base_words,
                               lane);
+            loaded = cur.head_index;
         }
         gaac_cp_async_wait<GAAC_DECODE_STAGES - 2>();
         __syncwarp();  // block i is in shared memory for every lane; block i - 1 is done
-        issue(stage == 0 ? GAAC_DECODE_STAGES - 1 : stage - 1);
+        issue(stage ^ 1);
         const uint8_t* blk = ring + cap * stage;
         if (block_status == GAAC_STATUS_RAW) {
-            if (lane == 0) atomicAdd(raw_counter, 1u);
+            if (lane == 0) atomicAdd(counters, 1u);
             if (gaac_nonzero_from(blk, 0, cap, lane) && lane == 0) gaac_flag(status, GAAC_DECODE_SLOT_PADDING_NOT_ZERO);
         } else if (block_status != 0) {
             if (lane == 0) gaac_flag(status, GAAC_DECODE_UNKNOWN_BLOCK_STATUS);
@@ -580,22 +630,23 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
             }
         }
         __syncwarp();  // every lane is done with the image, the tile and the stage
-        stage = stage == GAAC_DECODE_STAGES - 1 ? 0 : stage + 1;
-        load_head = cur.next(g);
+        stage ^= 1;
     }
     gaac_cp_async_wait<0>();
 }
 
-#define GAAC_DECODE_ENTRY(D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)                                               \
-        gaac_decode_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* raw_counter,         \
+// At least 4 CTAs per multiprocessor at D = 64 (64 registers: the 4 CTAs the shared memory
+// allows), 2 at D = 128 and 1 at D = 256.
+#define GAAC_DECODE_ENTRY(D, MIN_CTAS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32, MIN_CTAS)                                     \
+        gaac_decode_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* counters,            \
                          unsigned* status) {                                                                   \
-        gaac_decode_range<D>(container, g, out, raw_counter, status);                                           \
+        gaac_decode_range<D>(container, g, out, counters, status);                                              \
     }
 
-GAAC_DECODE_ENTRY(64)
-GAAC_DECODE_ENTRY(128)
-GAAC_DECODE_ENTRY(256)
+GAAC_DECODE_ENTRY(64, 4)
+GAAC_DECODE_ENTRY(128, 2)
+GAAC_DECODE_ENTRY(256, 1)
 
 // After gaac_decode_d<D>: the raw blocks (raw_list[k]: the block index of the k-th raw
 // status, `listed` of them, at most R) from the overflow section, the tails, and the

@@ -22,7 +22,7 @@ const _: () = assert!(
 /// A container on the device, ready to be decoded any number of times: its header and
 /// layout, the raw blocks' indices (a host pass over the status bytes, which the kernels
 /// check), the host bytes (which the CPU decoder reruns on when a kernel flags them), and
-/// the status word, raw counter and checksum sums of the last decode.
+/// the status word, counters and checksum sums of the last decode.
 pub struct CacheDecoder {
     header: CacheHeader,
     dim: Dim,
@@ -33,7 +33,10 @@ pub struct CacheDecoder {
     /// The block index of each raw status, in order, at most R of them.
     raw_list: CudaSlice<u32>,
     listed: u32,
-    raw_counter: CudaSlice<u32>,
+    /// The decode kernel's counters, zeroed before each decode: the raw blocks it saw
+    /// (which `gaac_decode_finish` compares with R) and its work counter (the next chunk
+    /// of blocks a warp takes once its own range is done).
+    counters: CudaSlice<u32>,
     status: DeviceStatus,
     sums: Option<AdlerSums>,
 }
@@ -83,7 +86,7 @@ impl CacheDecoder {
             device: gpu.upload(bytes)?,
             listed: raw_list.len() as u32,
             raw_list: gpu.upload(&raw_list)?,
-            raw_counter: gpu.zeros(1)?,
+            counters: gpu.zeros(2)?,
             status: DeviceStatus::new(gpu)?,
             sums: if header.checksum.is_some() { Some(AdlerSums::new(gpu, 1)?) } else { None },
         };
@@ -111,25 +114,26 @@ impl CacheDecoder {
         check_aligned("out", device_address(out, stream))?;
         let mut out = out.slice_mut(..n);
         self.status.clear(gpu)?;
-        stream.memset_zeros(&mut self.raw_counter)?;
+        stream.memset_zeros(&mut self.counters)?;
         let src = self.device.slice(..self.bytes.len());
         let g = self.layout;
         if g.blocks > 0 {
             let f = gpu.function(GaacKernel::Decode(self.dim))?;
             let mut builder = stream.launch_builder(&f);
-            builder.arg(&src).arg(&g).arg(&mut out).arg(&mut self.raw_counter).arg(self.status.word());
+            builder.arg(&src).arg(&g).arg(&mut out).arg(&mut self.counters).arg(self.status.word());
             // SAFETY: the signature matches gaac_decode_d<D>; the host checked that the
             // container is exactly the length its header gives, so every slot, status
             // and base lies inside `src`; the kernel restores a block only after its tags
-            // size it within its slot; `out` holds the cache's n words; the shared memory
-            // is decode_warp_bytes per warp.
+            // size it within its slot; `out` holds the cache's n words; `counters` holds
+            // the two words the kernel counts in (raw blocks, its work counter), zeroed
+            // above; the shared memory is decode_warp_bytes per warp.
             unsafe { builder.launch(self.launch.config()) }?;
         }
         let head_dim = shape.head_dim as u32;
         let f = gpu.function(GaacKernel::DecodeFinish)?;
         let mut builder = stream.launch_builder(&f);
         builder.arg(&src).arg(&g).arg(&head_dim).arg(&self.raw_list).arg(&self.listed);
-        builder.arg(&self.raw_counter).arg(&mut out).arg(self.status.word());
+        builder.arg(&self.counters).arg(&mut out).arg(self.status.word());
         // SAFETY: the signature matches gaac_decode_finish; raw_list holds `listed` <= R
         // block indices < B, so every raw block read lies in the overflow section; the
         // tails and the checked sections lie inside `src`; `out` holds n words.
