@@ -15,6 +15,12 @@
 //! each cell prints the data's byte ratio (BF16 bytes over compressed page bytes, page
 //! metadata included) beside the speedup over the twin, and whether out and lse are the
 //! twin's bits.
+//!
+//! GAAC fused: the same pages sealed on the device into 16-token blocks per (kind, KV
+//! head) in slots of the default capacity (`gaac::gpu::seal_blocks_device`, bases
+//! calibrated on the cell's first tokens of the tiled values), raw blocks read from the
+//! sealer's raw buffer through the page directory (`gaac::attention`); its ratio is BF16
+//! bytes over the bytes the kernel reads (the slots of coded blocks, the raw blocks).
 
 use std::path::PathBuf;
 
@@ -83,16 +89,19 @@ struct Cell {
     flashinfer_tc_us: Option<f64>,
     /// The ZipFusion fused kernel on the same pages compressed, per variant.
     fused: Vec<FusedCell>,
+    /// The GAAC fused kernel on the same pages sealed (variant `gaac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gaac: Option<FusedCell>,
 }
 
 /// The ZipFusion fused kernel in one cell.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 struct FusedCell {
-    /// `base` or `zero-aware`.
+    /// `base` or `zero-aware` (ZipFusion), `gaac`.
     variant: String,
     /// Median µs.
     us: f64,
-    /// Bytes of the compressed pages (metadata included).
+    /// Bytes of the compressed pages (metadata included; GAAC: the bytes read).
     compressed_bytes: u64,
     /// BF16 bytes / compressed bytes.
     ratio: f64,
@@ -174,7 +183,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         args.pages
     )?;
     outln!(
-        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
+        "{:<10} {:>3} {:>7} {:>9} {:>6} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5}",
         "shape",
         "B",
         "S",
@@ -193,6 +202,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "ZF-ZA us",
         "ratio",
         "vs twin",
+        "GAAC us",
+        "ratio",
+        "vs twin",
+        "vs best",
         "bits"
     )?;
     let mut cells = Vec::new();
@@ -240,15 +253,27 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                 };
                 let (zf_us, zf_ratio, zf_speedup) = zf(0);
                 let (za_us, za_ratio, za_speedup) = zf(1);
-                let bits = if cell.fused.is_empty() {
+                let gaac = cell.gaac.as_ref();
+                let (ga_us, ga_ratio, ga_speedup) = gaac.map_or(("-".into(), "-".into(), "-".into()), |f| {
+                    (
+                        format!("{:.1}", f.us),
+                        format!("{:.4}", f.ratio),
+                        format!("{:.3}x", cell.twin_us / f.us),
+                    )
+                });
+                let ga_best = match (best, gaac) {
+                    (Some(b), Some(f)) => format!("{:.3}x", b / f.us),
+                    _ => "-".to_string(),
+                };
+                let bits = if cell.fused.is_empty() && gaac.is_none() {
                     "-"
-                } else if cell.fused.iter().all(|f| f.identical) {
+                } else if cell.fused.iter().chain(gaac).all(|f| f.identical) {
                     "same"
                 } else {
                     "DIFF"
                 };
                 outln!(
-                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>6.3} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>5}",
+                    "{:<10} {:>3} {:>7} {:>9.1} {:>6} {:>9.1} {:>7.0} {:>9} {:>9} {:>9} {:>6.3} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5}",
                     cell.shape,
                     batch,
                     context,
@@ -267,6 +292,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     za_us,
                     za_ratio,
                     za_speedup,
+                    ga_us,
+                    ga_ratio,
+                    ga_speedup,
+                    ga_best,
                     bits,
                 )?;
                 cells.push(cell);
@@ -280,6 +309,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "ZF / ZF-ZA: ZipFusion fused (zipfusion::attention), base / zero-aware pages compressed on the device from \
          the same values; ratio: BF16 bytes / compressed page bytes (metadata included); vs twin: twin time / \
          fused time; bits: out and lse identical to the twin's"
+    )?;
+    outln!(
+        "GAAC: GAAC fused (gaac::attention), blocks sealed on the device from the same values, default slot; ratio: \
+         BF16 bytes / bytes read (coded slots and raw blocks); vs best: the best peer's time / GAAC's"
     )?;
     outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
@@ -454,6 +487,28 @@ fn measure(
             });
         }
     }
+    let gaac = if context.is_multiple_of(PAGE_TOKENS) {
+        let mut run = |launch: &mut dyn FnMut() -> anyhow::Result<()>| time(launch);
+        Some(measure_gaac(
+            gpu,
+            shape,
+            pages,
+            &kv,
+            &q,
+            &table,
+            &lens,
+            pages_per_seq,
+            &mut workspace,
+            &mut run,
+        )?)
+    } else {
+        None
+    };
+    let gaac = gaac.map(|(cell, out_words, lse_words)| FusedCell {
+        identical: out_words == twin_out
+            && lse_words.iter().zip(&twin_lse).all(|(a, b)| a.to_bits() == b.to_bits()),
+        ..cell
+    });
     Ok(Cell {
         shape: String::new(),
         batch: shape.batch,
@@ -465,8 +520,123 @@ fn measure(
         flashinfer_us: None,
         flashinfer_tc_us: None,
         fused,
+        gaac,
     })
 }
+
+/// The GAAC fused kernel on the cell's pages (`kv`: K pages then V pages, `[pages, 16, H,
+/// D]` each): bases calibrated on the first tokens of the values, every block sealed on the
+/// device into a default-capacity slot, the directory from the statuses (raw blocks read
+/// from the sealer's raw buffer), timed with `time`. Returns the cell (not yet compared)
+/// and the output and lse.
+#[allow(clippy::too_many_arguments)]
+fn measure_gaac(
+    gpu: &GpuContext,
+    shape: DecodeShape,
+    pages: usize,
+    kv: &CudaSlice<u16>,
+    q: &CudaSlice<u16>,
+    table: &CudaSlice<u32>,
+    lens: &CudaSlice<u32>,
+    max_pages: usize,
+    workspace: &mut DecodeWorkspace,
+    time: &mut Timer<'_>,
+) -> anyhow::Result<(FusedCell, Vec<u16>, Vec<f32>)> {
+    let (heads, d) = (shape.kv_heads, shape.head_dim);
+    let n = pages * shape.page_values();
+    let block = gaac::BlockShape::new(d).context("GAAC head_dim")?;
+    let capacity = block.default_capacity();
+    // Bases of the layer: calibrated on up to 4096 tokens of K and of V.
+    let tokens = (pages * PAGE_TOKENS).min(4096);
+    let row = heads * d;
+    let k_host = gpu.stream().clone_dtoh(&kv.slice(..tokens * row))?;
+    let v_host = gpu.stream().clone_dtoh(&kv.slice(n..n + tokens * row))?;
+    let calibration = bf16_field::KvShape::new(1, heads, d, tokens)?;
+    let bases = gaac::Bases::calibrate_words(&[k_host, v_host].concat(), calibration, tokens)?;
+    let layer_bases = bases.as_bytes().to_vec();
+    // The sealer codes block b = t H + h of tensor t (K pages, then V pages) with bases
+    // [b D ..]: the layer's bases repeated per page.
+    let per_block: Vec<u8> = layer_bases
+        .chunks(row)
+        .flat_map(|kind| std::iter::repeat_n(kind, pages).flatten().copied())
+        .collect();
+    let per_block = gpu.upload(&per_block)?;
+    let blocks = 2 * pages * heads;
+    let sealer = gaac::gpu::Sealer::new(
+        gpu,
+        gaac::gpu::SealShape {
+            tensors: 2 * pages,
+            kv_heads: heads,
+            head_dim: d,
+            tensor_stride: PAGE_TOKENS * row,
+            slot_capacity: capacity,
+        },
+    )?;
+    let mut slots = gpu.zeros::<u8>(blocks * capacity)?;
+    let mut statuses = gpu.zeros::<u8>(blocks)?;
+    let mut raw = gpu.zeros::<u8>(blocks * block.raw_len())?;
+    gaac::gpu::seal_blocks_device(
+        gpu,
+        &sealer,
+        &kv.slice(..),
+        &per_block.slice(..),
+        &mut slots.slice_mut(..),
+        &mut statuses.slice_mut(..),
+        &mut raw.slice_mut(..),
+    )?;
+    drop(per_block);
+    let statuses = gpu.download(&statuses, blocks)?;
+    let directory: Vec<u32> = statuses
+        .iter()
+        .enumerate()
+        .map(|(b, &s)| if s == 0 { gaac::attention::CODED } else { b as u32 + 1 })
+        .collect();
+    let raw_count = statuses.iter().filter(|&&s| s != 0).count();
+    let read_bytes = ((blocks - raw_count) * capacity + raw_count * block.raw_len()) as u64;
+    let directory = gpu.upload(&directory)?;
+    let layer_bases = gpu.upload(&layer_bases)?;
+    let no_partial = gpu.zeros::<u16>(8)?;
+    let problem = gaac::attention::DeviceGaacProblem {
+        shape,
+        q: q.slice(..),
+        cache: gaac::attention::DeviceGaacPagedKv {
+            slots: slots.slice(..),
+            capacity,
+            directory: directory.slice(..),
+            raw: raw.slice(..),
+            bases: layer_bases.slice(..),
+            partial_k: no_partial.slice(..0),
+            partial_v: no_partial.slice(..0),
+        },
+        block_table: table.slice(..),
+        max_pages,
+        context_lens: lens.slice(..),
+        scale: 1.0 / (d as f32).sqrt(),
+    };
+    let mut out = gpu.zeros::<u16>(shape.q_values())?;
+    let mut lse = gpu.zeros::<f32>(shape.batch * shape.q_heads)?;
+    let us = time(&mut || {
+        Ok(gaac::attention::decode_device_fused(
+            gpu,
+            workspace,
+            &problem,
+            &mut out.slice_mut(..),
+            &mut lse.slice_mut(..),
+        )?)
+    })?;
+    workspace.check(gpu)?;
+    let cell = FusedCell {
+        variant: "gaac".to_string(),
+        us,
+        compressed_bytes: read_bytes,
+        ratio: (4 * n) as f64 / read_bytes as f64,
+        identical: false,
+    };
+    Ok((cell, gpu.download(&out, shape.q_values())?, gpu.download(&lse, shape.batch * shape.q_heads)?))
+}
+
+/// Times a launch closure (the cell's method: flush, hold, events, median).
+type Timer<'a> = dyn FnMut(&mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> + 'a;
 
 /// xorshift32 for the page permutation and the queries.
 fn xorshift(seed: u32) -> impl FnMut() -> u32 {

@@ -57,6 +57,7 @@
 //! [`gpu::seal_blocks_device`], one block of every (layer, kind, head) sealed from a BF16
 //! tail on the caller's stream (spec §9).
 
+pub mod attention;
 mod bases;
 mod block;
 mod cache;
