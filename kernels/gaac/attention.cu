@@ -21,8 +21,8 @@
 // its slot, r + 1 raw block r of the pool. Block-table entries of full pages index the slot
 // pages; the entry of a partial last page indexes the BF16 pages. Page ids past either pool,
 // a directory entry past the raw pool, a base above 248 and a block whose tags give a length
-// past its slot are flagged in the status word (the page is skipped, or for a block read as
-// its tags say within the staging slot), as the twin does with bad page ids.
+// past its slot are flagged in the status word (the page is skipped, or for such a block its
+// 3-bit planes read without patches), as the twin does with bad page ids.
 #include "../attention/decode.cuh"
 #include "gaac/restore.cuh"
 
@@ -155,7 +155,7 @@ template <int D> struct GaacLoader {
         if (raw_block) return;
 #pragma unroll
         for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_word(IS_V, t, lane);
-        const uint32_t len = gaac_patch_image<IS_V, D>(blk, image, head + (IS_V ? 3 : 2) * D, lane);
+        const uint32_t len = gaac_patch_image<IS_V, D>(blk, image, head + (IS_V ? 3 : 2) * D, (uint32_t)capacity, lane);
         if (len > capacity && lane == 0) atomicOr(status, ATTENTION_STATUS_BAD_METADATA);
     }
 

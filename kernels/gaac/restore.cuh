@@ -133,12 +133,13 @@ __device__ __forceinline__ void gaac_load_head(const uint8_t* hb, uint8_t* base,
 // must hold every lane's 3-bit addend words when the warp calls this; `wstart` is the
 // head's window starts (D bytes, spec §2.2). Returns the block's length `P + n4 + 5 nr`
 // from its tags (spec §3), for the caller's check against the slot; a tag 3 patches
-// nothing. No pointer here is __restrict__: other lanes write the image between this
+// nothing, and a block longer than `limit` bytes patches nothing (its 4th bits and raw
+// highs would lie past the slot: the caller flags it). No pointer here is __restrict__: other lanes write the image between this
 // lane's stores and loads, and a restrict-qualified image lets the compiler forward this
 // lane's own stores past the __syncwarp. Call with the whole warp.
 template <bool IS_V, int D>
 __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
-                                                     int lane) {
+                                                     uint32_t limit, int lane) {
     using G = GaacGeometry<D>;
     // This lane's tags (spec §2.2: group g at bits 2 (g mod 4) of byte g / 4).
     const uint32_t tags = gaac_lane_tags<D>(blk, lane);
@@ -157,9 +158,10 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
     const uint32_t raw_at = G::PLANES_LEN + (total & 0xffffu);
     const uint32_t four_at = G::PLANES_LEN + (before & 0xffffu);
     const uint32_t raw_first = before >> 16;
+    const uint32_t len = raw_at + GAAC_RAW_BYTES_PER_GROUP * (total >> 16);
     const int token = lane >> 1;
     __syncwarp();  // every base word is in the image before any lane patches it
-    uint32_t pending = four | raw;
+    uint32_t pending = len <= limit ? four | raw : 0u;
     while (pending) {
         const int bit = 31 - __clz(pending);
         const uint32_t one = 1u << bit, below = one - 1u;
@@ -202,7 +204,7 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
         }
     }
     __syncwarp();  // every patch is in the image
-    return raw_at + GAAC_RAW_BYTES_PER_GROUP * (total >> 16);
+    return len;
 }
 
 // Restores one coded block staged in shared memory (its tags checked: no tag 3, and the
@@ -218,7 +220,7 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
     using G = GaacGeometry<D>;
 #pragma unroll
     for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
-    gaac_patch_image<IS_V, D>(blk, image, wstart, lane);
+    gaac_patch_image<IS_V, D>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
 #pragma unroll
     for (int s = 0; s < G::SLABS; ++s) {
         const uint32_t* plane = reinterpret_cast<const uint32_t*>(blk + G::PLANE3_AT + GAAC_SLAB_BYTES * s) + lane;

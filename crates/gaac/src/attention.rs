@@ -27,15 +27,14 @@
 //! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
 //! [`decode_fused_to_vec`] is the host convenience.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use bf16_field::KvKind;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
+pub use kvcodec_attention::fused::DecodedCopy;
+use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, shared_bytes};
-use kvcodec_attention::{
-    Attention, AttentionError, BlockTables, DecodeProblem, DecodeShape, PAGE_TOKENS, PagedKv,
-};
+use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::block::{self, FragmentOrder, block_info};
@@ -128,7 +127,7 @@ pub struct GaacPagedKv<'a> {
 }
 
 /// One decode step of one layer over a [`GaacPagedKv`] cache; the shapes are
-/// [`DecodeProblem`]'s.
+/// [`kvcodec_attention::DecodeProblem`]'s.
 #[derive(Clone, Copy, Debug)]
 pub struct GaacDecodeProblem<'a> {
     /// The sizes.
@@ -243,32 +242,7 @@ fn check_layout(
     Ok(directory / (2 * heads))
 }
 
-/// The BF16 copy of a [`GaacDecodeProblem`]'s cache that the BF16 twin reads: every slot
-/// page a sequence reads decoded to a BF16 page (in order of first use), then the partial
-/// pages, with the block tables renumbered (entries no sequence reads are kept as they
-/// were).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodedCopy {
-    /// K pages, `[pages, 16, kv_heads, head_dim]`.
-    pub k: Vec<u16>,
-    /// V pages, as `k`.
-    pub v: Vec<u16>,
-    /// `[batch, max_pages]` page ids into `k` and `v`.
-    pub pages: Vec<u32>,
-}
-
-impl DecodedCopy {
-    /// The twin's problem over this copy, with `problem`'s query, contexts and scale.
-    pub fn problem<'a>(&'a self, problem: &GaacDecodeProblem<'a>) -> DecodeProblem<'a> {
-        DecodeProblem {
-            shape: problem.shape,
-            q: problem.q,
-            kv: PagedKv { k: &self.k, v: &self.v },
-            tables: BlockTables { pages: &self.pages, ..problem.tables },
-            scale: problem.scale,
-        }
-    }
-}
+kvcodec_attention::impl_fused_problem!(GaacDecodeProblem);
 
 impl GaacDecodeProblem<'_> {
     /// Slot pages in the cache (the directory's length over `2 kv_heads`).
@@ -276,25 +250,7 @@ impl GaacDecodeProblem<'_> {
         self.cache.directory.len() / (2 * self.shape.kv_heads).max(1)
     }
 
-    /// Calls `f(sequence, logical, entry, partial)` for every block-table entry a
-    /// sequence reads, after the checks of [`DecodeProblem::validate`] on the contexts.
-    fn for_each_entry(
-        &self,
-        mut f: impl FnMut(usize, usize, u32, bool) -> Result<(), FusedError>,
-    ) -> Result<(), FusedError> {
-        let tables = self.tables;
-        for (sequence, &len) in tables.context_lens.iter().enumerate() {
-            let len = len as usize;
-            let used = len.div_ceil(PAGE_TOKENS);
-            for logical in 0..used {
-                let partial = logical + 1 == used && !len.is_multiple_of(PAGE_TOKENS);
-                f(sequence, logical, tables.pages[sequence * tables.max_pages + logical], partial)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks the problem as [`DecodeProblem::validate`] does (block-table entries against
+    /// Checks the problem as [`kvcodec_attention::DecodeProblem::validate`] does (block-table entries against
     /// the slot pages, or the BF16 pages for a partial last page), the cache's layout
     /// (capacity, lengths, bases) and the directory entries of every page read; blocks are
     /// checked when decoded.
@@ -310,34 +266,11 @@ impl GaacDecodeProblem<'_> {
         if let Some(at) = cache.bases.iter().position(|&b| b > MAX_BASE) {
             return Err(layout("bases", format!("base {} at {at}: at most {MAX_BASE}", cache.bases[at])));
         }
-        // Contexts and lengths as the twin checks them, with every entry pointing at page 0
-        // of a one-page stand-in; then each entry against its own pool.
-        let tables = self.tables;
-        let zeros = vec![0u32; tables.pages.len()];
-        let one_page = vec![0u16; shape.page_values()];
-        let stand_in = DecodeProblem {
-            shape,
-            q: self.q,
-            kv: PagedKv { k: &one_page, v: &one_page },
-            tables: BlockTables { pages: &zeros, ..tables },
-            scale: self.scale,
-        };
-        stand_in.validate()?;
-        let partial = cache.partial;
-        let page_values = shape.page_values();
-        if !partial.k.len().is_multiple_of(page_values) || partial.v.len() != partial.k.len() {
-            return Err(AttentionError::Length {
-                what: "partial k/v pages",
-                got: partial.v.len(),
-                expected: partial.k.len() / page_values * page_values,
-                unit: "BF16 values (whole pages, k and v alike)",
-            }
-            .into());
-        }
-        let bf16_pages = partial.k.len() / page_values;
+        // Contexts and lengths as the twin checks them; then each entry against its own pool.
+        let bf16_pages = check_tables(self, cache.partial)?;
         let raw_blocks = cache.raw.len() / (BLOCK_TOKENS * shape.head_dim);
         let heads = shape.kv_heads;
-        self.for_each_entry(|sequence, logical, page, partial| {
+        for_each_read(self.tables, |sequence, logical, page, partial| {
             let limit = if partial { bf16_pages } else { pages };
             if page as usize >= limit {
                 return Err(AttentionError::PageOutOfRange { sequence, logical, page, pages: limit }.into());
@@ -376,27 +309,10 @@ impl GaacDecodeProblem<'_> {
         let addends: Vec<Vec<u8>> = (0..2 * heads)
             .map(|i| orders[i / heads].base_addends(bases_of(i / heads, i % heads), block))
             .collect();
-        let page_values = shape.page_values();
-        let mut out = [Vec::new(), Vec::new()];
-        let mut table = self.tables.pages.to_vec();
-        let mut decoded: HashMap<u32, u32> = HashMap::new();
-        let mut partial_entries = Vec::new();
         let mut scratch = vec![0u8; block.values()];
         let mut words = vec![0u16; block.values()];
-        self.for_each_entry(|sequence, logical, page, partial| {
-            let at = sequence * self.tables.max_pages + logical;
-            if partial {
-                partial_entries.push(at);
-                return Ok(());
-            }
-            if let Some(&copy) = decoded.get(&page) {
-                table[at] = copy;
-                return Ok(());
-            }
-            let copy = decoded.len() as u32;
-            for (kind, kv) in out.iter_mut().enumerate() {
-                kv.resize(kv.len() + page_values, 0);
-                let dst = &mut kv[copy as usize * page_values..];
+        DecodedCopy::build(shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
+            for (kind, dst) in [k, v].into_iter().enumerate() {
                 for head in 0..heads {
                     let index = (kind * pages + page as usize) * heads + head;
                     let entry = cache.directory[index] as usize;
@@ -411,8 +327,7 @@ impl GaacDecodeProblem<'_> {
                             source,
                         };
                         block_info(slot, block, capacity).map_err(error)?;
-                        let bases = bases_of(kind, head);
-                        let addend = &addends[kind * heads + head];
+                        let (bases, addend) = (bases_of(kind, head), &addends[kind * heads + head]);
                         block::decode_checked(
                             slot,
                             bases,
@@ -431,18 +346,8 @@ impl GaacDecodeProblem<'_> {
                     }
                 }
             }
-            decoded.insert(page, copy);
-            table[at] = copy;
             Ok(())
-        })?;
-        let first_partial = decoded.len() as u32;
-        for at in partial_entries {
-            table[at] += first_partial;
-        }
-        let [mut k, mut v] = out;
-        k.extend_from_slice(cache.partial.k);
-        v.extend_from_slice(cache.partial.v);
-        Ok(DecodedCopy { k, v, pages: table })
+        })
     }
 }
 
@@ -508,7 +413,7 @@ pub fn fused_shared_bytes(head_dim: usize) -> usize {
 /// copy with a workspace of the same plan. Checked on the device and reported by
 /// [`DecodeWorkspace::check`]: block-table entries past their pool, directory entries past
 /// the raw pool, bases above 248, and blocks whose tags give a length past the slot (read
-/// as their tags say, within the staging slot: the output is then meaningless). Not
+/// without their 4-bit and raw groups: the output is then meaningless). Not
 /// checked on the device: tag 3 (read as a 3-bit group) and slot padding (spec §7.2 rows 2
 /// and 4): blocks from an untrusted source are checked on the host first
 /// ([`crate::block_info`], as [`decode_fused_to_vec`] does). Which pool an entry names (a
@@ -540,16 +445,8 @@ pub fn decode_device_fused(
         FusedError::Problem(e) => GpuError::Codec(e),
         other => GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "cache", why: other.to_string() }),
     })?;
-    let page_values = shape.page_values();
-    if !cache.partial_k.len().is_multiple_of(page_values) || cache.partial_v.len() != cache.partial_k.len() {
-        return Err(GpuError::Codec(AttentionError::Length {
-            what: "partial k/v pages",
-            got: cache.partial_v.len(),
-            expected: cache.partial_k.len() / page_values * page_values,
-            unit: "BF16 values (whole pages, k and v alike)",
-        }));
-    }
-    let bf16_pages = cache.partial_k.len() / page_values;
+    let bf16_pages =
+        partial_pages(shape, cache.partial_k.len(), cache.partial_v.len()).map_err(GpuError::Codec)?;
     let raw_blocks = cache.raw.len() / (2 * BLOCK_TOKENS * shape.head_dim);
     if pages > u32::MAX as usize
         || bf16_pages > u32::MAX as usize
@@ -648,12 +545,7 @@ pub fn decode_fused_to_vec(
     problem: &GaacDecodeProblem<'_>,
 ) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
     use kvcodec_gpu::GpuError;
-    let lift = |e: kvcodec_attention::gpu::GpuError| match e {
-        GpuError::Codec(e) => GpuError::Codec(FusedError::Problem(e)),
-        GpuError::Gpu(e) => GpuError::Gpu(e),
-        GpuError::Disagreement { status, meaning } => GpuError::Disagreement { status, meaning },
-        other => GpuError::Disagreement { status: 0, meaning: other.to_string() },
-    };
+    let lift = fused::lift::<FusedError>;
     problem.decoded_copy().map_err(GpuError::Codec)?;
     let shape = problem.shape;
     let cache = problem.cache;

@@ -11,9 +11,12 @@ use gaac::attention::{
     decode_device_fused, decode_fused_to_vec, encode_block, max_capacity,
 };
 use gaac::format::BlockShape;
+use gaac::gpu::{SealShape, Sealer, seal_blocks_device};
 use gaac::{Bases, TagCounts, block_info};
 use kvcodec_attention::gpu::DecodeWorkspace;
-use kvcodec_attention::{BlockTables, DecodeShape, PAGE_TOKENS, PagedKv, reference, relative_l2_error};
+use kvcodec_attention::{
+    BlockTables, DecodeProblem, DecodeShape, PAGE_TOKENS, PagedKv, reference, relative_l2_error,
+};
 use kvcodec_testkit::{Rng, bf16, floats, gpu_or_skip};
 
 const MAX_RELATIVE_L2: f64 = 1e-2;
@@ -374,4 +377,107 @@ fn bad_entries_and_blocks_are_refused() {
     decode_device_fused(&gpu, &mut workspace, &device, &mut out.slice_mut(..), &mut lse.slice_mut(..))
         .unwrap();
     assert!(workspace.check(&gpu).is_err(), "the device flags a block past its slot");
+}
+
+/// Pages sealed on the device, as a serving cache (and bench-attention) makes them: every
+/// block of `2 pages` tensors in one sealing step, bases calibrated on the first tokens only
+/// (so later pages hold many 4-bit and raw groups and raw blocks), raw blocks read from the
+/// sealer's raw buffer. The sealed blocks decode on the CPU to the original pages, and the
+/// fused kernel over them gives the twin's bits on the original BF16 pages.
+#[test]
+fn sealed_pages_give_the_twins_bits_on_the_original_pages() {
+    let Some(gpu) = gpu_or_skip("sealed_pages_give_the_twins_bits_on_the_original_pages") else { return };
+    let (_, cache) = kvcodec_testkit::fixtures().into_iter().next().expect("a fixture");
+    let words = cache.concat_words();
+    let shape = DecodeShape { batch: 2, q_heads: 32, kv_heads: 8, head_dim: 128 };
+    let (heads, d) = (shape.kv_heads, shape.head_dim);
+    let (row, per_seq) = (heads * d, 96);
+    let pages = shape.batch * per_seq;
+    let n = pages * PAGE_TOKENS * row;
+    // K pages then V pages, [pages, 16, H, D] each, the fixture's words in file order.
+    let kv: Vec<u16> = (0..2 * n).map(|i| words[i % words.len()]).collect();
+    let tokens = 256;
+    let calibration: Vec<u16> = [&kv[..tokens * row], &kv[n..n + tokens * row]].concat();
+    let bases =
+        Bases::calibrate_words(&calibration, KvShape::new(1, heads, d, tokens).unwrap(), tokens).unwrap();
+    let layer_bases = bases.as_bytes().to_vec();
+    let per_block: Vec<u8> = layer_bases
+        .chunks(row)
+        .flat_map(|kind| std::iter::repeat_n(kind, pages).flatten().copied())
+        .collect();
+    let block = BlockShape::new(d).unwrap();
+    let capacity = block.default_capacity();
+    let blocks = 2 * pages * heads;
+    let seal = SealShape {
+        tensors: 2 * pages,
+        kv_heads: heads,
+        head_dim: d,
+        tensor_stride: PAGE_TOKENS * row,
+        slot_capacity: capacity,
+    };
+    let sealer = Sealer::new(&gpu, seal).unwrap();
+    let tail = gpu.upload(&kv).unwrap();
+    let per_block = gpu.upload(&per_block).unwrap();
+    let mut slots = gpu.zeros::<u8>(blocks * capacity).unwrap();
+    let mut statuses = gpu.zeros::<u8>(blocks).unwrap();
+    let mut raw = gpu.zeros::<u8>(blocks * block.raw_len()).unwrap();
+    seal_blocks_device(
+        &gpu,
+        &sealer,
+        &tail.slice(..),
+        &per_block.slice(..),
+        &mut slots.slice_mut(..),
+        &mut statuses.slice_mut(..),
+        &mut raw.slice_mut(..),
+    )
+    .unwrap();
+    let slots = gpu.download(&slots, blocks * capacity).unwrap();
+    let statuses = gpu.download(&statuses, blocks).unwrap();
+    let raw_bytes = gpu.download(&raw, blocks * block.raw_len()).unwrap();
+    let raw: Vec<u16> = raw_bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+    let directory: Vec<u32> =
+        statuses.iter().enumerate().map(|(b, &s)| if s == 0 { CODED } else { b as u32 + 1 }).collect();
+    let raw_blocks = statuses.iter().filter(|&&s| s != 0).count();
+    assert!(raw_blocks > 0 && raw_blocks < blocks, "{raw_blocks} raw blocks of {blocks}");
+    // Sequence b reads pages b, b + 2, b + 4, ... (interleaved, as after churn).
+    let table: Vec<u32> =
+        (0..shape.batch).flat_map(|b| (0..per_seq).map(move |l| (b + 2 * l) as u32)).collect();
+    let lens = vec![(per_seq * PAGE_TOKENS) as u32; shape.batch];
+    let mut rng = Rng(7);
+    let q: Vec<u16> = (0..shape.q_values()).map(|_| bf16(rng.normal(1.0))).collect();
+    let tables = BlockTables { pages: &table, max_pages: per_seq, context_lens: &lens };
+    let scale = 1.0 / (d as f32).sqrt();
+    let problem = GaacDecodeProblem {
+        shape,
+        q: &q,
+        cache: GaacPagedKv {
+            slots: &slots,
+            capacity,
+            directory: &directory,
+            raw: &raw,
+            bases: &layer_bases,
+            partial: PagedKv { k: &[], v: &[] },
+        },
+        tables,
+        scale,
+    };
+    let copy = problem.decoded_copy().unwrap();
+    let page_values = shape.page_values();
+    for (at, &page) in table.iter().enumerate() {
+        let (copied, page) = (copy.pages[at] as usize, page as usize);
+        for (kind, decoded) in [&copy.k, &copy.v].into_iter().enumerate() {
+            let want = &kv[kind * n + page * page_values..][..page_values];
+            assert!(
+                decoded[copied * page_values..][..page_values] == *want,
+                "page {page} kind {kind} decodes"
+            );
+        }
+    }
+    let twin_problem =
+        DecodeProblem { shape, q: &q, kv: PagedKv { k: &kv[..n], v: &kv[n..] }, tables, scale };
+    let twin = kvcodec_attention::gpu::decode_to_vec(&gpu, &twin_problem).unwrap();
+    let fused = decode_fused_to_vec(&gpu, &problem).unwrap();
+    let same_lse = fused.lse.iter().zip(&twin.lse).all(|(a, b)| a.to_bits() == b.to_bits());
+    let differing = fused.out.iter().zip(&twin.out).filter(|(a, b)| a != b).count();
+    assert!(differing == 0 && same_lse, "{differing} outputs differ; lse the same: {same_lse}");
 }
