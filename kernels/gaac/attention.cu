@@ -4,8 +4,8 @@
 //
 // The body is the BF16 twin's, so a compressed cache and its decoded BF16 copy give the same
 // bits; only the loader differs. A page of one layer is a GAAC block (16 tokens x D, spec §3)
-// per (kind, KV head), each in a slot of C bytes: K slots [pages, kv_heads] then V slots
-// [pages, kv_heads], as one sealing step writes them (`gaac::gpu::seal_blocks_device`). Each
+// per (kind, KV head), each in a slot of C bytes, [pages, 2 (K, V), kv_heads] slots: a page
+// is what one sealing step of the layer writes (`gaac::gpu::seal_blocks_device`). Each
 // warp copies its KV head's K and V slots into its staging slot with 16-byte cp.async loads,
 // still compressed; the restore reads the 3-bit plane and the sign+mantissa plane in
 // mma B-fragment order (spec §3.1-3.3) straight into the fragment registers, with the
@@ -17,7 +17,7 @@
 // sequence's unfilled last page stays BF16 and goes through the twin's staging and ldmatrix
 // path. BF16 KV is never written to global memory.
 //
-// A per-page directory ([2, pages, kv_heads] u32, K then V) says where each block is: 0 in
+// A per-page directory ([pages, 2, kv_heads] u32) says where each block is: 0 in
 // its slot, r + 1 raw block r of the pool. Block-table entries of full pages index the slot
 // pages; the entry of a partial last page indexes the BF16 pages. Page ids past either pool,
 // a directory entry past the raw pool, a base above 248 and a block whose tags give a length
@@ -114,10 +114,10 @@ template <int D> struct GaacLoader {
     static constexpr bool BASE_REGISTERS = D <= 128;
     static constexpr int REG_TILES = BASE_REGISTERS ? G::TILES : 1;
 
-    const uint8_t* __restrict__ slots;  // [2, num_pages, kv_heads, capacity]
+    const uint8_t* __restrict__ slots;  // [num_pages, 2, kv_heads, capacity]
     unsigned long long capacity;
     uint32_t num_pages;
-    const uint32_t* __restrict__ directory;  // [2, num_pages, kv_heads]
+    const uint32_t* __restrict__ directory;  // [num_pages, 2, kv_heads]
     const uint8_t* __restrict__ raw;         // [num_raw, 16, D] BF16
     uint32_t num_raw;
     const uint16_t* __restrict__ k_bf16;
@@ -170,9 +170,9 @@ template <int D> struct GaacLoader {
             e.info = ATTENTION_STATUS_BAD_PAGE;
             return e;
         }
-        const size_t at = (size_t)id * kv_heads + kv_head;
+        const size_t at = (size_t)id * 2 * kv_heads + kv_head;
         e.k_dir = directory[at];
-        e.v_dir = directory[(size_t)num_pages * kv_heads + at];
+        e.v_dir = directory[at + kv_heads];
         if (!slot_fits || e.k_dir > num_raw || e.v_dir > num_raw) e.info = ATTENTION_STATUS_BAD_METADATA;
         return e;
     }
@@ -195,14 +195,14 @@ template <int D> struct GaacLoader {
         }
         // The head's K slot and V slot, as they are (raw blocks are read from their pool).
         uint8_t* to = reinterpret_cast<uint8_t*>(stage);
-        const size_t at = (size_t)e.id * kv_heads + kv_head;
+        const size_t at = (size_t)e.id * 2 * kv_heads + kv_head;
         const uint32_t units = (uint32_t)(capacity / 16);
         if (e.k_dir == 0) {
             const uint8_t* from = slots + at * capacity;
             for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + 16 * u, from + 16 * u);
         }
         if (e.v_dir == 0) {
-            const uint8_t* from = slots + ((size_t)num_pages * kv_heads + at) * capacity;
+            const uint8_t* from = slots + (at + kv_heads) * capacity;
             for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + capacity + 16 * u, from + 16 * u);
         }
         return true;

@@ -526,7 +526,7 @@ fn measure(
 
 /// The GAAC fused kernel on the cell's pages (`kv`: K pages then V pages, `[pages, 16, H,
 /// D]` each): bases calibrated on the first tokens of the values, every block sealed on the
-/// device into a default-capacity slot, the directory from the statuses (raw blocks read
+/// device into a default-capacity slot (one call, each page's K and V tails in turn), the directory from the statuses (raw blocks read
 /// from the sealer's raw buffer), timed with `time`. Returns the cell (not yet compared)
 /// and the output and lse.
 #[allow(clippy::too_many_arguments)]
@@ -554,13 +554,22 @@ fn measure_gaac(
     let calibration = bf16_field::KvShape::new(1, heads, d, tokens)?;
     let bases = gaac::Bases::calibrate_words(&[k_host, v_host].concat(), calibration, tokens)?;
     let layer_bases = bases.as_bytes().to_vec();
-    // The sealer codes block b = t H + h of tensor t (K pages, then V pages) with bases
-    // [b D ..]: the layer's bases repeated per page.
-    let per_block: Vec<u8> = layer_bases
-        .chunks(row)
-        .flat_map(|kind| std::iter::repeat_n(kind, pages).flatten().copied())
-        .collect();
+    // The sealer codes block b = t H + h of tensor t with bases [b D ..], as V when t is odd:
+    // page p's K tail is tensor 2 p, its V tail 2 p + 1 (copied so), the bases repeat per
+    // page, and the slots come out as the cache's [pages, 2, H, C].
+    let per_block: Vec<u8> = std::iter::repeat_n(&layer_bases[..], pages).flatten().copied().collect();
     let per_block = gpu.upload(&per_block)?;
+    let page_values = shape.page_values();
+    let mut tails = gpu.zeros::<u16>(2 * n)?;
+    for p in 0..pages {
+        for (kind, from) in [p * page_values, n + p * page_values].into_iter().enumerate() {
+            let to = (2 * p + kind) * page_values;
+            gpu.stream().memcpy_dtod(
+                &kv.slice(from..from + page_values),
+                &mut tails.slice_mut(to..to + page_values),
+            )?;
+        }
+    }
     let blocks = 2 * pages * heads;
     let sealer = gaac::gpu::Sealer::new(
         gpu,
@@ -578,13 +587,13 @@ fn measure_gaac(
     gaac::gpu::seal_blocks_device(
         gpu,
         &sealer,
-        &kv.slice(..),
+        &tails.slice(..),
         &per_block.slice(..),
         &mut slots.slice_mut(..),
         &mut statuses.slice_mut(..),
         &mut raw.slice_mut(..),
     )?;
-    drop(per_block);
+    drop((per_block, tails));
     let statuses = gpu.download(&statuses, blocks)?;
     let directory: Vec<u32> = statuses
         .iter()

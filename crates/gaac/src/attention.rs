@@ -12,9 +12,10 @@
 //!
 //! **The cache** (one layer; `docs/formats/gaac.md` §10). A page of 16 tokens is one GAAC
 //! block (spec §3) per (kind, KV head), each in a slot of `capacity` bytes: the slots are
-//! `[2, pages, kv_heads, capacity]` (K slots of every page, then V slots), which is what one
-//! [`crate::gpu::seal_blocks_device`] call writes for `2 pages` tensors. A directory
-//! `[2, pages, kv_heads]` of `u32` says where each block is: [`CODED`] in its slot, or `r +
+//! `[pages, 2, kv_heads, capacity]` (a page's K blocks, then its V blocks), which is what one
+//! [`crate::gpu::seal_blocks_device`] step of the layer writes (tensors K, V: the sealer
+//! codes odd tensors as V), or one call for `2 pages` tensors over pages whose K and V
+//! tails alternate. A directory `[pages, 2, kv_heads]` of `u32` says where each block is: [`CODED`] in its slot, or `r +
 //! 1` for raw block `r` (spec §3.6, a block that did not fit its slot) of a raw-block pool
 //! `[raw, 16, head_dim]` BF16. The layer's bases are `[2, kv_heads, head_dim]` (K then V,
 //! the container's order, spec §5.2). A sequence's unfilled last page stays BF16, as GAAC
@@ -112,11 +113,11 @@ pub fn encode_block(
 /// A paged GAAC cache of one layer on the host (module docs).
 #[derive(Clone, Copy, Debug)]
 pub struct GaacPagedKv<'a> {
-    /// `[2, pages, kv_heads, capacity]`: K slots, then V slots.
+    /// `[pages, 2, kv_heads, capacity]`: each page's K blocks, then its V blocks.
     pub slots: &'a [u8],
     /// Bytes per slot: a valid capacity (spec §4) of at most [`max_capacity`].
     pub capacity: usize,
-    /// `[2, pages, kv_heads]`: [`CODED`], or `r + 1` for raw block `r`.
+    /// `[pages, 2, kv_heads]`: [`CODED`], or `r + 1` for raw block `r`.
     pub directory: &'a [u32],
     /// Raw blocks, `[raw, 16, head_dim]` BF16 words.
     pub raw: &'a [u16],
@@ -229,7 +230,7 @@ fn check_layout(
         return Err(layout(
             "slots/directory",
             format!(
-                "{slots} slot bytes and {directory} entries; needs [2, pages, {heads}] entries and capacity bytes each"
+                "{slots} slot bytes and {directory} entries; needs [pages, 2, {heads}] entries and capacity bytes each"
             ),
         ));
     }
@@ -277,7 +278,7 @@ impl GaacDecodeProblem<'_> {
             }
             if !partial {
                 for kind in 0..2 {
-                    let entries = &cache.directory[(kind * pages + page as usize) * heads..][..heads];
+                    let entries = &cache.directory[(2 * page as usize + kind) * heads..][..heads];
                     if let Some(&entry) = entries.iter().find(|&&e| e as usize > raw_blocks) {
                         return Err(layout(
                             "directory",
@@ -301,7 +302,6 @@ impl GaacDecodeProblem<'_> {
         let (heads, d) = (shape.kv_heads, shape.head_dim);
         let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
         let cache = self.cache;
-        let pages = self.pages();
         let capacity = cache.capacity;
         let kinds = [KvKind::K, KvKind::V];
         let orders = kinds.map(|kind| FragmentOrder::new(kind, block));
@@ -314,7 +314,7 @@ impl GaacDecodeProblem<'_> {
         DecodedCopy::build(shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
             for (kind, dst) in [k, v].into_iter().enumerate() {
                 for head in 0..heads {
-                    let index = (kind * pages + page as usize) * heads + head;
+                    let index = (2 * page as usize + kind) * heads + head;
                     let entry = cache.directory[index] as usize;
                     let src: &[u16] = if entry == CODED as usize {
                         let slot = &cache.slots[index * capacity..][..capacity];
@@ -364,11 +364,11 @@ pub fn decode_cpu(problem: &GaacDecodeProblem<'_>) -> Result<Attention<u16>, Fus
 /// A paged GAAC cache on the device: [`GaacPagedKv`]'s buffers.
 #[derive(Debug)]
 pub struct DeviceGaacPagedKv<'a> {
-    /// `[2, pages, kv_heads, capacity]` bytes, 16-byte aligned.
+    /// `[pages, 2, kv_heads, capacity]` bytes, 16-byte aligned.
     pub slots: CudaView<'a, u8>,
     /// Bytes per slot (as [`GaacPagedKv::capacity`]).
     pub capacity: usize,
-    /// `[2, pages, kv_heads]`: [`CODED`] or `r + 1`.
+    /// `[pages, 2, kv_heads]`: [`CODED`] or `r + 1`.
     pub directory: CudaView<'a, u32>,
     /// Raw blocks, `[raw, 16, head_dim]` BF16 words as little-endian bytes (what
     /// [`crate::gpu::seal_blocks_device`] writes), 16-byte aligned.
@@ -521,7 +521,7 @@ pub fn decode_device_fused(
     // SAFETY: the signature matches GAAC_ATTENTION_KERNEL's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row, the
     // bases [2*kv_heads*head_dim], directory entries and slots of pages below num_pages
-    // (2*num_pages*kv_heads entries and slots of `capacity` bytes: check_layout), raw blocks
+    // ([num_pages, 2, kv_heads] entries and slots of `capacity` bytes: check_layout), raw blocks
     // below num_raw (checked in the kernel), BF16 pages below num_bf16 of partial_k and
     // partial_v, and context_lens [batch]; it writes out and lse of the shape's sizes and
     // the workspace made for this shape and row length. Lengths and alignment are checked

@@ -149,7 +149,7 @@ fn build(shape: DecodeShape, lens: &[u32], seed: u32, mut word: impl FnMut(&mut 
                         .flat_map(|t| &t[head * d..][..d])
                         .copied()
                         .collect();
-                    let index = (kind * full + page) * heads + head;
+                    let index = (2 * page + kind) * heads + head;
                     let head_bases = &bases[(kind * heads + head) * d..][..d];
                     let slot = &mut slots[index * capacity..][..capacity];
                     if encode_block(kv_kind, &words, head_bases, d, slot).unwrap().is_none() {
@@ -323,7 +323,7 @@ fn bad_entries_and_blocks_are_refused() {
     // A directory entry past the raw pool.
     let mut bad = good();
     let page = bad.pages[1] as usize;
-    bad.directory[page * shape.kv_heads] = (bad.raw.len() / (16 * 128)) as u32 + 1;
+    bad.directory[2 * page * shape.kv_heads] = (bad.raw.len() / (16 * 128)) as u32 + 1;
     assert!(matches!(decode_cpu(&bad.problem()), Err(FusedError::Layout { what: "directory", .. })));
     // A capacity the kernel does not take.
     let mut bad = good();
@@ -333,7 +333,7 @@ fn bad_entries_and_blocks_are_refused() {
     // error; on the device the kernel flags it and reads within the staging slot.
     let mut corrupt = good();
     let page = corrupt.pages[1] as usize;
-    let (v_index, capacity) = ((corrupt.slot_pages() + page) * shape.kv_heads + 1, corrupt.capacity);
+    let (v_index, capacity) = ((2 * page + 1) * shape.kv_heads + 1, corrupt.capacity);
     corrupt.directory[v_index] = CODED;
     corrupt.slots[v_index * capacity..][..64].fill(0xaa);
     match decode_cpu(&corrupt.problem()) {
@@ -380,7 +380,7 @@ fn bad_entries_and_blocks_are_refused() {
 }
 
 /// Pages sealed on the device, as a serving cache (and bench-attention) makes them: every
-/// block of `2 pages` tensors in one sealing step, bases calibrated on the first tokens only
+/// block of `2 pages` tensors (each page's K and V tails in turn) in one sealing call, bases calibrated on the first tokens only
 /// (so later pages hold many 4-bit and raw groups and raw blocks), raw blocks read from the
 /// sealer's raw buffer. The sealed blocks decode on the CPU to the original pages, and the
 /// fused kernel over them gives the twin's bits on the original BF16 pages.
@@ -401,9 +401,14 @@ fn sealed_pages_give_the_twins_bits_on_the_original_pages() {
     let bases =
         Bases::calibrate_words(&calibration, KvShape::new(1, heads, d, tokens).unwrap(), tokens).unwrap();
     let layer_bases = bases.as_bytes().to_vec();
-    let per_block: Vec<u8> = layer_bases
-        .chunks(row)
-        .flat_map(|kind| std::iter::repeat_n(kind, pages).flatten().copied())
+    // The sealer codes tensor t as V when t is odd: page p's K tail is tensor 2 p, its V tail
+    // 2 p + 1, and the bases repeat per page.
+    let per_block: Vec<u8> = std::iter::repeat_n(&layer_bases[..], pages).flatten().copied().collect();
+    let page_values = shape.page_values();
+    let tails: Vec<u16> = (0..pages)
+        .flat_map(|p| [&kv[p * page_values..][..page_values], &kv[n + p * page_values..][..page_values]])
+        .flatten()
+        .copied()
         .collect();
     let block = BlockShape::new(d).unwrap();
     let capacity = block.default_capacity();
@@ -416,7 +421,7 @@ fn sealed_pages_give_the_twins_bits_on_the_original_pages() {
         slot_capacity: capacity,
     };
     let sealer = Sealer::new(&gpu, seal).unwrap();
-    let tail = gpu.upload(&kv).unwrap();
+    let tail = gpu.upload(&tails).unwrap();
     let per_block = gpu.upload(&per_block).unwrap();
     let mut slots = gpu.zeros::<u8>(blocks * capacity).unwrap();
     let mut statuses = gpu.zeros::<u8>(blocks).unwrap();
@@ -462,7 +467,6 @@ fn sealed_pages_give_the_twins_bits_on_the_original_pages() {
         scale,
     };
     let copy = problem.decoded_copy().unwrap();
-    let page_values = shape.page_values();
     for (at, &page) in table.iter().enumerate() {
         let (copied, page) = (copy.pages[at] as usize, page as usize);
         for (kind, decoded) in [&copy.k, &copy.v].into_iter().enumerate() {
