@@ -74,15 +74,15 @@ __device__ __forceinline__ uint32_t gaac_spread1x8(uint32_t h) { return ((h & 15
 // The fields of tile m (0..7) of a slab: byte r = bits m of the three plane words' byte r
 // (spec §3.2). `w1s` = w1 << 1, `w2s` = w2 << 2 (used for m <= 5, where bits m .. m + 2
 // stay in their byte); `w0r` = w0 >> 2, `w1r` = w1 >> 1 (for m = 6, 7: bits m - 2 .. m).
-template <int M>
-__device__ __forceinline__ uint32_t gaac_tile_field(uint32_t w0, uint32_t w1s, uint32_t w2s, uint32_t w0r,
+// `m` is a constant wherever this is inlined into an unrolled loop.
+__device__ __forceinline__ uint32_t gaac_tile_field(int m, uint32_t w0, uint32_t w1s, uint32_t w2s, uint32_t w0r,
                                                     uint32_t w1r, uint32_t w2) {
-    if constexpr (M <= 5) {
-        const uint32_t x = gaac_select(gaac_select(w0, w1s, 0x01010101u << (M + 1)), w2s, 0x01010101u << (M + 2));
-        return (x >> M) & 0x07070707u;
+    if (m <= 5) {
+        const uint32_t x = gaac_select(gaac_select(w0, w1s, 0x01010101u << (m + 1)), w2s, 0x01010101u << (m + 2));
+        return (x >> m) & 0x07070707u;
     } else {
-        const uint32_t x = gaac_select(gaac_select(w0r, w1r, 0x01010101u << (M - 1)), w2, 0x01010101u << M);
-        return (x >> (M - 2)) & 0x07070707u;
+        const uint32_t x = gaac_select(gaac_select(w0r, w1r, 0x01010101u << (m - 1)), w2, 0x01010101u << m);
+        return (x >> (m - 2)) & 0x07070707u;
     }
 }
 
@@ -128,21 +128,19 @@ __device__ __forceinline__ void gaac_load_head(const uint8_t* hb, uint8_t* base,
     }
 }
 
-// Restores one coded block staged in shared memory (its tags checked: no tag 3, and the
-// length they give within the slot) and hands each restored quad to `sink(t, words)`:
-// tile t's four values of this lane (fragment order, spec 3.1) as two u32, value 0 in
-// the low half of .x. `image` is the warp's addend image ([TILES][32] words), `wstart` the
-// head's window starts (D bytes, spec §2.2), `base_words[t]` the lane's addend word of
-// tile t for 3-bit groups. No pointer here is __restrict__: other lanes write the image
-// between this lane's stores and loads, and a restrict-qualified image lets the compiler
-// forward this lane's own stores past the __syncwarp.
-template <bool IS_V, int D, class Sink>
-__device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
-                                                    const uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane,
-                                                    Sink&& sink) {
+// Patches the addend image of one coded block staged in shared memory (`blk`) for its
+// 4-bit and raw groups (spec §3.3-3.5): the image ([TILES][32] words, fragment order)
+// must hold every lane's 3-bit addend words when the warp calls this; `wstart` is the
+// head's window starts (D bytes, spec §2.2). Returns the block's length `P + n4 + 5 nr`
+// from its tags (spec §3), for the caller's check against the slot; a tag 3 patches
+// nothing, and a block longer than `limit` bytes patches nothing (its 4th bits and raw
+// highs would lie past the slot: the caller flags it). No pointer here is __restrict__: other lanes write the image between this
+// lane's stores and loads, and a restrict-qualified image lets the compiler forward this
+// lane's own stores past the __syncwarp. Call with the whole warp.
+template <bool IS_V, int D>
+__device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
+                                                     uint32_t limit, int lane) {
     using G = GaacGeometry<D>;
-#pragma unroll
-    for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
     // This lane's tags (spec §2.2: group g at bits 2 (g mod 4) of byte g / 4).
     const uint32_t tags = gaac_lane_tags<D>(blk, lane);
     const uint32_t four = tags & ~(tags >> 1) & 0x55555555u, raw = (tags >> 1) & ~tags & 0x55555555u;
@@ -156,12 +154,14 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
     }
     const uint32_t before = scan - counts;
     // Raw highs start after every 4th-bit byte (spec §3.5).
-    const uint32_t raw_at = G::PLANES_LEN + (__shfl_sync(0xffffffffu, scan, GAAC_LANES - 1) & 0xffffu);
+    const uint32_t total = __shfl_sync(0xffffffffu, scan, GAAC_LANES - 1);
+    const uint32_t raw_at = G::PLANES_LEN + (total & 0xffffu);
     const uint32_t four_at = G::PLANES_LEN + (before & 0xffffu);
     const uint32_t raw_first = before >> 16;
+    const uint32_t len = raw_at + GAAC_RAW_BYTES_PER_GROUP * (total >> 16);
     const int token = lane >> 1;
     __syncwarp();  // every base word is in the image before any lane patches it
-    uint32_t pending = four | raw;
+    uint32_t pending = len <= limit ? four | raw : 0u;
     while (pending) {
         const int bit = 31 - __clz(pending);
         const uint32_t one = 1u << bit, below = one - 1u;
@@ -204,6 +204,23 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
         }
     }
     __syncwarp();  // every patch is in the image
+    return len;
+}
+
+// Restores one coded block staged in shared memory (its tags checked: no tag 3, and the
+// length they give within the slot) and hands each restored quad to `sink(t, words)`:
+// tile t's four values of this lane (fragment order, spec 3.1) as two u32, value 0 in
+// the low half of .x. `image` is the warp's addend image ([TILES][32] words), `wstart` the
+// head's window starts (D bytes, spec §2.2), `base_words[t]` the lane's addend word of
+// tile t for 3-bit groups (gaac_patch_image adds the other groups').
+template <bool IS_V, int D, class Sink>
+__device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
+                                                    const uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane,
+                                                    Sink&& sink) {
+    using G = GaacGeometry<D>;
+#pragma unroll
+    for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
+    gaac_patch_image<IS_V, D>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
 #pragma unroll
     for (int s = 0; s < G::SLABS; ++s) {
         const uint32_t* plane = reinterpret_cast<const uint32_t*>(blk + G::PLANE3_AT + GAAC_SLAB_BYTES * s) + lane;
@@ -212,14 +229,14 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
         const uint32_t* sm = reinterpret_cast<const uint32_t*>(blk + G::SM_AT) + GAAC_LANES * GAAC_SLAB_TILES * s + lane;
         const uint32_t* add = image + GAAC_LANES * GAAC_SLAB_TILES * s + lane;
         uint32_t f[GAAC_SLAB_TILES];
-        f[0] = gaac_tile_field<0>(w0, w1s, w2s, w0r, w1r, w2);
-        f[1] = gaac_tile_field<1>(w0, w1s, w2s, w0r, w1r, w2);
-        f[2] = gaac_tile_field<2>(w0, w1s, w2s, w0r, w1r, w2);
-        f[3] = gaac_tile_field<3>(w0, w1s, w2s, w0r, w1r, w2);
-        f[4] = gaac_tile_field<4>(w0, w1s, w2s, w0r, w1r, w2);
-        f[5] = gaac_tile_field<5>(w0, w1s, w2s, w0r, w1r, w2);
-        f[6] = gaac_tile_field<6>(w0, w1s, w2s, w0r, w1r, w2);
-        f[7] = gaac_tile_field<7>(w0, w1s, w2s, w0r, w1r, w2);
+        f[0] = gaac_tile_field(0, w0, w1s, w2s, w0r, w1r, w2);
+        f[1] = gaac_tile_field(1, w0, w1s, w2s, w0r, w1r, w2);
+        f[2] = gaac_tile_field(2, w0, w1s, w2s, w0r, w1r, w2);
+        f[3] = gaac_tile_field(3, w0, w1s, w2s, w0r, w1r, w2);
+        f[4] = gaac_tile_field(4, w0, w1s, w2s, w0r, w1r, w2);
+        f[5] = gaac_tile_field(5, w0, w1s, w2s, w0r, w1r, w2);
+        f[6] = gaac_tile_field(6, w0, w1s, w2s, w0r, w1r, w2);
+        f[7] = gaac_tile_field(7, w0, w1s, w2s, w0r, w1r, w2);
 #pragma unroll
         for (int m = 0; m < GAAC_SLAB_TILES; ++m) {
             // A valid base keeps every byte of field + addend within 255 (spec §3.3): no
@@ -227,4 +244,20 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
             sink(GAAC_SLAB_TILES * s + m, gaac_join_quad(f[m] + add[GAAC_LANES * m], sm[GAAC_LANES * m]));
         }
     }
+}
+
+// Restores tile `t` of a coded block staged in shared memory whose addend image is
+// patched (gaac_patch_image): this lane's four values in fragment order (spec §3.1) as two
+// u32, value 0 in the low half of .x, as gaac_restore_staged's sink gets them. `t` is a
+// constant wherever this is inlined into an unrolled loop, and the plane words of a slab
+// are then loaded once for its tiles.
+template <int D>
+__device__ __forceinline__ uint2 gaac_restore_tile(const uint8_t* blk, const uint32_t* image, int t, int lane) {
+    using G = GaacGeometry<D>;
+    const int s = t / GAAC_SLAB_TILES, m = t % GAAC_SLAB_TILES;
+    const uint32_t* plane = reinterpret_cast<const uint32_t*>(blk + G::PLANE3_AT + GAAC_SLAB_BYTES * s) + lane;
+    const uint32_t w0 = plane[0], w1 = plane[GAAC_LANES], w2 = plane[2 * GAAC_LANES];
+    const uint32_t field = gaac_tile_field(m, w0, w1 << 1, w2 << 2, w0 >> 2, w1 >> 1, w2);
+    const uint32_t sm = reinterpret_cast<const uint32_t*>(blk + G::SM_AT)[GAAC_LANES * t + lane];
+    return gaac_join_quad(field + image[GAAC_LANES * t + lane], sm);
 }

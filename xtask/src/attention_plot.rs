@@ -1,7 +1,7 @@
 //! The SVG plot of `cargo xtask bench-attention`'s JSON (issue 18): each kernel's speedup
 //! over the best BF16 peer of its cell (the fastest of SDPA, FlashInfer and FlashInfer with
 //! tensor cores) against the context, one panel per (shape, batch), one line per kernel
-//! (the BF16 twin, ZipFusion fused base and zero-aware), each point labelled with the byte
+//! (the BF16 twin, ZipFusion fused base and zero-aware, GAAC fused), each point labelled with the byte
 //! ratio of the data that kernel reads. A tiny writer: fixed-precision numbers, no
 //! dependency, the same bytes for the same JSON.
 
@@ -20,8 +20,12 @@ const TITLE_H: f64 = 40.0;
 const LEGEND_H: f64 = 26.0;
 
 /// One plotted kernel: its legend name and colour.
-const KERNELS: [(&str, &str); 3] =
-    [("BF16 twin", "#1f77b4"), ("ZipFusion fused", "#d62728"), ("ZipFusion zero-aware", "#2ca02c")];
+const KERNELS: [(&str, &str); 4] = [
+    ("BF16 twin", "#1f77b4"),
+    ("ZipFusion fused", "#d62728"),
+    ("ZipFusion zero-aware", "#2ca02c"),
+    ("GAAC fused", "#9467bd"),
+];
 
 /// A point of a line: context, speedup over the best peer, byte ratio.
 type Point = (usize, f64, f64);
@@ -32,14 +36,17 @@ pub(crate) fn best_peer(cell: &Cell) -> Option<f64> {
 }
 
 /// The kernels' lines of the cells of one panel, in context order: twin, then each fused
-/// variant by position.
-fn lines(cells: &[&Cell]) -> [Vec<Point>; 3] {
-    let mut out: [Vec<Point>; 3] = Default::default();
+/// variant by position, then GAAC.
+fn lines(cells: &[&Cell]) -> [Vec<Point>; 4] {
+    let mut out: [Vec<Point>; 4] = Default::default();
     for cell in cells {
         let Some(best) = best_peer(cell) else { continue };
         out[0].push((cell.context, best / cell.twin_us, 1.0));
         for (i, f) in cell.fused.iter().take(2).enumerate() {
             out[i + 1].push((cell.context, best / f.us, f.ratio));
+        }
+        if let Some(g) = &cell.gaac {
+            out[3].push((cell.context, best / g.us, g.ratio));
         }
     }
     for line in &mut out {

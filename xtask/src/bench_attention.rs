@@ -18,6 +18,12 @@
 //! each cell prints the data's byte ratio (BF16 bytes over compressed page bytes, page
 //! metadata included) beside the speedup over the twin, and whether out and lse are the
 //! twin's bits.
+//!
+//! GAAC fused: the same pages sealed on the device into 16-token blocks per (kind, KV
+//! head) in slots of the default capacity (`gaac::gpu::seal_blocks_device`, bases
+//! calibrated on the cell's first tokens of the tiled values), raw blocks read from the
+//! sealer's raw buffer through the page directory (`gaac::attention`); its ratio is BF16
+//! bytes over the bytes the kernel reads (the slots of coded blocks, the raw blocks).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -91,16 +97,19 @@ pub(crate) struct Cell {
     pub(crate) flashinfer_tc_us: Option<f64>,
     /// The ZipFusion fused kernel on the same pages compressed, per variant.
     pub(crate) fused: Vec<FusedCell>,
+    /// The GAAC fused kernel on the same pages sealed (variant `gaac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gaac: Option<FusedCell>,
 }
 
 /// The ZipFusion fused kernel in one cell.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 pub(crate) struct FusedCell {
-    /// `base` or `zero-aware`.
+    /// `base` or `zero-aware` (ZipFusion), `gaac`.
     pub(crate) variant: String,
     /// Median µs.
     pub(crate) us: f64,
-    /// Bytes of the compressed pages (metadata included).
+    /// Bytes of the compressed pages (metadata included; GAAC: the bytes read).
     pub(crate) compressed_bytes: u64,
     /// BF16 bytes / compressed bytes.
     pub(crate) ratio: f64,
@@ -184,7 +193,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     // Each kernel: µs, GB/s of what it reads, the byte ratio of that, the speedup over the
     // best peer and (fused) over the twin.
     outln!(
-        "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>4}",
+        "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>4}",
         "shape",
         "B",
         "S",
@@ -203,6 +212,11 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "/best",
         "/twin",
         "ZF-ZA us",
+        "GB/s",
+        "ratio",
+        "/best",
+        "/twin",
+        "GAAC us",
         "GB/s",
         "ratio",
         "/best",
@@ -255,6 +269,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
          the twin's"
     )?;
     outln!(
+        "GAAC: GAAC fused (gaac::attention), blocks sealed on the device from the same values, default slot; ratio: \
+         BF16 bytes / bytes read (coded slots and raw blocks); vs best: the best peer's time / GAAC's"
+    )?;
+    outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",
         args.runs
     )?;
@@ -303,8 +321,9 @@ fn table_row(cell: &Cell) -> String {
         1.0,
         over_best(cell.twin_us),
     );
-    for i in 0..2 {
-        match cell.fused.get(i) {
+    let fused = [cell.fused.first(), cell.fused.get(1), cell.gaac.as_ref()];
+    for f in fused {
+        match f {
             Some(f) => {
                 let _ = write!(
                     row,
@@ -321,9 +340,9 @@ fn table_row(cell: &Cell) -> String {
             }
         }
     }
-    let bits = if cell.fused.is_empty() {
+    let bits = if cell.fused.is_empty() && cell.gaac.is_none() {
         "-"
-    } else if cell.fused.iter().all(|f| f.identical) {
+    } else if cell.fused.iter().chain(&cell.gaac).all(|f| f.identical) {
         "same"
     } else {
         "DIFF"
@@ -481,6 +500,28 @@ fn measure(
             });
         }
     }
+    let gaac = if context.is_multiple_of(PAGE_TOKENS) {
+        let mut run = |launch: &mut dyn FnMut() -> anyhow::Result<()>| time(launch);
+        Some(measure_gaac(
+            gpu,
+            shape,
+            pages,
+            &kv,
+            &q,
+            &table,
+            &lens,
+            pages_per_seq,
+            &mut workspace,
+            &mut run,
+        )?)
+    } else {
+        None
+    };
+    let gaac = gaac.map(|(cell, out_words, lse_words)| FusedCell {
+        identical: out_words == twin_out
+            && lse_words.iter().zip(&twin_lse).all(|(a, b)| a.to_bits() == b.to_bits()),
+        ..cell
+    });
     Ok(Cell {
         shape: String::new(),
         batch: shape.batch,
@@ -492,8 +533,132 @@ fn measure(
         flashinfer_us: None,
         flashinfer_tc_us: None,
         fused,
+        gaac,
     })
 }
+
+/// The GAAC fused kernel on the cell's pages (`kv`: K pages then V pages, `[pages, 16, H,
+/// D]` each): bases calibrated on the first tokens of the values, every block sealed on the
+/// device into a default-capacity slot (one call, each page's K and V tails in turn), the directory from the statuses (raw blocks read
+/// from the sealer's raw buffer), timed with `time`. Returns the cell (not yet compared)
+/// and the output and lse.
+#[allow(clippy::too_many_arguments)]
+fn measure_gaac(
+    gpu: &GpuContext,
+    shape: DecodeShape,
+    pages: usize,
+    kv: &CudaSlice<u16>,
+    q: &CudaSlice<u16>,
+    table: &CudaSlice<u32>,
+    lens: &CudaSlice<u32>,
+    max_pages: usize,
+    workspace: &mut DecodeWorkspace,
+    time: &mut Timer<'_>,
+) -> anyhow::Result<(FusedCell, Vec<u16>, Vec<f32>)> {
+    let (heads, d) = (shape.kv_heads, shape.head_dim);
+    let n = pages * shape.page_values();
+    let block = gaac::BlockShape::new(d).context("GAAC head_dim")?;
+    let capacity = block.default_capacity();
+    // Bases of the layer: calibrated on up to 4096 tokens of K and of V.
+    let tokens = (pages * PAGE_TOKENS).min(4096);
+    let row = heads * d;
+    let k_host = gpu.stream().clone_dtoh(&kv.slice(..tokens * row))?;
+    let v_host = gpu.stream().clone_dtoh(&kv.slice(n..n + tokens * row))?;
+    let calibration = bf16_field::KvShape::new(1, heads, d, tokens)?;
+    let bases = gaac::Bases::calibrate_words(&[k_host, v_host].concat(), calibration, tokens)?;
+    let layer_bases = bases.as_bytes().to_vec();
+    // The sealer codes block b = t H + h of tensor t with bases [b D ..], as V when t is odd:
+    // page p's K tail is tensor 2 p, its V tail 2 p + 1 (copied so), the bases repeat per
+    // page, and the slots come out as the cache's [pages, 2, H, C].
+    let per_block: Vec<u8> = std::iter::repeat_n(&layer_bases[..], pages).flatten().copied().collect();
+    let per_block = gpu.upload(&per_block)?;
+    let page_values = shape.page_values();
+    let mut tails = gpu.zeros::<u16>(2 * n)?;
+    for p in 0..pages {
+        for (kind, from) in [p * page_values, n + p * page_values].into_iter().enumerate() {
+            let to = (2 * p + kind) * page_values;
+            gpu.stream().memcpy_dtod(
+                &kv.slice(from..from + page_values),
+                &mut tails.slice_mut(to..to + page_values),
+            )?;
+        }
+    }
+    let blocks = 2 * pages * heads;
+    let sealer = gaac::gpu::Sealer::new(
+        gpu,
+        gaac::gpu::SealShape {
+            tensors: 2 * pages,
+            kv_heads: heads,
+            head_dim: d,
+            tensor_stride: PAGE_TOKENS * row,
+            slot_capacity: capacity,
+        },
+    )?;
+    let mut slots = gpu.zeros::<u8>(blocks * capacity)?;
+    let mut statuses = gpu.zeros::<u8>(blocks)?;
+    let mut raw = gpu.zeros::<u8>(blocks * block.raw_len())?;
+    gaac::gpu::seal_blocks_device(
+        gpu,
+        &sealer,
+        &tails.slice(..),
+        &per_block.slice(..),
+        &mut slots.slice_mut(..),
+        &mut statuses.slice_mut(..),
+        &mut raw.slice_mut(..),
+    )?;
+    drop((per_block, tails));
+    let statuses = gpu.download(&statuses, blocks)?;
+    let directory: Vec<u32> = statuses
+        .iter()
+        .enumerate()
+        .map(|(b, &s)| if s == 0 { gaac::attention::CODED } else { b as u32 + 1 })
+        .collect();
+    let raw_count = statuses.iter().filter(|&&s| s != 0).count();
+    let read_bytes = ((blocks - raw_count) * capacity + raw_count * block.raw_len()) as u64;
+    let directory = gpu.upload(&directory)?;
+    let layer_bases = gpu.upload(&layer_bases)?;
+    let no_partial = gpu.zeros::<u16>(8)?;
+    let problem = gaac::attention::DeviceGaacProblem {
+        shape,
+        q: q.slice(..),
+        cache: gaac::attention::DeviceGaacPagedKv {
+            slots: slots.slice(..),
+            capacity,
+            directory: directory.slice(..),
+            raw: raw.slice(..),
+            bases: layer_bases.slice(..),
+            partial_k: no_partial.slice(..0),
+            partial_v: no_partial.slice(..0),
+        },
+        block_table: table.slice(..),
+        max_pages,
+        context_lens: lens.slice(..),
+        scale: 1.0 / (d as f32).sqrt(),
+    };
+    let mut out = gpu.zeros::<u16>(shape.q_values())?;
+    let mut lse = gpu.zeros::<f32>(shape.batch * shape.q_heads)?;
+    let us = time(&mut || {
+        Ok(gaac::attention::decode_device_fused(
+            gpu,
+            workspace,
+            &problem,
+            &mut out.slice_mut(..),
+            &mut lse.slice_mut(..),
+        )?)
+    })?;
+    workspace.check(gpu)?;
+    let cell = FusedCell {
+        variant: "gaac".to_string(),
+        us,
+        compressed_bytes: read_bytes,
+        ratio: (4 * n) as f64 / read_bytes as f64,
+        identical: false,
+    };
+    Ok((cell, gpu.download(&out, shape.q_values())?, gpu.download(&lse, shape.batch * shape.q_heads)?))
+}
+
+/// Times a launch closure (the cell's method: flush, hold, events, median).
+type Timer<'a> = dyn FnMut(&mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> + 'a;
 
 /// xorshift32 for the page permutation and the queries.
 fn xorshift(seed: u32) -> impl FnMut() -> u32 {

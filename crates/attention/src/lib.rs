@@ -31,6 +31,7 @@
 //! ```
 
 mod error;
+pub mod fused;
 pub mod gpu;
 mod problem;
 mod reference;

@@ -56,7 +56,12 @@
 //! reference both ways, with the CPU's errors for invalid containers; and
 //! [`gpu::seal_blocks_device`], one block of every (layer, kind, head) sealed from a BF16
 //! tail on the caller's stream (spec §9).
+//!
+//! **Attention.** [`attention`]: fused decode attention over a paged GAAC cache (pages of
+//! `2 H` blocks in slots, as sealing writes them; spec §10), bit-identical to the BF16 twin
+//! of `kvcodec_attention` on the decoded copy.
 
+pub mod attention;
 mod bases;
 mod block;
 mod cache;

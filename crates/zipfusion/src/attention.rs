@@ -21,14 +21,13 @@
 //! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
 //! [`decode_fused_to_vec`] is the host convenience.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
+pub use kvcodec_attention::fused::DecodedCopy;
+use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, shared_bytes};
-use kvcodec_attention::{
-    Attention, AttentionError, BlockTables, DecodeProblem, DecodeShape, PAGE_TOKENS, PagedKv,
-};
+use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::format::{ALIGN, PageShape, Variant};
@@ -79,7 +78,7 @@ pub struct ZfPagedKv<'a> {
 }
 
 /// One decode step of one layer over a [`ZfPagedKv`] cache; the shapes are
-/// [`DecodeProblem`]'s.
+/// [`kvcodec_attention::DecodeProblem`]'s.
 #[derive(Clone, Copy, Debug)]
 pub struct ZfDecodeProblem<'a> {
     /// The sizes.
@@ -148,31 +147,7 @@ impl From<AttentionError> for FusedError {
     }
 }
 
-/// The BF16 copy of a [`ZfDecodeProblem`]'s cache that the BF16 twin reads: every slot a
-/// sequence reads decoded to a BF16 page (in order of first use), then the partial pages,
-/// with the block tables renumbered (entries no sequence reads are kept as they were).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodedCopy {
-    /// K pages, `[pages, 16, kv_heads, head_dim]`.
-    pub k: Vec<u16>,
-    /// V pages, as `k`.
-    pub v: Vec<u16>,
-    /// `[batch, max_pages]` page ids into `k` and `v`.
-    pub pages: Vec<u32>,
-}
-
-impl DecodedCopy {
-    /// The twin's problem over this copy, with `problem`'s query, contexts and scale.
-    pub fn problem<'a>(&'a self, problem: &ZfDecodeProblem<'a>) -> DecodeProblem<'a> {
-        DecodeProblem {
-            shape: problem.shape,
-            q: problem.q,
-            kv: PagedKv { k: &self.k, v: &self.v },
-            tables: BlockTables { pages: &self.pages, ..problem.tables },
-            scale: problem.scale,
-        }
-    }
-}
+kvcodec_attention::impl_fused_problem!(ZfDecodeProblem);
 
 impl ZfDecodeProblem<'_> {
     /// Slots in the cache.
@@ -190,25 +165,7 @@ impl ZfDecodeProblem<'_> {
         })
     }
 
-    /// Calls `f(sequence, logical, entry, partial)` for every block-table entry a
-    /// sequence reads, after the checks of [`DecodeProblem::validate`] on the contexts.
-    fn for_each_entry(
-        &self,
-        mut f: impl FnMut(usize, usize, u32, bool) -> Result<(), FusedError>,
-    ) -> Result<(), FusedError> {
-        let tables = self.tables;
-        for (sequence, &len) in tables.context_lens.iter().enumerate() {
-            let len = len as usize;
-            let used = len.div_ceil(PAGE_TOKENS);
-            for logical in 0..used {
-                let partial = logical + 1 == used && !len.is_multiple_of(PAGE_TOKENS);
-                f(sequence, logical, tables.pages[sequence * tables.max_pages + logical], partial)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks the problem as [`DecodeProblem::validate`] does (block-table entries against
+    /// Checks the problem as [`kvcodec_attention::DecodeProblem::validate`] does (block-table entries against
     /// the slots, or the BF16 pages for a partial last page) and the slot stride; pages are
     /// checked when decoded.
     ///
@@ -226,32 +183,10 @@ impl ZfDecodeProblem<'_> {
         if stride < self.page_shape()?.min_page_len() {
             return Err(FusedError::SlotStride { slot_stride: stride });
         }
-        // Contexts and lengths as the twin checks them, with every entry pointing at page 0
-        // of a one-page stand-in; then each entry against its own pool.
-        let tables = self.tables;
-        let zeros = vec![0u32; tables.pages.len()];
-        let one_page = vec![0u16; shape.page_values()];
-        let stand_in = DecodeProblem {
-            shape,
-            q: self.q,
-            kv: PagedKv { k: &one_page, v: &one_page },
-            tables: BlockTables { pages: &zeros, ..tables },
-            scale: self.scale,
-        };
-        stand_in.validate()?;
-        let partial = self.cache.partial;
-        let page_values = shape.page_values();
-        if !partial.k.len().is_multiple_of(page_values) || partial.v.len() != partial.k.len() {
-            return Err(AttentionError::Length {
-                what: "partial k/v pages",
-                got: partial.v.len(),
-                expected: partial.k.len() / page_values * page_values,
-                unit: "BF16 values (whole pages, k and v alike)",
-            }
-            .into());
-        }
-        let (slots, bf16_pages) = (self.slots(), partial.k.len() / page_values);
-        self.for_each_entry(|sequence, logical, page, partial| {
+        // Contexts and lengths as the twin checks them; then each entry against its own pool.
+        let bf16_pages = check_tables(self, self.cache.partial)?;
+        let slots = self.slots();
+        for_each_read(self.tables, |sequence, logical, page, partial| {
             let pages = if partial { bf16_pages } else { slots };
             if page as usize >= pages {
                 return Err(AttentionError::PageOutOfRange { sequence, logical, page, pages }.into());
@@ -268,46 +203,14 @@ impl ZfDecodeProblem<'_> {
     pub fn decoded_copy(&self) -> Result<DecodedCopy, FusedError> {
         self.validate()?;
         let page_shape = self.page_shape()?;
-        let page_values = self.shape.page_values();
         let stride = self.cache.slot_stride;
-        let mut k = Vec::new();
-        let mut v = Vec::new();
-        let mut pages = self.tables.pages.to_vec();
-        let mut decoded: HashMap<u32, u32> = HashMap::new();
-        let mut partial_entries = Vec::new();
-        let variant = self.cache.variant;
-        let slots = self.cache.slots;
-        self.for_each_entry(|sequence, logical, page, partial| {
-            let at = sequence * self.tables.max_pages + logical;
-            if partial {
-                partial_entries.push(at);
-                return Ok(());
-            }
-            if let Some(&copy) = decoded.get(&page) {
-                pages[at] = copy;
-                return Ok(());
-            }
+        let (variant, slots) = (self.cache.variant, self.cache.slots);
+        DecodedCopy::build(self.shape, self.tables, self.cache.partial, |sequence, logical, page, k, v| {
             let bytes = &slots[page as usize * stride..][..stride];
             let page_error = |source| FusedError::Page { sequence, logical, slot: page, source };
             let info = crate::page_info(bytes, page_shape, variant).map_err(page_error)?;
-            let copy = decoded.len() as u32;
-            k.resize(k.len() + page_values, 0);
-            v.resize(v.len() + page_values, 0);
-            let (k_out, v_out) =
-                (&mut k[copy as usize * page_values..], &mut v[copy as usize * page_values..]);
-            crate::decode_page_into(&bytes[..info.len], page_shape, variant, k_out, v_out)
-                .map_err(page_error)?;
-            decoded.insert(page, copy);
-            pages[at] = copy;
-            Ok(())
-        })?;
-        let first_partial = decoded.len() as u32;
-        for at in partial_entries {
-            pages[at] += first_partial;
-        }
-        k.extend_from_slice(self.cache.partial.k);
-        v.extend_from_slice(self.cache.partial.v);
-        Ok(DecodedCopy { k, v, pages })
+            crate::decode_page_into(&bytes[..info.len], page_shape, variant, k, v).map_err(page_error)
+        })
     }
 }
 
@@ -397,17 +300,9 @@ pub fn decode_device_fused(
         }
         .into());
     }
-    let page_values = shape.page_values();
-    if !cache.partial_k.len().is_multiple_of(page_values) || cache.partial_v.len() != cache.partial_k.len() {
-        return Err(GpuError::Codec(AttentionError::Length {
-            what: "partial k/v pages",
-            got: cache.partial_v.len(),
-            expected: cache.partial_k.len() / page_values * page_values,
-            unit: "BF16 values (whole pages, k and v alike)",
-        }));
-    }
+    let bf16_pages =
+        partial_pages(shape, cache.partial_k.len(), cache.partial_v.len()).map_err(GpuError::Codec)?;
     let slots = cache.slots.len() / stride;
-    let bf16_pages = cache.partial_k.len() / page_values;
     if slots > u32::MAX as usize
         || bf16_pages > u32::MAX as usize
         || shape.batch > u16::MAX as usize
@@ -495,12 +390,7 @@ pub fn decode_fused_to_vec(
     problem: &ZfDecodeProblem<'_>,
 ) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
     use kvcodec_gpu::GpuError;
-    let lift = |e: kvcodec_attention::gpu::GpuError| match e {
-        GpuError::Codec(e) => GpuError::Codec(FusedError::Problem(e)),
-        GpuError::Gpu(e) => GpuError::Gpu(e),
-        GpuError::Disagreement { status, meaning } => GpuError::Disagreement { status, meaning },
-        other => GpuError::Disagreement { status: 0, meaning: other.to_string() },
-    };
+    let lift = fused::lift::<FusedError>;
     problem.validate().map_err(GpuError::Codec)?;
     // The device checks a page's spans and block bytes, not its padding or the chain of K
     // offsets (spec §6 rows 5 and 7): the CPU's checks of every page read come first.

@@ -1,0 +1,590 @@
+//! Fused decode attention over a paged GAAC cache (issue 18; the GAAC paper's fused
+//! decode kernel): the kernel copies each page's coded blocks into shared memory and
+//! restores the 3-bit and sign+mantissa planes straight into the tensor-core fragments
+//! (spec §3.1-3.3), so BF16 KV is never written to global memory
+//! (`kernels/gaac/attention.cu`).
+//!
+//! The kernel body is the BF16 twin's (`kernels/attention/decode.cuh`,
+//! [`kvcodec_attention::gpu`]): the same split plan (from the same [`DecodeWorkspace`]),
+//! the same page-to-warp assignment, mma sequence and accumulation order; only the staging
+//! of a page differs. A cache and its decoded BF16 copy ([`GaacDecodeProblem::decoded_copy`])
+//! therefore give bit-identical outputs and log-sum-exps on the GPU.
+//!
+//! **The cache** (one layer; `docs/formats/gaac.md` §10). A page of 16 tokens is one GAAC
+//! block (spec §3) per (kind, KV head), each in a slot of `capacity` bytes: the slots are
+//! `[pages, 2, kv_heads, capacity]` (a page's K blocks, then its V blocks), which is what one
+//! [`crate::gpu::seal_blocks_device`] step of the layer writes (tensors K, V: the sealer
+//! codes odd tensors as V), or one call for `2 pages` tensors over pages whose K and V
+//! tails alternate. A directory `[pages, 2, kv_heads]` of `u32` says where each block is: [`CODED`] in its slot, or `r +
+//! 1` for raw block `r` (spec §3.6, a block that did not fit its slot) of a raw-block pool
+//! `[raw, 16, head_dim]` BF16. The layer's bases are `[2, kv_heads, head_dim]` (K then V,
+//! the container's order, spec §5.2). A sequence's unfilled last page stays BF16, as GAAC
+//! keeps its tail, in a pool of BF16 pages (`[pages, 16, kv_heads, head_dim]`, K and V
+//! apart, as [`PagedKv`]). Block-table row `b` lists sequence `b`'s pages in token order:
+//! slot page ids for its full pages and, when its context is not a multiple of 16, a BF16
+//! page id for the last one.
+//!
+//! [`decode_cpu`] is the CPU path for small problems (decode the pages, then
+//! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
+//! [`decode_fused_to_vec`] is the host convenience.
+
+use std::fmt;
+
+use bf16_field::KvKind;
+use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
+pub use kvcodec_attention::fused::DecodedCopy;
+use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
+use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, shared_bytes};
+use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
+use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
+
+use crate::block::{self, FragmentOrder, block_info};
+use crate::format::{BLOCK_TOKENS, BlockShape, MAX_BASE};
+
+/// The fused-attention PTX module.
+pub static MODULE: Module = Module::new("gaac_attention", include_str!("../ptx/attention.ptx"));
+kvcodec_gpu::register_module!(MODULE);
+
+/// The fused kernel of one head width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedKernel {
+    /// 64, 128 or 256 (`decode_device_fused` validates it before naming a kernel; any
+    /// other value names the 256 instance).
+    pub head_dim: usize,
+}
+
+impl Kernel for FusedKernel {
+    fn module(self) -> &'static Module {
+        &MODULE
+    }
+    fn symbol(self) -> &'static str {
+        match self.head_dim {
+            64 => "gaac_attention_d64",
+            128 => "gaac_attention_d128",
+            _ => "gaac_attention_d256",
+        }
+    }
+}
+
+/// The directory entry of a block coded in its slot; `r + 1` names raw block `r`.
+pub const CODED: u32 = 0;
+
+/// The largest slot capacity the fused kernel takes at `head_dim`: a warp stages a page's K
+/// and V slots and the block's addend image (`16 head_dim` bytes) in the twin's staging
+/// slot of a page (`64 (head_dim + 8)` bytes). The default capacity
+/// ([`BlockShape::default_capacity`]) is below it at every head_dim.
+pub fn max_capacity(head_dim: usize) -> usize {
+    let staging = 2 * PAGE_TOKENS * (head_dim + ROW_PAD) * 2;
+    (staging - BLOCK_TOKENS * head_dim) / 2 / 16 * 16
+}
+
+/// Codes one block of `kind` (`[16, head_dim]` token-major words, `bases` its `head_dim`
+/// channel bases) into `slot` as the CPU encoder does (spec §3, §4): `Some(len)` when it fits
+/// (the slot's first `len` bytes, zeros after), `None` when it does not and is kept raw
+/// (the slot all zero). The host side of [`crate::gpu::seal_blocks_device`].
+///
+/// # Errors
+/// [`crate::Error::HeadDimUnsupported`], [`crate::Error::SlotCapacityInvalid`] for a slot
+/// whose length is not a valid capacity, [`crate::Error::WordCountMismatch`] for `words`
+/// or `bases` of the wrong length, [`crate::Error::BaseOutOfRange`].
+pub fn encode_block(
+    kind: KvKind,
+    words: &[u16],
+    bases: &[u8],
+    head_dim: usize,
+    slot: &mut [u8],
+) -> crate::Result<Option<usize>> {
+    let shape = BlockShape::new(head_dim).ok_or(crate::Error::HeadDimUnsupported { head_dim })?;
+    crate::cache::check_capacity(shape, slot.len())?;
+    if words.len() != shape.values() || bases.len() != head_dim {
+        return Err(crate::Error::WordCountMismatch { got: words.len(), expected: shape.values() });
+    }
+    if let Some((channel, &base)) = bases.iter().enumerate().find(|&(_, &b)| b > MAX_BASE) {
+        return Err(crate::Error::BaseOutOfRange { layer: 0, kind, head: 0, channel, base });
+    }
+    slot.fill(0);
+    let (len, _) = block::measure(words, bases, shape);
+    if len > slot.len() {
+        return Ok(None);
+    }
+    Ok(Some(block::encode_into(words, bases, shape, &FragmentOrder::new(kind, shape), slot)))
+}
+
+/// A paged GAAC cache of one layer on the host (module docs).
+#[derive(Clone, Copy, Debug)]
+pub struct GaacPagedKv<'a> {
+    /// `[pages, 2, kv_heads, capacity]`: each page's K blocks, then its V blocks.
+    pub slots: &'a [u8],
+    /// Bytes per slot: a valid capacity (spec §4) of at most [`max_capacity`].
+    pub capacity: usize,
+    /// `[pages, 2, kv_heads]`: [`CODED`], or `r + 1` for raw block `r`.
+    pub directory: &'a [u32],
+    /// Raw blocks, `[raw, 16, head_dim]` BF16 words.
+    pub raw: &'a [u16],
+    /// The layer's bases, `[2, kv_heads, head_dim]`, each at most 248.
+    pub bases: &'a [u8],
+    /// BF16 pages of the sequences' unfilled last pages.
+    pub partial: PagedKv<'a>,
+}
+
+/// One decode step of one layer over a [`GaacPagedKv`] cache; the shapes are
+/// [`kvcodec_attention::DecodeProblem`]'s.
+#[derive(Clone, Copy, Debug)]
+pub struct GaacDecodeProblem<'a> {
+    /// The sizes.
+    pub shape: DecodeShape,
+    /// `[batch, q_heads, head_dim]` BF16 words.
+    pub q: &'a [u16],
+    /// The cache.
+    pub cache: GaacPagedKv<'a>,
+    /// Slot page ids of full pages, BF16 page ids of partial last pages (module docs).
+    pub tables: BlockTables<'a>,
+    /// Softmax scale.
+    pub scale: f32,
+}
+
+/// An error of the fused path on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FusedError {
+    /// The problem's shape, lengths, scale or block tables.
+    Problem(AttentionError),
+    /// The cache's layout: a capacity, a buffer length, a base or a directory entry.
+    Layout {
+        /// Which part.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// A block a sequence reads does not decode ([`crate::block_info`]'s error).
+    Block {
+        /// The sequence.
+        sequence: usize,
+        /// Its logical page.
+        logical: usize,
+        /// The slot page.
+        page: u32,
+        /// K or V.
+        kind: KvKind,
+        /// The KV head.
+        head: usize,
+        /// Why.
+        source: crate::Error,
+    },
+}
+
+impl fmt::Display for FusedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FusedError::Problem(e) => write!(f, "{e}"),
+            FusedError::Layout { what, why } => write!(f, "{what}: {why}"),
+            FusedError::Block { sequence, logical, page, kind, head, source } => {
+                write!(
+                    f,
+                    "sequence {sequence}, logical page {logical}: page {page} {kind:?} head {head}: {source}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for FusedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FusedError::Problem(e) => Some(e),
+            FusedError::Block { source, .. } => Some(source),
+            FusedError::Layout { .. } => None,
+        }
+    }
+}
+
+impl From<AttentionError> for FusedError {
+    fn from(e: AttentionError) -> Self {
+        FusedError::Problem(e)
+    }
+}
+
+fn layout(what: &'static str, why: String) -> FusedError {
+    FusedError::Layout { what, why }
+}
+
+/// The checks of a cache's layout the host and the device path share: the capacity, and
+/// the lengths of the slots, directory, raw pool and bases for `pages` pages.
+fn check_layout(
+    shape: DecodeShape,
+    capacity: usize,
+    [slots, directory, raw, bases]: [usize; 4],
+) -> Result<usize, FusedError> {
+    let (heads, d) = (shape.kv_heads, shape.head_dim);
+    let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
+    if !block.capacity_valid(capacity) || capacity > max_capacity(d) {
+        return Err(layout(
+            "capacity",
+            format!(
+                "{capacity} bytes; the fused kernel takes a multiple of 16 in {}..={} at head_dim {d}",
+                block.planes_len(),
+                max_capacity(d)
+            ),
+        ));
+    }
+    if !directory.is_multiple_of(2 * heads) || slots != directory * capacity {
+        return Err(layout(
+            "slots/directory",
+            format!(
+                "{slots} slot bytes and {directory} entries; needs [pages, 2, {heads}] entries and capacity bytes each"
+            ),
+        ));
+    }
+    if !raw.is_multiple_of(block.values()) {
+        return Err(layout("raw", format!("{raw} words; needs whole [16, {d}] blocks")));
+    }
+    if bases != 2 * heads * d {
+        return Err(layout("bases", format!("{bases} bytes; needs [2, {heads}, {d}]")));
+    }
+    Ok(directory / (2 * heads))
+}
+
+kvcodec_attention::impl_fused_problem!(GaacDecodeProblem);
+
+impl GaacDecodeProblem<'_> {
+    /// Slot pages in the cache (the directory's length over `2 kv_heads`).
+    pub fn pages(&self) -> usize {
+        self.cache.directory.len() / (2 * self.shape.kv_heads).max(1)
+    }
+
+    /// Checks the problem as [`kvcodec_attention::DecodeProblem::validate`] does (block-table entries against
+    /// the slot pages, or the BF16 pages for a partial last page), the cache's layout
+    /// (capacity, lengths, bases) and the directory entries of every page read; blocks are
+    /// checked when decoded.
+    ///
+    /// # Errors
+    /// [`FusedError::Problem`], [`FusedError::Layout`].
+    pub fn validate(&self) -> Result<(), FusedError> {
+        let shape = self.shape;
+        shape.validate()?;
+        let cache = self.cache;
+        let lengths = [cache.slots.len(), cache.directory.len(), cache.raw.len(), cache.bases.len()];
+        let pages = check_layout(shape, cache.capacity, lengths)?;
+        if let Some(at) = cache.bases.iter().position(|&b| b > MAX_BASE) {
+            return Err(layout("bases", format!("base {} at {at}: at most {MAX_BASE}", cache.bases[at])));
+        }
+        // Contexts and lengths as the twin checks them; then each entry against its own pool.
+        let bf16_pages = check_tables(self, cache.partial)?;
+        let raw_blocks = cache.raw.len() / (BLOCK_TOKENS * shape.head_dim);
+        let heads = shape.kv_heads;
+        for_each_read(self.tables, |sequence, logical, page, partial| {
+            let limit = if partial { bf16_pages } else { pages };
+            if page as usize >= limit {
+                return Err(AttentionError::PageOutOfRange { sequence, logical, page, pages: limit }.into());
+            }
+            if !partial {
+                for kind in 0..2 {
+                    let entries = &cache.directory[(2 * page as usize + kind) * heads..][..heads];
+                    if let Some(&entry) = entries.iter().find(|&&e| e as usize > raw_blocks) {
+                        return Err(layout(
+                            "directory",
+                            format!("page {page}: entry {entry} past the {raw_blocks} raw blocks"),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The BF16 copy the twin reads ([`DecodedCopy`]), blocks decoded by the CPU decoder.
+    ///
+    /// # Errors
+    /// [`GaacDecodeProblem::validate`]'s; [`FusedError::Block`] for a coded block that
+    /// does not decode (spec §7.2 rows 2-3).
+    pub fn decoded_copy(&self) -> Result<DecodedCopy, FusedError> {
+        self.validate()?;
+        let shape = self.shape;
+        let (heads, d) = (shape.kv_heads, shape.head_dim);
+        let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
+        let cache = self.cache;
+        let capacity = cache.capacity;
+        let kinds = [KvKind::K, KvKind::V];
+        let orders = kinds.map(|kind| FragmentOrder::new(kind, block));
+        let bases_of = |kind: usize, head: usize| &cache.bases[(kind * heads + head) * d..][..d];
+        let addends: Vec<Vec<u8>> = (0..2 * heads)
+            .map(|i| orders[i / heads].base_addends(bases_of(i / heads, i % heads), block))
+            .collect();
+        let mut scratch = vec![0u8; block.values()];
+        let mut words = vec![0u16; block.values()];
+        DecodedCopy::build(shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
+            for (kind, dst) in [k, v].into_iter().enumerate() {
+                for head in 0..heads {
+                    let index = (2 * page as usize + kind) * heads + head;
+                    let entry = cache.directory[index] as usize;
+                    let src: &[u16] = if entry == CODED as usize {
+                        let slot = &cache.slots[index * capacity..][..capacity];
+                        let error = |source| FusedError::Block {
+                            sequence,
+                            logical,
+                            page,
+                            kind: kinds[kind],
+                            head,
+                            source,
+                        };
+                        block_info(slot, block, capacity).map_err(error)?;
+                        let (bases, addend) = (bases_of(kind, head), &addends[kind * heads + head]);
+                        block::decode_checked(
+                            slot,
+                            bases,
+                            addend,
+                            block,
+                            &orders[kind],
+                            &mut scratch,
+                            &mut words,
+                        );
+                        &words
+                    } else {
+                        &cache.raw[(entry - 1) * block.values()..][..block.values()]
+                    };
+                    for (token, row) in src.chunks_exact(d).enumerate() {
+                        dst[(token * heads + head) * d..][..d].copy_from_slice(row);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The CPU path: decodes the pages the sequences read ([`GaacDecodeProblem::decoded_copy`])
+/// and runs [`kvcodec_attention::decode_cpu`] on them (FP64 accumulation, BF16 output).
+///
+/// # Errors
+/// As [`GaacDecodeProblem::decoded_copy`].
+pub fn decode_cpu(problem: &GaacDecodeProblem<'_>) -> Result<Attention<u16>, FusedError> {
+    let copy = problem.decoded_copy()?;
+    Ok(kvcodec_attention::decode_cpu(&copy.problem(problem))?)
+}
+
+/// A paged GAAC cache on the device: [`GaacPagedKv`]'s buffers.
+#[derive(Debug)]
+pub struct DeviceGaacPagedKv<'a> {
+    /// `[pages, 2, kv_heads, capacity]` bytes, 16-byte aligned.
+    pub slots: CudaView<'a, u8>,
+    /// Bytes per slot (as [`GaacPagedKv::capacity`]).
+    pub capacity: usize,
+    /// `[pages, 2, kv_heads]`: [`CODED`] or `r + 1`.
+    pub directory: CudaView<'a, u32>,
+    /// Raw blocks, `[raw, 16, head_dim]` BF16 words as little-endian bytes (what
+    /// [`crate::gpu::seal_blocks_device`] writes), 16-byte aligned.
+    pub raw: CudaView<'a, u8>,
+    /// `[2, kv_heads, head_dim]` bases.
+    pub bases: CudaView<'a, u8>,
+    /// BF16 K pages of partial last pages, `[pages, 16, kv_heads, head_dim]`.
+    pub partial_k: CudaView<'a, u16>,
+    /// BF16 V pages, as `partial_k`.
+    pub partial_v: CudaView<'a, u16>,
+}
+
+/// A fused decode problem whose buffers live on the device.
+#[derive(Debug)]
+pub struct DeviceGaacProblem<'a> {
+    /// The sizes.
+    pub shape: DecodeShape,
+    /// `[batch, q_heads, head_dim]` BF16 words.
+    pub q: CudaView<'a, u16>,
+    /// The cache.
+    pub cache: DeviceGaacPagedKv<'a>,
+    /// `[batch, max_pages]` slot page ids, or BF16 page ids for partial last pages.
+    pub block_table: CudaView<'a, u32>,
+    /// Entries per block-table row.
+    pub max_pages: usize,
+    /// `[batch]` context lengths in tokens.
+    pub context_lens: CudaView<'a, u32>,
+    /// Softmax scale.
+    pub scale: f32,
+}
+
+/// Dynamic shared memory of the fused kernel: the twin's, then the CTA's head's K and V
+/// bases and window starts (`4 head_dim` bytes).
+pub fn fused_shared_bytes(head_dim: usize) -> usize {
+    debug_assert_eq!(STAGES, 2, "the kernel stages two pages per warp");
+    shared_bytes(head_dim) + 4 * head_dim
+}
+
+/// Queues the fused decode attention on `gpu`'s stream without synchronising: `out` gets
+/// `[batch, q_heads, head_dim]` BF16 words, `lse` `[batch, q_heads]` natural-log
+/// log-sum-exps, bit-identical to [`kvcodec_attention::gpu::decode_device`] on the decoded
+/// copy with a workspace of the same plan. Checked on the device and reported by
+/// [`DecodeWorkspace::check`]: block-table entries past their pool, directory entries past
+/// the raw pool, bases above 248, and blocks whose tags give a length past the slot (read
+/// without their 4-bit and raw groups: the output is then meaningless). Not
+/// checked on the device: tag 3 (read as a 3-bit group) and slot padding (spec §7.2 rows 2
+/// and 4): blocks from an untrusted source are checked on the host first
+/// ([`crate::block_info`], as [`decode_fused_to_vec`] does). Which pool an entry names (a
+/// slot page, or a BF16 page for a partial last page) follows from `context_lens`. A
+/// workspace serves one launch at a time; its status accumulates until
+/// [`DecodeWorkspace::check`]. Every buffer 16-byte aligned (fresh allocations are).
+///
+/// # Errors
+/// [`AttentionError`] for a shape or scale; [`kvcodec_gpu::Error::Buffer`] for a layout
+/// [`GaacPagedKv`] does not allow (capacity, lengths), short or misaligned buffers, or a
+/// workspace of another shape or row length; [`kvcodec_gpu::Error::Unsupported`] past `u32`
+/// counts or 65535 sequences or KV heads; [`kvcodec_gpu::Error::Cuda`].
+pub fn decode_device_fused(
+    gpu: &GpuContext,
+    workspace: &mut DecodeWorkspace,
+    problem: &DeviceGaacProblem<'_>,
+    out: &mut CudaViewMut<'_, u16>,
+    lse: &mut CudaViewMut<'_, f32>,
+) -> Result<(), kvcodec_attention::gpu::GpuError> {
+    use kvcodec_attention::gpu::GpuError;
+    let shape = problem.shape;
+    workspace.check_problem(shape, problem.max_pages, problem.scale)?;
+    let cache = &problem.cache;
+    let lengths = [cache.slots.len(), cache.directory.len(), cache.raw.len() / 2, cache.bases.len()];
+    if !cache.raw.len().is_multiple_of(2) {
+        return Err(kvcodec_gpu::Error::Buffer { what: "raw", why: "an odd number of bytes".into() }.into());
+    }
+    let pages = check_layout(shape, cache.capacity, lengths).map_err(|e| match e {
+        FusedError::Problem(e) => GpuError::Codec(e),
+        other => GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "cache", why: other.to_string() }),
+    })?;
+    let bf16_pages =
+        partial_pages(shape, cache.partial_k.len(), cache.partial_v.len()).map_err(GpuError::Codec)?;
+    let raw_blocks = cache.raw.len() / (2 * BLOCK_TOKENS * shape.head_dim);
+    if pages > u32::MAX as usize
+        || bf16_pages > u32::MAX as usize
+        || raw_blocks >= u32::MAX as usize
+        || shape.batch > u16::MAX as usize
+        || shape.kv_heads > u16::MAX as usize
+        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
+    {
+        return Err(kvcodec_gpu::Error::Unsupported {
+            what: "problem size",
+            why: format!(
+                "{pages} pages, {bf16_pages} BF16 pages, {raw_blocks} raw blocks, batch {}, {} pages per row",
+                shape.batch, problem.max_pages
+            ),
+        }
+        .into());
+    }
+    let lengths =
+        [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
+    kvcodec_attention::gpu::check_launch_lengths(shape, problem.max_pages, lengths)?;
+    let stream = gpu.stream();
+    for (what, address) in [
+        ("q", device_address(&problem.q, stream)),
+        ("slots", device_address(&cache.slots, stream)),
+        ("raw", device_address(&cache.raw, stream)),
+        ("bases", device_address(&cache.bases, stream)),
+        ("partial_k", device_address(&cache.partial_k, stream)),
+        ("partial_v", device_address(&cache.partial_v, stream)),
+    ] {
+        check_aligned(what, address)?;
+    }
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(FusedKernel { head_dim: shape.head_dim })?;
+    let smem = fused_shared_bytes(shape.head_dim);
+    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(kvcodec_gpu::Error::Cuda)?;
+    let plan = workspace.plan();
+    let (capacity, num_pages, num_raw, num_bf16) =
+        (cache.capacity as u64, pages as u32, raw_blocks as u32, bf16_pages as u32);
+    let (max_pages, kv_heads, group) =
+        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
+    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
+    let (partial, tickets, status) = workspace.launch_buffers();
+    let mut launch = stream.launch_builder(&f);
+    launch
+        .arg(&problem.q)
+        .arg(&cache.slots)
+        .arg(&capacity)
+        .arg(&num_pages)
+        .arg(&cache.directory)
+        .arg(&cache.raw)
+        .arg(&num_raw)
+        .arg(&cache.bases)
+        .arg(&cache.partial_k)
+        .arg(&cache.partial_v)
+        .arg(&num_bf16)
+        .arg(&problem.block_table)
+        .arg(&problem.context_lens)
+        .arg(out)
+        .arg(lse)
+        .arg(partial)
+        .arg(tickets)
+        .arg(status)
+        .arg(&max_pages)
+        .arg(&kv_heads)
+        .arg(&group)
+        .arg(&scale_log2);
+    let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
+    config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
+    // SAFETY: the signature matches GAAC_ATTENTION_KERNEL's. The kernel reads q
+    // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row, the
+    // bases [2*kv_heads*head_dim], directory entries and slots of pages below num_pages
+    // ([num_pages, 2, kv_heads] entries and slots of `capacity` bytes: check_layout), raw blocks
+    // below num_raw (checked in the kernel), BF16 pages below num_bf16 of partial_k and
+    // partial_v, and context_lens [batch]; it writes out and lse of the shape's sizes and
+    // the workspace made for this shape and row length. Lengths and alignment are checked
+    // above; the dynamic shared memory is the twin's plus 4*head_dim bytes, allowed by the
+    // attribute just set, and a capacity of at most max_capacity keeps a page's two slots
+    // and its addend image within a staging slot.
+    unsafe { launch.launch(config) }?;
+    Ok(())
+}
+
+/// Fused decode attention of a host problem on the GPU: checks it
+/// ([`GaacDecodeProblem::validate`]) and every block it reads with the CPU's block checks
+/// (the device path checks fewer: [`decode_device_fused`]), uploads, launches
+/// [`decode_device_fused`] with a fresh workspace, downloads (synchronises). A block the
+/// CPU decoder rejects gets its error before any launch.
+///
+/// # Errors
+/// [`FusedError`]s as [`kvcodec_gpu::GpuError::Codec`]; GPU errors.
+pub fn decode_fused_to_vec(
+    gpu: &GpuContext,
+    problem: &GaacDecodeProblem<'_>,
+) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
+    use kvcodec_gpu::GpuError;
+    let lift = fused::lift::<FusedError>;
+    problem.decoded_copy().map_err(GpuError::Codec)?;
+    let shape = problem.shape;
+    let cache = problem.cache;
+    let upload_words = |words: &[u16]| if words.is_empty() { gpu.zeros::<u16>(8) } else { gpu.upload(words) };
+    let q = gpu.upload(problem.q)?;
+    let slots = if cache.slots.is_empty() { gpu.zeros::<u8>(16)? } else { gpu.upload(cache.slots)? };
+    let directory =
+        if cache.directory.is_empty() { gpu.zeros::<u32>(4)? } else { gpu.upload(cache.directory)? };
+    let raw_bytes: Vec<u8> = cache.raw.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let raw = if raw_bytes.is_empty() { gpu.zeros::<u8>(16)? } else { gpu.upload(&raw_bytes)? };
+    let bases = gpu.upload(cache.bases)?;
+    let partial_k = upload_words(cache.partial.k)?;
+    let partial_v = upload_words(cache.partial.v)?;
+    let table = gpu.upload(problem.tables.pages)?;
+    let lens = gpu.upload(problem.tables.context_lens)?;
+    let mut out = gpu.zeros::<u16>(shape.q_values().max(1))?;
+    let mut lse = gpu.zeros::<f32>((shape.batch * shape.q_heads).max(1))?;
+    let mut workspace = DecodeWorkspace::new(gpu, shape, problem.tables.max_pages).map_err(lift)?;
+    let device = DeviceGaacProblem {
+        shape,
+        q: q.slice(..),
+        cache: DeviceGaacPagedKv {
+            slots: slots.slice(..cache.slots.len()),
+            capacity: cache.capacity,
+            directory: directory.slice(..cache.directory.len()),
+            raw: raw.slice(..raw_bytes.len()),
+            bases: bases.slice(..),
+            partial_k: partial_k.slice(..cache.partial.k.len()),
+            partial_v: partial_v.slice(..cache.partial.v.len()),
+        },
+        block_table: table.slice(..),
+        max_pages: problem.tables.max_pages,
+        context_lens: lens.slice(..),
+        scale: problem.scale,
+    };
+    let n = shape.q_values();
+    let h = shape.batch * shape.q_heads;
+    decode_device_fused(gpu, &mut workspace, &device, &mut out.slice_mut(..n), &mut lse.slice_mut(..h))
+        .map_err(lift)?;
+    workspace.check(gpu).map_err(lift)?;
+    Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}

@@ -1,0 +1,283 @@
+// Fused decode attention over GAAC pages (crates/gaac/src/attention.rs; format in
+// docs/formats/gaac.md, the shared kernel body and its contract in
+// kernels/attention/decode.cuh and docs/formats/attention.md).
+//
+// The body is the BF16 twin's, so a compressed cache and its decoded BF16 copy give the same
+// bits; only the loader differs. A page of one layer is a GAAC block (16 tokens x D, spec §3)
+// per (kind, KV head), each in a slot of C bytes, [pages, 2 (K, V), kv_heads] slots: a page
+// is what one sealing step of the layer writes (`gaac::gpu::seal_blocks_device`). Each
+// warp copies its KV head's K and V slots into its staging slot with 16-byte cp.async loads,
+// still compressed; the restore reads the 3-bit plane and the sign+mantissa plane in
+// mma B-fragment order (spec §3.1-3.3) straight into the fragment registers, with the
+// addends of a per-block image in the staging slot after the two blocks: each lane's 3-bit
+// addend words (the bases, in registers for the CTA's head), patched for the block's 4-bit
+// and raw groups (restore.cuh). The V image is built when the first V fragment is read, in
+// the same place (the K image is then spent). Blocks that did not fit their slot (raw,
+// spec §3.6) are read as BF16 words from a raw-block pool straight into the fragments; the
+// sequence's unfilled last page stays BF16 and goes through the twin's staging and ldmatrix
+// path. BF16 KV is never written to global memory.
+//
+// A per-page directory ([pages, 2, kv_heads] u32) says where each block is: 0 in
+// its slot, r + 1 raw block r of the pool. Block-table entries of full pages index the slot
+// pages; the entry of a partial last page indexes the BF16 pages. Page ids past either pool,
+// a directory entry past the raw pool, a base above 248 and a block whose tags give a length
+// past its slot are flagged in the status word (the page is skipped, or for such a block its
+// 3-bit planes read without patches), as the twin does with bad page ids.
+#include "../attention/decode.cuh"
+#include "gaac/restore.cuh"
+
+namespace {
+
+// Kinds of a block-table entry, beside the status flags of an entry that cannot be read.
+constexpr uint32_t GA_ENTRY_CODED = 0u;
+constexpr uint32_t GA_ENTRY_BF16 = 0x80u;
+static_assert((GA_ENTRY_BF16 & (ATTENTION_STATUS_BAD_PAGE | ATTENTION_STATUS_BAD_METADATA)) == 0,
+              "entry kinds and status flags share a byte");
+
+// Bytes of one warp's staging slot (decode.cuh): a page's K and V rows of BF16.
+template <int D> __host__ __device__ constexpr int ga_slot_bytes() { return 2 * PAGE_TOKENS * staged_row<D>() * 2; }
+// The twin's shared memory of a CTA (every warp's slots, reused by the combine); this
+// kernel's own bytes follow it: the head's K and V bases and window starts.
+template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return WARPS * STAGES * ga_slot_bytes<D>(); }
+static_assert(ga_twin_bytes<64>() >= WARPS * MAX_GROUP * (64 + 2) * 4, "the combine fits the staging");
+
+// A lane's prefetched block-table entry: the page id, its kind (or a status flag) and the
+// directory entries of its K and V blocks for the CTA's head.
+struct GaEntry {
+    uint32_t id, info, k_dir, v_dir;
+};
+
+template <int D> struct GaacLoader;
+
+// The B fragments of a staged page: coded blocks at `k_blk`, `v_blk` (generic pointers
+// into the staging slot) with the addend image after them, or raw blocks in global memory.
+template <int D> struct GaacFragments {
+    using G = GaacGeometry<D>;
+    const GaacLoader<D>& loader;
+    const uint8_t* k_blk;
+    const uint8_t* v_blk;
+    uint32_t* image;
+    const uint8_t* k_raw;  // null: coded
+    const uint8_t* v_raw;
+    int lane;
+
+    // K: k-step kk is tiles kk (tokens 0-7) and D/16 + kk (tokens 8-15) (spec §3.1).
+    __device__ __forceinline__ void k(int kk, uint32_t (&b)[4]) const {
+        if (k_raw) {
+            // [16, D] BF16 words: token l / 4 (+ 8), channels 16 kk + 2 (l mod 4) (+ 8), in pairs.
+            const uint32_t* w = reinterpret_cast<const uint32_t*>(k_raw);
+            const int at = ((lane >> 2) * D + 16 * kk + 2 * (lane & 3)) / 2;
+            b[0] = w[at];
+            b[1] = w[at + 4];
+            b[2] = w[at + 4 * D];
+            b[3] = w[at + 4 * D + 4];
+            return;
+        }
+        const uint2 lo = gaac_restore_tile<D>(k_blk, image, kk, lane);
+        const uint2 hi = gaac_restore_tile<D>(k_blk, image, G::CHANNEL_TILES + kk, lane);
+        b[0] = lo.x;
+        b[1] = lo.y;
+        b[2] = hi.x;
+        b[3] = hi.y;
+    }
+    // V: n-tiles c, c + 1 are tiles c, c + 1 (spec §3.1). The V image replaces the K image
+    // when the first V fragment is read.
+    __device__ __forceinline__ void v(int c, uint32_t (&b)[4]) const {
+        if (c == 0) loader.template prepare<true>(v_blk, v_raw, image, lane);
+        if (v_raw) {
+            // [16, D] BF16 words: tokens 2 (l mod 4) + {0, 1} (+ 8) of channel 8 c + l / 4 (+ 8).
+            const uint16_t* h = reinterpret_cast<const uint16_t*>(v_raw);
+            const int q = 2 * (lane & 3), ch = 8 * c + (lane >> 2);
+            auto pair = [&](int token, int channel) {
+                return (uint32_t)h[token * D + channel] | ((uint32_t)h[(token + 1) * D + channel] << 16);
+            };
+            b[0] = pair(q, ch);
+            b[1] = pair(q + 8, ch);
+            b[2] = pair(q, ch + 8);
+            b[3] = pair(q + 8, ch + 8);
+            return;
+        }
+        const uint2 lo = gaac_restore_tile<D>(v_blk, image, c, lane);
+        const uint2 hi = gaac_restore_tile<D>(v_blk, image, c + 1, lane);
+        b[0] = lo.x;
+        b[1] = lo.y;
+        b[2] = hi.x;
+        b[3] = hi.y;
+    }
+};
+
+// The loader of full pages in slots and partial last pages in BF16 pages
+// ([num_bf16, PAGE_TOKENS, kv_heads, D]).
+template <int D> struct GaacLoader {
+    using G = GaacGeometry<D>;
+    // Base words in registers up to D = 128; at D = 256 (64 words) from shared memory.
+    static constexpr bool BASE_REGISTERS = D <= 128;
+    static constexpr int REG_TILES = BASE_REGISTERS ? G::TILES : 1;
+
+    const uint8_t* __restrict__ slots;  // [num_pages, 2, kv_heads, capacity]
+    unsigned long long capacity;
+    uint32_t num_pages;
+    const uint32_t* __restrict__ directory;  // [num_pages, 2, kv_heads]
+    const uint8_t* __restrict__ raw;         // [num_raw, 16, D] BF16
+    uint32_t num_raw;
+    const uint16_t* __restrict__ k_bf16;
+    const uint16_t* __restrict__ v_bf16;
+    uint32_t num_bf16;
+    uint32_t kv_heads;
+    uint32_t* status;
+    // Shared memory: K bases, V bases, K window starts, V window starts (D bytes each).
+    const uint8_t* head;
+    bool slot_fits;  // 2 C + the image fit a staging slot, C a multiple of 16 at least P
+    uint32_t kbase[REG_TILES], vbase[REG_TILES];
+
+    using Entry = GaEntry;
+
+    // The lane's 3-bit addend word of tile t (spec §3.3): the bases of its four values.
+    __device__ __forceinline__ uint32_t base_word(bool is_v, int t, int lane) const {
+        if constexpr (BASE_REGISTERS) {
+            return is_v ? vbase[t] : kbase[t];
+        } else {
+            return is_v ? 0x01010101u * head[D + 8 * t + (lane >> 2)]
+                        : (uint32_t)head[16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3)] |
+                              (uint32_t)head[16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3) + 1] << 8 |
+                              (uint32_t)head[16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3) + 8] << 16 |
+                              (uint32_t)head[16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3) + 9] << 24;
+        }
+    }
+
+    // Builds the addend image of a coded block (base words, then the 4-bit and raw groups'
+    // patches) and checks its length against the slot. The warp's previous reads of the
+    // image are over first.
+    template <bool IS_V>
+    __device__ __forceinline__ void prepare(const uint8_t* blk, const uint8_t* raw_block, uint32_t* image,
+                                            int lane) const {
+        __syncwarp();
+        if (raw_block) return;
+#pragma unroll
+        for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_word(IS_V, t, lane);
+        const uint32_t len = gaac_patch_image<IS_V, D>(blk, image, head + (IS_V ? 3 : 2) * D, (uint32_t)capacity, lane);
+        if (len > capacity && lane == 0) atomicOr(status, ATTENTION_STATUS_BAD_METADATA);
+    }
+
+    __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
+        Entry e{id, GA_ENTRY_CODED, 0u, 0u};
+        if (!live) return e;
+        if (partial) {
+            e.info = id < num_bf16 ? GA_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
+            return e;
+        }
+        if (id >= num_pages) {
+            e.info = ATTENTION_STATUS_BAD_PAGE;
+            return e;
+        }
+        const size_t at = (size_t)id * 2 * kv_heads + kv_head;
+        e.k_dir = directory[at];
+        e.v_dir = directory[at + kv_heads];
+        if (!slot_fits || e.k_dir > num_raw || e.v_dir > num_raw) e.info = ATTENTION_STATUS_BAD_METADATA;
+        return e;
+    }
+
+    static __device__ __forceinline__ Entry broadcast(const Entry& e, int from) {
+        return Entry{__shfl_sync(0xffffffffu, e.id, from), __shfl_sync(0xffffffffu, e.info, from),
+                     __shfl_sync(0xffffffffu, e.k_dir, from), __shfl_sync(0xffffffffu, e.v_dir, from)};
+    }
+
+    __device__ __forceinline__ bool issue(const Entry& e, uint32_t p, uint32_t len, uint16_t* stage, uint32_t kv_head,
+                                          uint32_t, int lane, uint32_t* flags) const {
+        if (e.info == GA_ENTRY_BF16) {
+            stage_bf16_page<D>(k_bf16, v_bf16, e.id, p * PAGE_TOKENS, len, stage, kv_head, kv_heads,
+                               (size_t)kv_heads * D, lane);
+            return true;
+        }
+        if (e.info != GA_ENTRY_CODED) {
+            if (lane == 0) atomicOr(flags, e.info);
+            return false;
+        }
+        // The head's K slot and V slot, as they are (raw blocks are read from their pool).
+        uint8_t* to = reinterpret_cast<uint8_t*>(stage);
+        const size_t at = (size_t)e.id * 2 * kv_heads + kv_head;
+        const uint32_t units = (uint32_t)(capacity / 16);
+        if (e.k_dir == 0) {
+            const uint8_t* from = slots + at * capacity;
+            for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + 16 * u, from + 16 * u);
+        }
+        if (e.v_dir == 0) {
+            const uint8_t* from = slots + (at + kv_heads) * capacity;
+            for (uint32_t u = lane; u < units; u += 32) copy_async_16(to + capacity + 16 * u, from + 16 * u);
+        }
+        return true;
+    }
+
+    template <class F>
+    __device__ __forceinline__ void compute(const Entry& e, uint32_t stage, const Bf16Lanes<D>& lanes, F&& f) const {
+        if (e.info == GA_ENTRY_BF16) {
+            f(Bf16Fragments<D>(stage, lanes));
+            return;
+        }
+        const int lane = threadIdx.x & 31;
+        const uint8_t* k_blk = reinterpret_cast<const uint8_t*>(__cvta_shared_to_generic(stage));
+        uint32_t* image = reinterpret_cast<uint32_t*>(__cvta_shared_to_generic(stage + 2 * (uint32_t)capacity));
+        const size_t raw_len = (size_t)GAAC_BLOCK_TOKENS * D * 2;
+        const uint8_t* k_raw = e.k_dir ? raw + (e.k_dir - 1) * raw_len : nullptr;
+        const uint8_t* v_raw = e.v_dir ? raw + (e.v_dir - 1) * raw_len : nullptr;
+        prepare<false>(k_blk, k_raw, image, lane);
+        f(GaacFragments<D>{*this, k_blk, k_blk + capacity, image, k_raw, v_raw, lane});
+    }
+};
+
+template <int D>
+__device__ __forceinline__ void gaac_attention(const uint16_t* q, const uint8_t* slots, unsigned long long capacity,
+                                               uint32_t num_pages, const uint32_t* directory, const uint8_t* raw,
+                                               uint32_t num_raw, const uint8_t* bases, const uint16_t* k_bf16,
+                                               const uint16_t* v_bf16, uint32_t num_bf16,
+                                               const uint32_t* block_table, const uint32_t* context_lens,
+                                               uint16_t* out, float* lse, float* partial, uint32_t* tickets,
+                                               uint32_t* status, uint32_t max_pages, uint32_t kv_heads,
+                                               uint32_t group, float scale_log2) {
+    using G = GaacGeometry<D>;
+    extern __shared__ uint4 gaac_shared[];
+    uint8_t* head = reinterpret_cast<uint8_t*>(gaac_shared) + ga_twin_bytes<D>();
+    const uint32_t kv_head = blockIdx.y;
+    // The head's bases (the layer's [2, kv_heads, D], K then V) and window starts.
+    for (int i = threadIdx.x; i < D / 2; i += THREADS) {
+        const int kind = i / (D / 4), word = i % (D / 4);
+        const uint32_t b = reinterpret_cast<const uint32_t*>(bases + ((size_t)kind * kv_heads + kv_head) * D)[word];
+        if (__vcmpgtu4(b, GAAC_MAX_BASE * 0x01010101u)) atomicOr(status, ATTENTION_STATUS_BAD_METADATA);
+        reinterpret_cast<uint32_t*>(head + kind * D)[word] = b;
+        reinterpret_cast<uint32_t*>(head + (2 + kind) * D)[word] = gaac_window_starts(b);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    GaacLoader<D> loader{slots, capacity, num_pages, directory, raw, num_raw, k_bf16, v_bf16, num_bf16, kv_heads,
+                         status, head};
+    loader.slot_fits = capacity % 16 == 0 && capacity >= (unsigned long long)G::PLANES_LEN &&
+                       2 * capacity + G::IMAGE_BYTES <= (unsigned long long)ga_slot_bytes<D>();
+#pragma unroll
+    for (int t = 0; t < GaacLoader<D>::REG_TILES; ++t) {
+        // V: channel 8t + l / 4 for all four values; K: channels 16 (t mod D/16) + 2 (l mod
+        // 4) + {0, 1, 8, 9} (spec §3.1).
+        loader.vbase[t] = 0x01010101u * head[D + 8 * t + (lane >> 2)];
+        const uint8_t* k = head + 16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3);
+        loader.kbase[t] = (uint32_t)k[0] | (uint32_t)k[1] << 8 | (uint32_t)k[8] << 16 | (uint32_t)k[9] << 24;
+    }
+    decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages, kv_heads,
+                    group, scale_log2);
+}
+
+}  // namespace
+
+#define GAAC_ATTENTION_KERNEL(D)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(THREADS) gaac_attention_d##D(                                    \
+        const uint16_t* q, const uint8_t* slots, unsigned long long capacity, uint32_t num_pages,                \
+        const uint32_t* directory, const uint8_t* raw, uint32_t num_raw, const uint8_t* bases,                   \
+        const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,          \
+        const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,              \
+        uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group, float scale_log2) {             \
+        gaac_attention<D>(q, slots, capacity, num_pages, directory, raw, num_raw, bases, k_bf16, v_bf16,         \
+                          num_bf16, block_table, context_lens, out, lse, partial, tickets, status, max_pages,    \
+                          kv_heads, group, scale_log2);                                                           \
+    }
+
+GAAC_ATTENTION_KERNEL(64)
+GAAC_ATTENTION_KERNEL(128)
+GAAC_ATTENTION_KERNEL(256)
