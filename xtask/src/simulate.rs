@@ -55,6 +55,10 @@ pub(crate) struct SimulateArgs {
     /// Chunk size in MiB: the unit a layer takes from or returns to the shared pool.
     #[arg(long, default_value_t = 2)]
     chunk_mib: u64,
+    /// `PoolConfig::tail_fill_percent`: a request's compressed pages take a fresh
+    /// segment only if its pages still to come in the layer fill this percent of it.
+    #[arg(long, default_value_t = 50)]
+    tail_fill: u32,
     /// With the shared pool: the share of the budget kept as per-layer private space.
     #[arg(long, default_value_t = 0.5)]
     private_share: f64,
@@ -443,6 +447,7 @@ fn pool_config(args: &SimulateArgs, codec: Codec, shared: bool) -> anyhow::Resul
         shared_chunks: (per_layer - private_chunks) * LAYERS,
         page_tokens: PAGE_TOKENS as u32,
         classes: codec.classes()?,
+        tail_fill_percent: args.tail_fill,
     })
 }
 

@@ -129,6 +129,13 @@ pub struct PoolConfig {
     pub page_tokens: u32,
     /// The slot sizes.
     pub classes: SizeClasses,
+    /// A compressed page takes a fresh segment only if its sequence's pages still to come
+    /// in the layer (its reservation there, plus this page), at this page's class, fill
+    /// at least this percent of a chunk; otherwise the page stays BF16 in its open slot
+    /// ([`crate::CompressOutcome::Kept`]). A request's last segment is then at least that
+    /// full, and the tail of fewer pages costs their BF16 excess instead of a mostly
+    /// empty chunk. 0: always take one. At most 100.
+    pub tail_fill_percent: u32,
 }
 
 impl PoolConfig {
@@ -137,7 +144,7 @@ impl PoolConfig {
     /// # Errors
     /// [`Error::ZeroField`], [`Error::ChunkTooSmall`] (a chunk must hold one open slot
     /// and be a multiple of [`SLOT_ALIGN`]), [`Error::TooLarge`] (chunk count or in-chunk
-    /// offsets past `u32`).
+    /// offsets past `u32`), [`Error::TailFill`] (a percent above 100).
     pub fn validate(&self) -> Result<()> {
         for (field, zero) in [
             ("layers", self.layers == 0),
@@ -151,6 +158,9 @@ impl PoolConfig {
         let open = self.classes.open_bytes();
         if self.chunk_bytes < u64::from(open) || !self.chunk_bytes.is_multiple_of(u64::from(SLOT_ALIGN)) {
             return Err(Error::ChunkTooSmall { chunk_bytes: self.chunk_bytes, class_bytes: open });
+        }
+        if self.tail_fill_percent > 100 {
+            return Err(Error::TailFill { percent: self.tail_fill_percent });
         }
         let chunks = u64::from(self.layers) * u64::from(self.private_chunks) + u64::from(self.shared_chunks);
         if chunks > u64::from(u32::MAX - 1) || self.chunk_bytes > u64::from(u32::MAX) {

@@ -115,6 +115,7 @@ impl StepWork {
         let mut work = StepWork::default();
         let mut last: HashMap<PageId, u64> = HashMap::new();
         let mut moved: HashMap<PageId, usize> = HashMap::new();
+        let mut freed: Vec<u32> = Vec::new();
         for c in changes {
             match *c {
                 Change::Alloc { page, at } => {
@@ -134,13 +135,15 @@ impl StepWork {
                 }
                 Change::FreeBlock { block, pages } => {
                     work.ranges.extend([block * ID_BLOCK, pages]);
-                    for id in block * ID_BLOCK..block * ID_BLOCK + pages {
-                        last.remove(&id);
-                    }
+                    freed.push(block);
                 }
             }
         }
-        let mut words: Vec<(PageId, u64)> = last.into_iter().collect();
+        // A page allocated and released in the same epoch leaves no word (its block's ids
+        // are not handed out again before the epoch completes).
+        freed.sort_unstable();
+        let mut words: Vec<(PageId, u64)> =
+            last.into_iter().filter(|(id, _)| freed.binary_search(&(id / ID_BLOCK)).is_err()).collect();
         words.sort_unstable();
         work.words = words.into_iter().flat_map(|(id, w)| [u64::from(id), w]).collect();
         work

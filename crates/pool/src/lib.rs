@@ -85,7 +85,9 @@
 //! // 2 layers; 64 KiB BF16 pages, compressed classes every 4 KiB from 48 KiB;
 //! // 1 MiB chunks: 2 private per layer, 4 shared.
 //! let classes = SizeClasses::stepped(48 << 10, 64 << 10, 4 << 10)?;
-//! let cfg = PoolConfig { layers: 2, chunk_bytes: 1 << 20, private_chunks: 2, shared_chunks: 4, page_tokens: 16, classes };
+//! let cfg = PoolConfig {
+//!     layers: 2, chunk_bytes: 1 << 20, private_chunks: 2, shared_chunks: 4, page_tokens: 16, classes, tail_fill_percent: 0,
+//! };
 //! let mut pool = Pool::new(cfg)?;
 //! assert_eq!(pool.admissible_pages(), 16 * (2 + 2)); // 16 pages per chunk, 2 + 4/2 chunks a layer
 //! pool.reserve(7, 1)?; // sequence 7: one page per layer

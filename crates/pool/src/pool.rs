@@ -719,6 +719,13 @@ impl Pool {
         let bytes = self.cfg.classes.bytes()[class];
         let (current, used) = self.seqs.get(&e.seq).expect("a live page's sequence").current[l];
         let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
+        if fresh && avoid == NONE {
+            // A compression: a tail too short to fill a fresh segment enough stays BF16.
+            let still = self.seqs[&e.seq].reserve[l] + 1;
+            if still * u64::from(bytes) * 100 < self.cfg.chunk_bytes * u64::from(self.cfg.tail_fill_percent) {
+                return None;
+            }
+        }
         let (chunk, offset) = if fresh {
             let c = self.fresh_chunk(l, true)?;
             self.chunk_class[c as usize] = SEGMENT;

@@ -5,7 +5,7 @@
 //! The first line is the configuration:
 //!
 //! ```text
-//! kvcodec-pool trace v2 layers=32 chunk_bytes=2097152 private_chunks=8 shared_chunks=1000 page_tokens=16 classes=49152,50176,65536
+//! kvcodec-pool trace v2 layers=32 chunk_bytes=2097152 private_chunks=8 shared_chunks=1000 page_tokens=16 tail_fill_percent=50 classes=49152,50176,65536
 //! ```
 //!
 //! then one line per operation, `op args => outcome` (locations are
@@ -65,12 +65,13 @@ pub enum ReplayError {
 pub fn config_line(cfg: &PoolConfig) -> String {
     let classes: Vec<String> = cfg.classes.bytes().iter().map(u32::to_string).collect();
     format!(
-        "{TRACE_MAGIC} layers={} chunk_bytes={} private_chunks={} shared_chunks={} page_tokens={} classes={}",
+        "{TRACE_MAGIC} layers={} chunk_bytes={} private_chunks={} shared_chunks={} page_tokens={} tail_fill_percent={} classes={}",
         cfg.layers,
         cfg.chunk_bytes,
         cfg.private_chunks,
         cfg.shared_chunks,
         cfg.page_tokens,
+        cfg.tail_fill_percent,
         classes.join(",")
     )
 }
@@ -102,6 +103,7 @@ pub fn parse_config(text: &str) -> Result<PoolConfig, ReplayError> {
         private_chunks: narrow(num("private_chunks")?)?,
         shared_chunks: narrow(num("shared_chunks")?)?,
         page_tokens: narrow(num("page_tokens")?)?,
+        tail_fill_percent: narrow(num("tail_fill_percent")?)?,
         classes: SizeClasses::new(classes).map_err(|source| ReplayError::Config { source })?,
     })
 }

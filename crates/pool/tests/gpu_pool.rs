@@ -23,6 +23,7 @@ fn small_config() -> PoolConfig {
         shared_chunks: 16,
         page_tokens: 16,
         classes: SizeClasses::stepped(1024, 4096, 256).unwrap(),
+        tail_fill_percent: 25,
     }
 }
 

@@ -120,18 +120,21 @@ impl Model {
 }
 
 fn pool_strategy() -> impl Strategy<Value = Pool> {
-    (1u32..4, 0u32..4, 0u32..6).prop_map(|(layers, private_chunks, shared_chunks)| {
-        let classes = SizeClasses::stepped(16, OPEN, 16).unwrap();
-        Pool::new(PoolConfig {
-            layers,
-            chunk_bytes: CHUNK,
-            private_chunks,
-            shared_chunks,
-            page_tokens: 16,
-            classes,
-        })
-        .unwrap()
-    })
+    (1u32..4, 0u32..4, 0u32..6, prop_oneof![Just(0u32), Just(50)]).prop_map(
+        |(layers, private_chunks, shared_chunks, tail_fill_percent)| {
+            let classes = SizeClasses::stepped(16, OPEN, 16).unwrap();
+            Pool::new(PoolConfig {
+                layers,
+                chunk_bytes: CHUNK,
+                private_chunks,
+                shared_chunks,
+                page_tokens: 16,
+                classes,
+                tail_fill_percent,
+            })
+            .unwrap()
+        },
+    )
 }
 
 /// The invariants that must hold after every operation.

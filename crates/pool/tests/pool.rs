@@ -17,6 +17,7 @@ fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
         shared_chunks,
         page_tokens: 16,
         classes,
+        tail_fill_percent: 0,
     })
     .unwrap()
 }
@@ -268,6 +269,7 @@ fn configurations_are_checked() {
         shared_chunks: 0,
         page_tokens: 16,
         classes: SizeClasses::new(classes).unwrap(),
+        tail_fill_percent: 0,
     };
     assert_eq!(SizeClasses::new(vec![]), Err(Error::NoClasses));
     assert_eq!(SizeClasses::new(vec![24]), Err(Error::ClassNotAligned { bytes: 24, align: 16 }));
@@ -334,4 +336,36 @@ fn moving_a_kept_page_to_another_open_slot_respects_reservations() {
     for layer in 0..3 {
         pool.alloc(2, layer).unwrap();
     }
+}
+
+#[test]
+fn a_tail_too_short_to_fill_half_a_segment_stays_bf16() {
+    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
+    let cfg = PoolConfig {
+        layers: 1,
+        chunk_bytes: 256,
+        private_chunks: 8,
+        shared_chunks: 0,
+        page_tokens: 16,
+        classes,
+        tail_fill_percent: 50,
+    };
+    let mut pool = Pool::new(cfg).unwrap();
+    // Sequence 1 will hold 8 more 16-byte pages: 9 x 16 = 144 bytes fill half of 256.
+    pool.reserve(1, 9).unwrap();
+    let p = pool.alloc(1, 0).unwrap();
+    assert!(matches!(pool.compress(p, 16).unwrap(), CompressOutcome::Moved(_)));
+    // Sequence 2, 2 pages to come: 2 x 16 = 32 bytes would leave its segment mostly empty.
+    pool.reserve(2, 2).unwrap();
+    let q = pool.alloc(2, 0).unwrap();
+    assert_eq!(pool.compress(q, 16).unwrap(), CompressOutcome::Kept);
+    assert_eq!(pool.seq_segments(2).unwrap(), &[] as &[u32]);
+    // Within an existing segment the rule does not apply: sequence 1's last page packs.
+    for _ in 0..8 {
+        let r = pool.alloc(1, 0).unwrap();
+        assert!(matches!(pool.compress(r, 16).unwrap(), CompressOutcome::Moved(_)));
+    }
+    assert_eq!(pool.seq_segments(1).unwrap().len(), 1);
+    let bad = PoolConfig { tail_fill_percent: 101, ..pool.config().clone() };
+    assert_eq!(Pool::new(bad).err(), Some(Error::TailFill { percent: 101 }));
 }
