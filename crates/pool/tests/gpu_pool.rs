@@ -181,7 +181,8 @@ fn the_checks_catch_a_wrong_page_a_short_copy_and_a_wrong_word() {
     // A move of 1001 bytes (a compressed page's length, not a multiple of 4) carries
     // exactly that prefix.
     let mut dev = one_page(&gpu);
-    let cfg = small_config();
+    // No tail rule: one page of a two-page sequence must move.
+    let cfg = PoolConfig { tail_fill_percent: 0, ..small_config() };
     let mut pool = Pool::new(cfg.clone()).unwrap();
     pool.record_changes(true);
     pool.reserve(1, 2).unwrap();
