@@ -25,7 +25,8 @@
 //!   earlier pages at the smallest size class ([`SizeClasses`]) that holds it, and its
 //!   open slot becomes the sequence's spare for its next page in that layer (decode
 //!   alternates two slots per layer and touches no slab). A full segment is followed by
-//!   a fresh one. [`Pool::move_page`] moves a full page again (a page kept BF16 is
+//!   a fresh one, unless the sequence's pages still to come in that layer would fill
+//!   less than [`PoolConfig::tail_fill_percent`] of it: that tail stays BF16. [`Pool::move_page`] moves a full page again (a page kept BF16 is
 //!   compressed into the segment when room appears).
 //! * **Release per segment.** A finished or evicted sequence ([`Pool::release`]) frees
 //!   its segments and id blocks whole and its slab slots one by one: O(layers +
