@@ -1,6 +1,7 @@
 //! `cargo xtask gpu-bundle`: one folder holding what a GPU machine without a Rust
 //! toolchain needs: the release xtask binary, every test binary, the fixtures (and the
-//! snapshots and format specs the tests compare with), a
+//! snapshots and format specs the tests compare with, and the bench JSONs `simulate`
+//! reads), a
 //! `build-info.json` (the commit and whether the tree was dirty, which the bench's JSON
 //! records), and a `run.sh` that runs the GPU tests and the GPU bench with
 //! `KVCODEC_REQUIRE_GPU=1` (every test: the GPU ones fail instead of skipping).
@@ -54,6 +55,11 @@ pub(crate) fn run(out: &Path, gpu_only: bool) -> anyhow::Result<()> {
             let path = entry?.path();
             std::fs::copy(&path, out.join(dir).join(path.file_name().context("file name")?))?;
         }
+    }
+    // `simulate`'s measured inputs (it reads them under KVCODEC_WORKSPACE).
+    std::fs::create_dir_all(out.join("docs/bench"))?;
+    for json in [crate::simulate::DEFAULT_BENCH, crate::simulate::DEFAULT_ATTENTION] {
+        std::fs::copy(root.join(json), out.join(json))?;
     }
     if !gpu_only {
         for f in crate::fixture_files()? {

@@ -41,8 +41,10 @@ const STEPS: u64 = 2048;
 const WARMUP: u64 = 512;
 /// The batch at which the allocator's own CPU cost is measured (the target).
 const TIMED_BATCH: usize = 64;
-/// Layers compacted per step (round robin), and moves per compaction.
-const COMPACT_MOVES: usize = 64;
+
+/// The default `--bench` and `--attention` JSONs (a GPU bundle carries them).
+pub(crate) const DEFAULT_BENCH: &str = "docs/bench/2026-12-01-h200-merged-main-code.json";
+pub(crate) const DEFAULT_ATTENTION: &str = "docs/bench/2026-12-01-h200-attention-fused.json";
 
 #[derive(clap::Args, Clone)]
 pub(crate) struct SimulateArgs {
@@ -53,6 +55,10 @@ pub(crate) struct SimulateArgs {
     /// Chunk size in MiB: the unit a layer takes from or returns to the shared pool.
     #[arg(long, default_value_t = 2)]
     chunk_mib: u64,
+    /// `PoolConfig::tail_fill_percent`: a request's compressed pages take a fresh
+    /// segment only if its pages still to come in the layer fill this percent of it.
+    #[arg(long, default_value_t = 50)]
+    tail_fill: u32,
     /// With the shared pool: the share of the budget kept as per-layer private space.
     #[arg(long, default_value_t = 0.5)]
     private_share: f64,
@@ -61,10 +67,10 @@ pub(crate) struct SimulateArgs {
     weight_bytes: f64,
     /// The bench JSON whose CUDA rows give `copy_gb_s` (weights' read time) and
     /// ZipFusion's GPU `encode_gb_s` (page compression).
-    #[arg(long, default_value = "docs/bench/2026-12-01-h200-merged-main-code.json")]
+    #[arg(long, default_value = DEFAULT_BENCH)]
     bench: PathBuf,
     /// The bench-attention JSON: per-(shape, batch, context) twin and fused times.
-    #[arg(long, default_value = "docs/bench/2026-12-01-h200-attention-fused.json")]
+    #[arg(long, default_value = DEFAULT_ATTENTION)]
     attention: PathBuf,
     /// Write the allocator trace of the ZipFusion + pool run on the seed's stream to
     /// this file (the format of `kvcodec_pool::trace`), then replay it on the CPU model.
@@ -73,6 +79,11 @@ pub(crate) struct SimulateArgs {
     /// Decode steps the trace covers (the first wave's prefill dominates its size).
     #[arg(long, default_value_t = 300)]
     trace_steps: u64,
+    /// With `--trace`: replay the trace on the GPU as well (`kvcodec_pool::gpu`): check
+    /// every live page and the device page table against the model at checkpoints and
+    /// at the end, and time the device allocator per step (host and device time).
+    #[arg(long, requires = "trace")]
+    device_replay: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -125,7 +136,9 @@ struct Device {
 }
 
 fn load_device(args: &SimulateArgs) -> anyhow::Result<Device> {
-    let root = crate::project_root();
+    // A GPU bundle runs away from the checkout: it sets KVCODEC_WORKSPACE to its own
+    // folder, which holds the default JSONs under docs/bench/.
+    let root = std::env::var_os("KVCODEC_WORKSPACE").map_or_else(crate::project_root, PathBuf::from);
     let read = |p: &Path| -> anyhow::Result<serde_json::Value> {
         let path = if p.is_absolute() { p.to_path_buf() } else { root.join(p) };
         let text = std::fs::read_to_string(&path).with_context(|| crate::shown(&path).to_string())?;
@@ -413,7 +426,6 @@ struct RunResult {
     live_gb: f64,
     pages_kept_bf16: u64,
     pages_compressed: u64,
-    moves: u64,
     reserve: &'static str,
     /// Requests preempted in the measured window (their generated tokens are lost).
     preemptions: u64,
@@ -435,6 +447,7 @@ fn pool_config(args: &SimulateArgs, codec: Codec, shared: bool) -> anyhow::Resul
         shared_chunks: (per_layer - private_chunks) * LAYERS,
         page_tokens: PAGE_TOKENS as u32,
         classes: codec.classes()?,
+        tail_fill_percent: args.tail_fill,
     })
 }
 
@@ -448,7 +461,6 @@ fn mix(a: u64, b: u64) -> u64 {
 
 struct Server<'a> {
     pool: Pool,
-    codec: Codec,
     sizes: Option<&'a PageSizes>,
     reserve: Reserve,
     running: Vec<Running>,
@@ -460,16 +472,14 @@ struct Server<'a> {
     lost_tokens: u64,
     kept: u64,
     compressed: u64,
-    moves: u64,
     /// Bytes the device reads and writes this step for compression and moves.
     device_bytes: f64,
 }
 
 impl<'a> Server<'a> {
-    fn new(pool: Pool, codec: Codec, sizes: Option<&'a PageSizes>, reserve: Reserve) -> Server<'a> {
+    fn new(pool: Pool, sizes: Option<&'a PageSizes>, reserve: Reserve) -> Server<'a> {
         Server {
             pool,
-            codec,
             sizes,
             reserve,
             running: Vec::new(),
@@ -479,7 +489,6 @@ impl<'a> Server<'a> {
             lost_tokens: 0,
             kept: 0,
             compressed: 0,
-            moves: 0,
             device_bytes: 0.0,
         }
     }
@@ -637,13 +646,41 @@ impl<'a> Server<'a> {
     }
 }
 
+/// Steps between the device replay's checkpoints.
+const DEVICE_CHECK_EVERY: u64 = 100;
+
+/// Mean and quantiles of a list of µs.
+#[derive(serde::Serialize)]
+struct Summary {
+    n: usize,
+    mean: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Summary {
+    fn of(mut v: Vec<f64>) -> Summary {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let at = |q: f64| if n == 0 { 0.0 } else { v[((n - 1) as f64 * q).round() as usize] };
+        Summary {
+            n,
+            mean: v.iter().sum::<f64>() / n.max(1) as f64,
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
 /// The allocator's CPU time per decode step, in µs of one thread of this machine.
 struct AllocatorTime {
     mean: f64,
     p50: f64,
     p99: f64,
     /// The mean over the steps in which no request finished (appends, compressions,
-    /// compaction, the admission query: no release).
+    /// the admission query: no release).
     steady_mean: f64,
     /// Steps in which a request finished (its release and reclamation timed).
     finish_steps: u64,
@@ -676,7 +713,7 @@ impl Sim<'_> {
         if trace_steps.is_some() {
             pool.record_trace(true);
         }
-        let mut s = Server::new(pool, codec, sizes, reserve);
+        let mut s = Server::new(pool, sizes, reserve);
         let mut arrivals = 0u64;
         let (mut preempt_start, mut lost_start) = (0, 0);
         let weight_ms = self.args.weight_bytes / (self.device.copy_gb_s * 1e9) * 1e3;
@@ -692,12 +729,6 @@ impl Sim<'_> {
             while s.try_admit_next(stream, &mut arrivals)? {}
             if step == WARMUP + 1 {
                 (preempt_start, lost_start) = (s.preemptions, s.lost_tokens);
-            }
-            // Compaction, one layer per step, round robin.
-            if s.codec != Codec::Bf16 {
-                let moves = s.pool.compact(((step - 1) % u64::from(LAYERS)) as u32, COMPACT_MOVES)?;
-                s.moves += moves.len() as u64;
-                moves.iter().for_each(|m| s.count_move(m));
             }
             let batch = s.running.len();
             let context =
@@ -737,7 +768,6 @@ impl Sim<'_> {
             live_gb: live as f64 / window / 1e9,
             pages_kept_bf16: s.kept,
             pages_compressed: s.compressed,
-            moves: s.moves,
             reserve: reserve.name(),
             preemptions: s.preemptions - preempt_start,
             lost_tokens: s.lost_tokens - lost_start,
@@ -760,7 +790,7 @@ impl Sim<'_> {
             ..self.args.clone()
         };
         let pool = Pool::new(pool_config(&args, Codec::Zipfusion, true)?)?;
-        let mut s = Server::new(pool, Codec::Zipfusion, Some(self.zf), Reserve::Bf16);
+        let mut s = Server::new(pool, Some(self.zf), Reserve::Bf16);
         // Each admission's prefill is its own epoch, completed before the next: its
         // compressed pages' open slots are free again.
         let mut epoch: Epoch = 0;
@@ -780,12 +810,11 @@ impl Sim<'_> {
             let t0 = Instant::now();
             s.pool.complete(epoch)?; // the device is one step behind
             let admissible = s.pool.admissible_pages();
-            let moves = s.pool.compact((epoch % u64::from(LAYERS)) as u32, COMPACT_MOVES)?;
             s.decode()?;
             epoch += 1;
             s.pool.submit(epoch)?;
             let elapsed = t0.elapsed();
-            std::hint::black_box((admissible, moves));
+            std::hint::black_box(admissible);
             let mut us = elapsed.as_secs_f64() * 1e6;
             // A finished request is replaced (prefill untimed) once its room is back; the
             // reclamation of its slots (the `complete` of the epoch that freed them) is
@@ -959,9 +988,10 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
 
     let at = sim.time_allocator()?;
+    let mut device_json = Vec::new();
     outln!()?;
     outln!(
-        "allocator CPU time per decode step at batch {TIMED_BATCH} (seed stream, zipfusion, shared pool; complete + admission query + compaction of one layer + appends, compressions, frees and their reclamation; {STEPS} steps, {} with a request finishing, {} pages compressed, one thread of this machine): mean {:.2} us, p50 {:.2} us, p99 {:.2} us; steps without a finish: mean {:.2} us",
+        "allocator CPU time per decode step at batch {TIMED_BATCH} (seed stream, zipfusion, shared pool; complete + admission query + appends, compressions, releases and their reclamation; {STEPS} steps, {} with a request finishing, {} pages compressed, one thread of this machine): mean {:.2} us, p50 {:.2} us, p99 {:.2} us; steps without a finish: mean {:.2} us",
         at.finish_steps,
         at.compressed,
         at.mean,
@@ -983,6 +1013,49 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             crate::shown(path),
             replayed.page_table().count()
         )?;
+        if args.device_replay {
+            let gpu = kvcodec_gpu::GpuContext::new(0).context("--device-replay needs a GPU")?;
+            let r = kvcodec_pool::gpu::replay_on_device(&gpu, &text, DEVICE_CHECK_EVERY)?;
+            anyhow::ensure!(
+                r.bad_pages == 0 && r.table_mismatches == 0 && r.chunks_in_use_at_end == 0,
+                "device replay: {} bad pages, {} table words differ, {} chunks left in use",
+                r.bad_pages,
+                r.table_mismatches,
+                r.chunks_in_use_at_end
+            );
+            outln!(
+                "device replay on {}: {} steps ({} with an admission), {} allocations, {} moves, {} id blocks freed; {} checkpoints: {} pages checked, 0 bad, device page table equal to the model's; {} segments reclaimed, 0 chunks in use at the end; {} completes waited for their event",
+                gpu.info().name,
+                r.steps,
+                r.admission_steps,
+                r.allocs,
+                r.moves,
+                r.freed_blocks,
+                r.checkpoints,
+                r.pages_checked,
+                r.segments_reclaimed,
+                r.waits
+            )?;
+            for (label, admitted) in [("decode steps", false), ("steps with an admission", true)] {
+                let pick = |v: &[f64]| -> Vec<f64> {
+                    v.iter().zip(&r.admitted).filter(|(_, a)| **a == admitted).map(|(x, _)| *x).collect()
+                };
+                let (host, device) = (Summary::of(pick(&r.host_us)), Summary::of(pick(&r.device_us)));
+                outln!(
+                    "  {label} ({}): host us/step mean {:.2} p50 {:.2} p99 {:.2} max {:.2}; device us/step (CUDA events, table updates + moves) mean {:.2} p50 {:.2} p99 {:.2} max {:.2}",
+                    host.n,
+                    host.mean,
+                    host.p50,
+                    host.p99,
+                    host.max,
+                    device.mean,
+                    device.p50,
+                    device.p99,
+                    device.max
+                )?;
+                device_json.push(serde_json::json!({"steps": label, "host_us": host, "device_us": device}));
+            }
+        }
     }
     if let Some(path) = &args.json {
         let (commit, dirty) = crate::git_state().unwrap_or_default();
@@ -1002,6 +1075,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             "zipfusion": {"smollm_eligible": zf.smollm_share, "llama_page_ratio": zf.mean_ratio},
             "gaac": {"smollm_fit": gaac.smollm_share, "llama_page_ratio": gaac.mean_ratio},
             "runs": results,
+            "device_replay": device_json,
             "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps},
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")

@@ -7,6 +7,10 @@ use crate::error::{Error, Result};
 /// their blocks 16-byte aligned relative to the page start (docs/formats/zipfusion.md §5.2).
 pub const SLOT_ALIGN: u32 = 16;
 
+/// The largest [`SizeClasses::fit`] table, in entries (4 MiB of `u32`; open classes up
+/// to 16 MiB use it).
+const FIT_TABLE_MAX: usize = 1 << 20;
+
 /// The slot sizes the pool serves, in bytes, strictly ascending; the largest is the
 /// **open class**: a new page's uncompressed (BF16) size, where every page starts (seed
 /// 002, "Memory management": "a new page is always allocated at uncompressed size").
@@ -23,6 +27,10 @@ pub const SLOT_ALIGN: u32 = 16;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SizeClasses {
     bytes: Vec<u32>,
+    /// `fit` by table: entry `k` is the class of `k * SLOT_ALIGN` bytes (a compression
+    /// on the decode path looks its class up, no search); empty past [`FIT_TABLE_MAX`]
+    /// entries (a binary search then).
+    by_align: Vec<u32>,
 }
 
 impl SizeClasses {
@@ -44,7 +52,13 @@ impl SizeClasses {
                 return Err(Error::ClassOrder { index, bytes: b });
             }
         }
-        Ok(SizeClasses { bytes })
+        let top = bytes[bytes.len() - 1] / SLOT_ALIGN;
+        let by_align = if top as usize >= FIT_TABLE_MAX {
+            Vec::new()
+        } else {
+            (0..=top).map(|k| bytes.partition_point(|&b| b < k * SLOT_ALIGN) as u32).collect()
+        };
+        Ok(SizeClasses { bytes, by_align })
     }
 
     /// The open class alone: an uncompressed pool (every page stays BF16).
@@ -88,8 +102,11 @@ impl SizeClasses {
     /// The smallest class of at least `bytes`, or `None` when `bytes` exceeds the open
     /// class.
     pub fn fit(&self, bytes: u32) -> Option<usize> {
-        let i = self.bytes.partition_point(|&b| b < bytes);
-        (i < self.bytes.len()).then_some(i)
+        if self.by_align.is_empty() {
+            let i = self.bytes.partition_point(|&b| b < bytes);
+            return (i < self.bytes.len()).then_some(i);
+        }
+        self.by_align.get(bytes.div_ceil(SLOT_ALIGN) as usize).map(|&c| c as usize)
     }
 }
 
@@ -112,6 +129,13 @@ pub struct PoolConfig {
     pub page_tokens: u32,
     /// The slot sizes.
     pub classes: SizeClasses,
+    /// A compressed page takes a fresh segment only if its sequence's pages still to come
+    /// in the layer (its reservation there, plus this page), at this page's class, fill
+    /// at least this percent of a chunk; otherwise the page stays BF16 in its open slot
+    /// ([`crate::CompressOutcome::Kept`]). A request's last segment is then at least that
+    /// full, and the tail of fewer pages costs their BF16 excess instead of a mostly
+    /// empty chunk. 0: always take one. At most 100.
+    pub tail_fill_percent: u32,
 }
 
 impl PoolConfig {
@@ -120,7 +144,7 @@ impl PoolConfig {
     /// # Errors
     /// [`Error::ZeroField`], [`Error::ChunkTooSmall`] (a chunk must hold one open slot
     /// and be a multiple of [`SLOT_ALIGN`]), [`Error::TooLarge`] (chunk count or in-chunk
-    /// offsets past `u32`).
+    /// offsets past `u32`), [`Error::TailFill`] (a percent above 100).
     pub fn validate(&self) -> Result<()> {
         for (field, zero) in [
             ("layers", self.layers == 0),
@@ -134,6 +158,9 @@ impl PoolConfig {
         let open = self.classes.open_bytes();
         if self.chunk_bytes < u64::from(open) || !self.chunk_bytes.is_multiple_of(u64::from(SLOT_ALIGN)) {
             return Err(Error::ChunkTooSmall { chunk_bytes: self.chunk_bytes, class_bytes: open });
+        }
+        if self.tail_fill_percent > 100 {
+            return Err(Error::TailFill { percent: self.tail_fill_percent });
         }
         let chunks = u64::from(self.layers) * u64::from(self.private_chunks) + u64::from(self.shared_chunks);
         if chunks > u64::from(u32::MAX - 1) || self.chunk_bytes > u64::from(u32::MAX) {

@@ -54,6 +54,13 @@ pub enum Error {
         chunk_bytes: u64,
     },
 
+    /// [`crate::PoolConfig::tail_fill_percent`] above 100.
+    #[error("tail_fill_percent {percent} is above 100")]
+    TailFill {
+        /// The percent given.
+        percent: u32,
+    },
+
     // ----- operations -----------------------------------------------------------------
     /// A layer index at or past the configured layer count.
     #[error("layer {layer} out of range: the pool has {layers} layers")]

@@ -1,5 +1,5 @@
-//! The allocator: chunks, slabs of one size class, the page table, reservations,
-//! deferred frees.
+//! The allocator: chunks, open-page slabs, request-owned segments, the page table,
+//! reservations, deferred frees.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -7,19 +7,28 @@ use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::{ChunkId, Epoch, PageId, SeqId};
 
-/// No page in this slot / not in a partial list.
+/// No page in this slot / not in a list / no chunk.
 const NONE: u32 = u32::MAX;
+
+/// Page ids are handed to sequences in blocks of this many consecutive ids: a sequence's
+/// pages (all layers) take the ids of its blocks in allocation order, and a finished
+/// sequence frees its ids per block, not per page. Block `b` holds ids
+/// `b * ID_BLOCK ..+ ID_BLOCK`.
+pub const ID_BLOCK: u32 = 256;
 
 /// Where a page lives: its chunk, its byte offset in the chunk and its slot's size in
 /// bytes. The attention kernels read page `p` at arena byte
-/// [`Location::arena_offset`]; the slot holds the page's bytes at its start.
+/// [`Location::arena_offset`]; the slot holds the page's bytes at its start. An open or
+/// kept-BF16 page's slot is a slot of a slab (offset a multiple of `slot_bytes`); a
+/// compressed page's is an extent of its sequence's segment (offset a multiple of
+/// [`crate::SLOT_ALIGN`], packed after the segment's earlier pages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Location {
     /// The chunk.
     pub chunk: ChunkId,
     /// Bytes from the chunk's start (a multiple of [`crate::SLOT_ALIGN`]).
     pub offset: u32,
-    /// The slot's size in bytes (its size class).
+    /// The slot's size in bytes: a size class ([`crate::SizeClasses`]).
     pub slot_bytes: u32,
 }
 
@@ -35,9 +44,10 @@ impl Location {
 pub enum PageFormat {
     /// Uncompressed (BF16) and still being written: tokens append to it.
     Open,
-    /// Full and uncompressed in an open-class slot: it did not compress below the open
-    /// class, or no compact slot was free when it filled. `compressed_bytes` is what it
-    /// would take compressed (a later [`Pool::move_page`] compresses it into that class).
+    /// Full and uncompressed, in a slot of the open class's size: it did not compress
+    /// below the open class, or no segment room could be had when it filled.
+    /// `compressed_bytes` is what it would take compressed (a later [`Pool::move_page`]
+    /// compresses it into its sequence's segment).
     Bf16 {
         /// The compressed size the caller reported, in bytes.
         compressed_bytes: u32,
@@ -76,9 +86,9 @@ pub struct PageEntry {
 }
 
 /// A copy the device must run, in stream order, before the first kernel that reads the
-/// page at `to`: the page's bytes at `from` go to `to` (`compress`: the BF16 page at
-/// `from` is compressed into `to` instead). `from` stays readable until the epoch that
-/// carries this copy completes.
+/// page at `to`: the first `bytes` bytes at `from` go to `to` (`compress`: the BF16 page
+/// at `from` is compressed into `to` instead, `bytes` long). `from` stays readable until
+/// the epoch that carries this copy completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Move {
     /// The page.
@@ -87,7 +97,8 @@ pub struct Move {
     pub from: Location,
     /// Its new location (the page table already says so).
     pub to: Location,
-    /// Bytes to write at `to`: the compressed length.
+    /// Bytes to write at `to`: the compressed length, or the open class's size when a
+    /// page kept BF16 moves as it is.
     pub bytes: u32,
     /// Whether the device compresses the BF16 page at `from` (true) or copies bytes.
     pub compress: bool,
@@ -96,10 +107,10 @@ pub struct Move {
 /// The outcome of [`Pool::compress`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CompressOutcome {
-    /// The page moved into a compact slot; the device compresses it there.
+    /// The page moved into its sequence's segment; the device compresses it there.
     Moved(Move),
     /// The page stays BF16 where it is ([`PageFormat::Bf16`]): it does not compress below
-    /// the open class, or no compact slot fits without breaking a reservation.
+    /// the open class, or no segment room can be had without breaking a reservation.
     Kept,
 }
 
@@ -119,21 +130,32 @@ pub struct ChunkInfo {
     pub home: ChunkHome,
     /// The layer using it, `None` when empty (back in its home's free list).
     pub layer: Option<u32>,
-    /// Its size class, `None` when empty.
+    /// A slab's size class (open and kept-BF16 pages), `None` for a segment or an empty
+    /// chunk.
     pub class: Option<usize>,
-    /// Slots of its class in it.
+    /// A segment's owner: the sequence whose compressed pages of `layer` it packs.
+    pub owner: Option<SeqId>,
+    /// Slots of its class in a slab; 0 for a segment.
     pub slots: u32,
-    /// Slots holding a live page.
+    /// Pages living in it.
     pub live: u32,
-    /// Slots freed but still possibly read by an epoch in flight.
+    /// A slab's slots held as a sequence's spare open slot (no page in them).
+    pub spare: u32,
+    /// A slab's slots freed but still possibly read by an epoch in flight; 1 for a
+    /// segment released whole and waiting for its epoch.
     pub pending: u32,
+    /// A segment's bytes handed out (packed from its start, holes of moved pages
+    /// included); 0 for a slab.
+    pub used_bytes: u32,
 }
 
 /// Totals over the pool, for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PoolStats {
-    /// Chunks in use by some layer (formatted with a class), private or shared.
+    /// Chunks in use by some layer (a slab or a segment), private or shared.
     pub chunks_in_use: u32,
+    /// Of those, segments owned by a sequence.
+    pub segments: u32,
     /// Chunks of the shared pool not lent to any layer.
     pub shared_free: u32,
     /// Live pages.
@@ -144,38 +166,86 @@ pub struct PoolStats {
     pub live_slot_bytes: u64,
     /// Bytes the live pages' contents take (compressed length, or the open class).
     pub live_content_bytes: u64,
-    /// Slots waiting for their epoch to complete.
-    pub pending_slots: u64,
+    /// Slab slots, segments and id blocks waiting for their epoch to complete.
+    pub pending: u64,
+    /// Segments returned to their home since the pool was made (each one a whole chunk
+    /// freed in one step, with no per-page work).
+    pub segments_reclaimed: u64,
 }
+
+/// What the device must mirror, recorded by [`Pool::record_changes`]: a device backend
+/// uploads a step's changes with that step (page table words, copies, freed id blocks).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// A new open page at `at`: its page table word becomes [`PageEntry::device_word`].
+    Alloc {
+        /// The page.
+        page: PageId,
+        /// Its slot.
+        at: Location,
+    },
+    /// A page moved (or was compressed into `to`): the copy to run, then its new word.
+    Move(Move),
+    /// A finished sequence's id block: ids `block * ID_BLOCK ..+ pages` are no longer
+    /// live; their words become [`INVALID_WORD`].
+    FreeBlock {
+        /// The id block.
+        block: u32,
+        /// Ids of it that were in use.
+        pages: u32,
+    },
+}
+
+/// The device page table's word of an id that holds no live page.
+pub const INVALID_WORD: u64 = u64::MAX;
+
+impl PageEntry {
+    /// The page's word in the device page table: its arena byte offset shifted left by
+    /// one, with bit 0 set when the page is compressed (the attention kernels decode it)
+    /// and clear when it is BF16 (open or kept). Never [`INVALID_WORD`].
+    pub fn device_word(&self, chunk_bytes: u64) -> u64 {
+        let compressed = matches!(self.format, PageFormat::Compressed { .. });
+        (self.location.arena_offset(chunk_bytes) << 1) | u64::from(compressed)
+    }
+}
+
+/// Chunk class tags besides a slab's class index.
+const SEGMENT: u32 = u32::MAX - 1;
+/// A segment whose sequence was released, waiting for its epoch.
+const RETIRED: u32 = u32::MAX - 2;
 
 #[derive(Clone, Debug)]
 struct Chunk {
     home: ChunkHome,
     layer: u32,
-    class: u32,
+    /// A segment's owner.
+    owner: SeqId,
+    /// A slab's slots.
     slots: u32,
+    /// A slab's slots held: by a page, or as a sequence's spare open slot.
     live: u32,
+    /// A slab's pending slots.
     pending: u32,
     /// Position in its (layer, class) partial list, or NONE.
     partial_pos: u32,
+    /// A segment's bytes handed out, written when it stops being its owner's current
+    /// segment (the owner's `current` has it before).
+    used: u32,
 }
 
 impl Chunk {
     fn free_count(&self) -> u32 {
         self.slots - self.live - self.pending
     }
-    fn in_use(&self) -> bool {
-        self.class != NONE
-    }
 }
 
 #[derive(Clone, Debug, Default)]
 struct LayerState {
-    /// Per class: chunks of this layer with at least one free slot.
-    partial: Vec<Vec<ChunkId>>,
+    /// Slab chunks of this layer (open class) with at least one free slot.
+    partial: Vec<ChunkId>,
     /// Empty private chunks of this layer.
     empty_private: Vec<ChunkId>,
-    /// Free open-class slots in this layer's chunks in use.
+    /// Free open-class slots in this layer's slabs.
     open_free: u64,
     /// Pages reserved for the running sequences' growth.
     reserved: u64,
@@ -185,14 +255,37 @@ struct LayerState {
 struct Seq {
     pages: Vec<PageId>,
     reserve: Vec<u64>,
+    /// Its id blocks; the last one hands out the next id.
+    blocks: Vec<u32>,
+    /// Pages allocated in slab slots (open, or kept BF16), some of which have moved
+    /// since: at release the ones still in a slab free their slots. Pruned when it grows
+    /// past twice `in_slab_live` (amortised O(1) per page).
+    in_slab: Vec<PageId>,
+    /// Its pages in slab slots now.
+    in_slab_live: usize,
+    /// Its segments, all layers: freed whole at release.
+    segments: Vec<ChunkId>,
+    /// Per layer, the segment new compressed pages go to (NONE before the first) and its
+    /// bytes handed out.
+    current: Vec<(ChunkId, u32)>,
+    /// Per layer, an open slot its last compressed page left (chunk NONE when none),
+    /// and the epoch after whose completion it may be written again: its next page in
+    /// that layer takes it instead of a slab slot (decode alternates two slots per
+    /// layer and touches no slab).
+    spare: Vec<(ChunkId, u32, Epoch)>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
+enum Retired {
+    Slot(ChunkId, u32),
+    Segments(Vec<ChunkId>),
+    Blocks(Vec<u32>),
+}
+
+#[derive(Clone, Debug)]
 struct Pending {
     epoch: Epoch,
-    chunk: ChunkId,
-    slot: u32,
-    page: PageId,
+    what: Retired,
 }
 
 /// A change to the capacity test: `extra_need` more pages in `layer`, `own_loss` fewer
@@ -208,15 +301,20 @@ struct Adjust {
 /// The allocator of a paged, compressed KV cache (seed 002, "Memory management").
 ///
 /// * Memory is [`PoolConfig::chunks`] chunks of [`PoolConfig::chunk_bytes`]; a chunk in
-///   use belongs to one layer and holds slots of one size class.
+///   use belongs to one layer and is either a **slab** of open-class slots (open pages,
+///   and pages kept BF16) or a **segment** owned by one sequence, into which that
+///   sequence's compressed pages of that layer are packed one after another.
 /// * [`Pool::alloc`] gives a new page an open (BF16) slot; [`Pool::compress`] moves a
-///   filled page into the smallest class that holds its compressed bytes;
-///   [`Pool::move_page`] and [`Pool::compact`] relocate full pages; the page table
+///   filled page into its sequence's segment, at the size class that holds its
+///   compressed bytes; [`Pool::move_page`] relocates a full page; the page table
 ///   ([`Pool::entry`]) maps each page id to its location.
-/// * Frees are stream-ordered: a slot freed while the host prepares epoch `e`
+/// * A sequence's pages are freed together ([`Pool::release`]): its segments and its id
+///   blocks whole, its slab pages one by one. The cost of a release is
+///   O(layers + segments + id blocks + slab pages), not O(pages).
+/// * Frees are stream-ordered: what is freed while the host prepares epoch `e`
 ///   (`e = last submitted + 1`) is reused only after [`Pool::complete`]`(e)`; a chunk
-///   returns to its layer's private space or to the shared pool when all its slots are
-///   free and none is pending. Nothing waits for the device.
+///   returns to its layer's private space or to the shared pool when it is free with
+///   nothing pending. Nothing waits for the device.
 /// * Reservations ([`Pool::reserve`]) hold open-class room in every layer for running
 ///   sequences' future pages; [`Pool::admissible_pages`] reports how many more pages fit
 ///   in every layer beyond them, for a scheduler's admission.
@@ -224,27 +322,32 @@ struct Adjust {
 pub struct Pool {
     cfg: PoolConfig,
     open: usize,
+    open_bytes: u32,
     open_spc: u64,
-    class_spc: Vec<u32>,
     chunks: Vec<Chunk>,
-    /// Free bitmaps of all chunks, `words` words per chunk (bit set = slot free and
-    /// reusable): one flat array, no allocation when a chunk changes class.
+    /// Per chunk: NONE (free), a slab's class, SEGMENT or RETIRED. Compact: a release
+    /// and a reclamation touch this, not the chunk structs.
+    chunk_class: Vec<u32>,
+    /// Free bitmaps of all slabs, `words` words per chunk (bit set = slot free and
+    /// reusable): one flat array.
     free_bits: Vec<u64>,
-    /// The page in each slot of all chunks, `stride` slots per chunk, `NONE` when empty.
-    owners: Vec<PageId>,
-    /// Slots per chunk of the smallest class: the most any chunk holds.
-    stride: usize,
     /// Bitmap words per chunk.
     words: usize,
     layers: Vec<LayerState>,
     shared_free: Vec<ChunkId>,
-    pages: Vec<Option<PageEntry>>,
-    free_ids: Vec<PageId>,
+    /// The page table, by id.
+    entries: Vec<PageEntry>,
+    /// Per id block: ids handed out (0 when free).
+    block_used: Vec<u32>,
+    free_blocks: Vec<u32>,
     seqs: HashMap<SeqId, Seq, SeqHash>,
     pending: VecDeque<Pending>,
+    pending_count: u64,
+    reclaimed: u64,
     submitted: Epoch,
     completed: Epoch,
     trace: Option<Vec<String>>,
+    changes: Option<Vec<Change>>,
 }
 
 impl Pool {
@@ -254,12 +357,7 @@ impl Pool {
     /// As [`PoolConfig::validate`].
     pub fn new(cfg: PoolConfig) -> Result<Pool> {
         cfg.validate()?;
-        let classes = cfg.classes.bytes().len();
-        let class_spc: Vec<u32> = (0..classes).map(|c| cfg.slots_per_chunk(c)).collect();
-        let mut layers = vec![
-            LayerState { partial: vec![Vec::new(); classes], ..LayerState::default() };
-            cfg.layers as usize
-        ];
+        let mut layers = vec![LayerState::default(); cfg.layers as usize];
         let mut chunks = Vec::with_capacity(cfg.chunks() as usize);
         for c in 0..cfg.chunks() {
             let home = if c < cfg.layers * cfg.private_chunks {
@@ -272,11 +370,12 @@ impl Pool {
             chunks.push(Chunk {
                 home,
                 layer: NONE,
-                class: NONE,
+                owner: 0,
                 slots: 0,
                 live: 0,
                 pending: 0,
                 partial_pos: NONE,
+                used: 0,
             });
         }
         // Pop order: lowest chunk id first (deterministic, as a device replay needs).
@@ -285,26 +384,29 @@ impl Pool {
         }
         let shared_free = (cfg.layers * cfg.private_chunks..cfg.chunks()).rev().collect();
         let open = cfg.classes.open();
-        let stride = class_spc[0] as usize;
-        let words = stride.div_ceil(64);
+        let open_spc = cfg.slots_per_chunk(open);
+        let words = (open_spc as usize).div_ceil(64);
         Ok(Pool {
             free_bits: vec![0; chunks.len() * words],
-            owners: vec![NONE; chunks.len() * stride],
-            stride,
+            chunk_class: vec![NONE; chunks.len()],
             words,
             open,
-            open_spc: u64::from(class_spc[open]),
-            class_spc,
+            open_bytes: cfg.classes.open_bytes(),
+            open_spc: u64::from(open_spc),
             chunks,
             layers,
             shared_free,
-            pages: Vec::new(),
-            free_ids: Vec::new(),
+            entries: Vec::new(),
+            block_used: Vec::new(),
+            free_blocks: Vec::new(),
             seqs: HashMap::default(),
             pending: VecDeque::new(),
+            pending_count: 0,
+            reclaimed: 0,
             submitted: 0,
             completed: 0,
             trace: None,
+            changes: None,
             cfg,
         })
     }
@@ -331,8 +433,9 @@ impl Pool {
     }
 
     /// Records that epoch `epoch` completed on the device (observed through a CUDA event
-    /// or a counter the device writes, polled, never waited on): slots freed for epochs
-    /// up to `epoch` become reusable, and chunks left empty return to their home.
+    /// or a counter the device writes, polled, never waited on): slots, segments and id
+    /// blocks freed for epochs up to `epoch` become reusable, and chunks left empty
+    /// return to their home.
     ///
     /// # Errors
     /// [`Error::CompleteOrder`] unless `completed <= epoch <= submitted`.
@@ -343,9 +446,28 @@ impl Pool {
         self.completed = epoch;
         while self.pending.front().is_some_and(|p| p.epoch <= epoch) {
             let p = self.pending.pop_front().expect("front checked");
-            self.release_slot(p.chunk, p.slot);
-            if p.page != NONE {
-                self.free_ids.push(p.page);
+            match p.what {
+                Retired::Slot(chunk, slot) => {
+                    self.pending_count -= 1;
+                    self.release_slot(chunk, slot);
+                }
+                Retired::Segments(list) => {
+                    self.pending_count -= list.len() as u64;
+                    self.reclaimed += list.len() as u64;
+                    let private = self.cfg.layers * self.cfg.private_chunks;
+                    for c in list {
+                        self.chunk_class[c as usize] = NONE;
+                        if c < private {
+                            self.layers[(c / self.cfg.private_chunks) as usize].empty_private.push(c);
+                        } else {
+                            self.shared_free.push(c);
+                        }
+                    }
+                }
+                Retired::Blocks(list) => {
+                    self.pending_count -= list.len() as u64;
+                    self.free_blocks.extend(list);
+                }
             }
         }
         self.log(|_| format!("complete {epoch}"));
@@ -361,7 +483,6 @@ impl Pool {
     pub fn completed(&self) -> Epoch {
         self.completed
     }
-
     // ----- admission ---------------------------------------------------------------
 
     /// Whether `reserved + n` pages (adjusted by `adj`) fit in every layer: each layer's
@@ -425,8 +546,16 @@ impl Pool {
     pub fn reserve(&mut self, seq: SeqId, pages: u64) -> Result<()> {
         let r = if self.fits(pages, Adjust::default()) {
             let layers = self.layers.len();
-            let s =
-                self.seqs.entry(seq).or_insert_with(|| Seq { pages: Vec::new(), reserve: vec![0; layers] });
+            let s = self.seqs.entry(seq).or_insert_with(|| Seq {
+                pages: Vec::new(),
+                reserve: vec![0; layers],
+                blocks: Vec::new(),
+                in_slab: Vec::new(),
+                in_slab_live: 0,
+                segments: Vec::new(),
+                current: vec![(NONE, 0); layers],
+                spare: vec![(NONE, 0, 0); layers],
+            });
             for (l, r) in self.layers.iter_mut().zip(&mut s.reserve) {
                 l.reserved += pages;
                 *r += pages;
@@ -446,8 +575,9 @@ impl Pool {
 
     // ----- pages -------------------------------------------------------------------
 
-    /// A new open (BF16) page of `seq` in `layer`: from `seq`'s reservation in that layer
-    /// if it has one left, else from room beyond every reservation.
+    /// A new open (BF16) page of `seq` in `layer`, in a slab slot: from `seq`'s
+    /// reservation in that layer if it has one left, else from room beyond every
+    /// reservation. Its id is the next of `seq`'s id blocks.
     ///
     /// # Errors
     /// [`Error::UnknownSeq`] (reserve first, even 0 pages), [`Error::LayerOutOfRange`],
@@ -457,43 +587,68 @@ impl Pool {
         self.log(|pool| {
             format!("alloc {seq} {layer} => {}", ok_or(&r, |&p| format!("{p} {}", pool.loc_text(p))))
         });
+        if let (&Ok(page), Some(c)) = (&r, self.changes.as_mut()) {
+            c.push(Change::Alloc { page, at: self.entries[page as usize].location });
+        }
         r
     }
 
     fn alloc_inner(&mut self, seq: SeqId, layer: u32) -> Result<PageId> {
         self.check_layer(layer)?;
         let l = layer as usize;
-        let reserved = self.seqs.get(&seq).ok_or(Error::UnknownSeq { seq })?.reserve[l] > 0;
-        if !reserved && !self.fits(0, Adjust { layer: l, extra_need: 1, ..Adjust::default() }) {
+        let s = self.seqs.get(&seq).ok_or(Error::UnknownSeq { seq })?;
+        let reserved = s.reserve[l] > 0;
+        // The sequence's spare slot of this layer, once no read of its old page can be in
+        // flight, is room it already holds.
+        let (spare_chunk, spare_slot, spare_epoch) = s.spare[l];
+        let spare = spare_chunk != NONE && spare_epoch <= self.completed;
+        if !spare && !reserved && !self.fits(0, Adjust { layer: l, extra_need: 1, ..Adjust::default() }) {
             return Err(Error::NoCapacity { layer });
         }
-        let (chunk, slot) = self.take_slot(l, self.open, false).ok_or(Error::NoCapacity { layer })?;
-        let location = self.location(chunk, slot);
+        let (chunk, slot) = if spare {
+            (spare_chunk, spare_slot)
+        } else {
+            self.take_slot(l).ok_or(Error::NoCapacity { layer })?
+        };
+        let location = Location { chunk, offset: slot * self.open_bytes, slot_bytes: self.open_bytes };
         let s = self.seqs.get_mut(&seq).expect("checked above");
+        if spare {
+            s.spare[l].0 = NONE;
+        }
         if reserved {
             s.reserve[l] -= 1;
             self.layers[l].reserved -= 1;
         }
-        let entry = PageEntry { seq, layer, location, format: PageFormat::Open };
-        let page = match self.free_ids.pop() {
-            Some(id) => {
-                self.pages[id as usize] = Some(entry);
-                id
-            }
-            None => {
-                self.pages.push(Some(entry));
-                (self.pages.len() - 1) as PageId
+        // The next id of the sequence's last block, or a new block.
+        let block = match s.blocks.last() {
+            Some(&b) if self.block_used[b as usize] < ID_BLOCK => b,
+            _ => {
+                let b = self.free_blocks.pop().unwrap_or_else(|| {
+                    let b = self.block_used.len() as u32;
+                    self.block_used.push(0);
+                    let ids = self.entries.len() + ID_BLOCK as usize;
+                    let blank = PageEntry { seq: 0, layer: 0, location, format: PageFormat::Open };
+                    self.entries.resize(ids, blank);
+                    b
+                });
+                s.blocks.push(b);
+                b
             }
         };
+        let page = block * ID_BLOCK + self.block_used[block as usize];
+        self.block_used[block as usize] += 1;
+        self.entries[page as usize] = PageEntry { seq, layer, location, format: PageFormat::Open };
+        s.in_slab.push(page);
+        s.in_slab_live += 1;
         s.pages.push(page);
-        self.owners[chunk as usize * self.stride + slot as usize] = page;
         Ok(page)
     }
 
-    /// An open page has filled and compresses to `compressed_bytes`: it moves into the
-    /// smallest class that holds them, in its layer, if a slot is free or a chunk can be
-    /// taken without breaking a reservation; else it stays BF16 in place
-    /// ([`CompressOutcome::Kept`]). Its old slot is freed for the open epoch.
+    /// An open page has filled and compresses to `compressed_bytes`: it moves into its
+    /// sequence's current segment of its layer at the smallest class that holds them (a
+    /// new segment when that one is full, if a chunk can be taken without breaking a
+    /// reservation); else it stays BF16 in place ([`CompressOutcome::Kept`]). Its open
+    /// slot is freed for the open epoch.
     ///
     /// # Errors
     /// [`Error::UnknownPage`], [`Error::NotOpen`].
@@ -508,6 +663,9 @@ impl Pool {
                 })
             )
         });
+        if let (&Ok(CompressOutcome::Moved(m)), Some(c)) = (&r, self.changes.as_mut()) {
+            c.push(Change::Move(m));
+        }
         r
     }
 
@@ -516,140 +674,117 @@ impl Pool {
         if entry.format != PageFormat::Open {
             return Err(Error::NotOpen { page });
         }
-        self.set_format(page, PageFormat::Bf16 { compressed_bytes });
-        match self.relocate(page, false) {
+        self.entries[page as usize].format = PageFormat::Bf16 { compressed_bytes };
+        let class = self.cfg.classes.fit(compressed_bytes).unwrap_or(self.open);
+        if class == self.open {
+            return Ok(CompressOutcome::Kept);
+        }
+        match self.relocate(page, class, NONE) {
             Some(m) => Ok(CompressOutcome::Moved(m)),
             None => Ok(CompressOutcome::Kept),
         }
     }
 
-    /// Moves a full page to another chunk: a compressed page into a slot of its class, a
-    /// page kept BF16 ([`PageFormat::Bf16`]) compressed into the class of its compressed
-    /// size (or another open slot if it has none). The old slot is freed for the open
-    /// epoch.
+    /// Moves a full page into its sequence's current segment of its layer (a new segment
+    /// when that one is full or is the page's own chunk): a compressed page is copied, a
+    /// page kept BF16 ([`PageFormat::Bf16`]) is compressed into the class of its
+    /// compressed size, or copied as it is when that is the open class. The old slot is
+    /// freed for the open epoch (a slab slot), or left as a hole until the sequence is
+    /// released (a segment's).
     ///
     /// # Errors
-    /// [`Error::UnknownPage`], [`Error::OpenPage`], [`Error::NoCapacity`] when no slot of
-    /// the class is free in another chunk and no chunk can be taken.
+    /// [`Error::UnknownPage`], [`Error::OpenPage`], [`Error::NoCapacity`] when the
+    /// segment has no room and no chunk can be taken without breaking a reservation.
     pub fn move_page(&mut self, page: PageId) -> Result<Move> {
         let r = self.move_inner(page);
         self.log(|_| format!("move {page} => {}", ok_or(&r, |m| loc_text(m.to))));
+        if let (&Ok(m), Some(c)) = (&r, self.changes.as_mut()) {
+            c.push(Change::Move(m));
+        }
         r
     }
 
     fn move_inner(&mut self, page: PageId) -> Result<Move> {
         let entry = self.entry(page).ok_or(Error::UnknownPage { page })?;
-        if entry.format == PageFormat::Open {
-            return Err(Error::OpenPage { page });
-        }
-        self.relocate(page, true).ok_or(Error::NoCapacity { layer: entry.layer })
-    }
-
-    /// Moves full page `page` into the class of its content, in a chunk other than its
-    /// own; `None` when no slot can be had, or (`force` false) when the target class is
-    /// its current one.
-    fn relocate(&mut self, page: PageId, force: bool) -> Option<Move> {
-        let e = self.pages[page as usize].expect("caller checked");
-        let (l, from) = (e.layer as usize, e.location);
-        let content = e.format.content_bytes().expect("callers refuse open pages");
+        let content = entry.format.content_bytes().ok_or(Error::OpenPage { page })?;
         let class = self.cfg.classes.fit(content).unwrap_or(self.open);
-        let current = self.chunks[from.chunk as usize].class as usize;
-        if class == current && !force {
-            return None;
-        }
-        // Never the page's own chunk: take it out of the partial list for the search.
-        let own_pos = self.chunks[from.chunk as usize].partial_pos;
-        if own_pos != NONE {
-            self.partial_remove(from.chunk);
-        }
-        // An open slot must not eat reserved room, and the own chunk's free open slots
-        // are no target.
-        let own_free = if current == self.open { self.chunks[from.chunk as usize].free_count() } else { 0 };
-        let adj = Adjust { layer: l, extra_need: 1, own_loss: u64::from(own_free), ..Adjust::default() };
-        let taken = if class == self.open && !self.fits(0, adj) {
-            None
-        } else {
-            self.take_slot(l, class, class != self.open)
-        };
-        if own_pos != NONE {
-            self.partial_push(from.chunk);
-        }
-        let (chunk, slot) = taken?;
-        Some(self.finish_move(page, chunk, slot))
+        self.relocate(page, class, entry.location.chunk).ok_or(Error::NoCapacity { layer: entry.layer })
     }
 
-    /// Points full page `page` at `slot` of `chunk` (already taken), retires its old
-    /// slot, and returns the copy the device must run.
-    fn finish_move(&mut self, page: PageId, chunk: ChunkId, slot: u32) -> Move {
-        let e = self.pages[page as usize].expect("caller checked");
-        let from = e.location;
-        let to = self.location(chunk, slot);
-        self.owners[chunk as usize * self.stride + slot as usize] = page;
-        self.retire(from, NONE);
-        let content = e.format.content_bytes().expect("callers refuse open pages");
-        let (format, compress) = if to.slot_bytes == self.cfg.classes.open_bytes() {
-            (e.format, false)
-        } else {
-            (PageFormat::Compressed { bytes: content }, matches!(e.format, PageFormat::Bf16 { .. }))
-        };
-        self.pages[page as usize] = Some(PageEntry { location: to, format, ..e });
-        Move { page, from, to, bytes: content, compress }
-    }
-
-    /// Compaction of `layer`: for each compressed class, empties the least-used chunk
-    /// into the other chunks of its class when they have room, up to `max_moves` moves in
-    /// all. The emptied chunks return to their home once their epoch completes (seed
-    /// 002: "a compressed page may move").
-    ///
-    /// # Errors
-    /// [`Error::LayerOutOfRange`].
-    pub fn compact(&mut self, layer: u32, max_moves: usize) -> Result<Vec<Move>> {
-        self.check_layer(layer)?;
-        let l = layer as usize;
-        let mut moves = Vec::new();
-        for class in 0..self.open {
-            while moves.len() < max_moves {
-                // Chunks holding pages, fullest first; the emptiest is the source.
-                let mut used: Vec<ChunkId> = self.layers[l].partial[class]
-                    .iter()
-                    .copied()
-                    .filter(|&c| self.chunks[c as usize].live > 0)
-                    .collect();
-                used.sort_by_key(|&c| (std::cmp::Reverse(self.chunks[c as usize].live), c));
-                let Some(source) = used.pop() else { break };
-                let room: u64 = used.iter().map(|&c| u64::from(self.chunks[c as usize].free_count())).sum();
-                let src = &self.chunks[source as usize];
-                if used.is_empty() || room < u64::from(src.live) {
-                    break;
-                }
-                let base = source as usize * self.stride;
-                let pages: Vec<PageId> = self.owners[base..base + src.slots as usize]
-                    .iter()
-                    .copied()
-                    .filter(|&p| p != NONE)
-                    .collect();
-                let mut targets = used.into_iter();
-                let mut target = targets.next();
-                for p in pages.into_iter().take(max_moves - moves.len()) {
-                    while target.is_some_and(|t| self.chunks[t as usize].free_count() == 0) {
-                        target = targets.next();
-                    }
-                    let t = target.expect("room counted above");
-                    let slot = self.take_from(t, l, class);
-                    moves.push(self.finish_move(p, t, slot));
-                }
+    /// Moves full page `page` to a `class` extent of its sequence's segment (not in chunk
+    /// `avoid`): `None` when no segment room can be had.
+    fn relocate(&mut self, page: PageId, class: usize, avoid: ChunkId) -> Option<Move> {
+        let e = self.entries[page as usize];
+        let l = e.layer as usize;
+        let bytes = self.cfg.classes.bytes()[class];
+        let (current, used) = self.seqs.get(&e.seq).expect("a live page's sequence").current[l];
+        let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
+        if fresh && avoid == NONE {
+            // A compression: a tail too short to fill a fresh segment enough stays BF16.
+            let still = self.seqs[&e.seq].reserve[l] + 1;
+            if still * u64::from(bytes) * 100 < self.cfg.chunk_bytes * u64::from(self.cfg.tail_fill_percent) {
+                return None;
             }
         }
-        self.log(|_| {
-            let list: Vec<String> = moves.iter().map(|m| format!("{}@{}", m.page, loc_text(m.to))).collect();
-            format!("compact {layer} {max_moves} => {}", list.join(" "))
-        });
-        Ok(moves)
+        let (chunk, offset) = if fresh {
+            let c = self.fresh_chunk(l, true)?;
+            self.chunk_class[c as usize] = SEGMENT;
+            let ch = &mut self.chunks[c as usize];
+            (ch.layer, ch.owner, ch.slots, ch.live, ch.pending) = (l as u32, e.seq, 0, 0, 0);
+            if current != NONE {
+                self.chunks[current as usize].used = used;
+            }
+            (c, 0)
+        } else {
+            (current, used)
+        };
+        let epoch = self.submitted + 1;
+        let s = self.seqs.get_mut(&e.seq).expect("a live page's sequence");
+        if fresh {
+            s.segments.push(chunk);
+        }
+        s.current[l] = (chunk, offset + bytes);
+        // The old slot: a slab slot becomes the sequence's spare (or is freed for the open
+        // epoch when it has one); a segment's stays a hole until the release.
+        let from = e.location;
+        if self.chunk_class[from.chunk as usize] != SEGMENT {
+            s.in_slab_live -= 1;
+            let prune = s.in_slab.len() > 2 * s.in_slab_live + 64;
+            let retire = if s.spare[l].0 == NONE {
+                s.spare[l] = (from.chunk, from.offset / from.slot_bytes, epoch);
+                false
+            } else {
+                true
+            };
+            if prune {
+                let mut list = std::mem::take(&mut s.in_slab);
+                list.retain(|&p| self.in_slab(p));
+                self.seqs.get_mut(&e.seq).expect("a live page's sequence").in_slab = list;
+            }
+            if retire {
+                self.retire_slot(from);
+            }
+        }
+        let content = e.format.content_bytes().expect("callers refuse open pages");
+        let (format, copied, compress) = if class == self.open {
+            (e.format, self.open_bytes, false)
+        } else {
+            (PageFormat::Compressed { bytes: content }, content, matches!(e.format, PageFormat::Bf16 { .. }))
+        };
+        self.entries[page as usize] = PageEntry { location: to(chunk, offset, bytes), format, ..e };
+        Some(Move { page, from, to: to(chunk, offset, bytes), bytes: copied, compress })
+    }
+
+    /// Whether a live page sits in a slab slot (not in a segment).
+    fn in_slab(&self, page: PageId) -> bool {
+        let c = self.entries[page as usize].location.chunk;
+        self.chunk_class[c as usize] != SEGMENT
     }
 
     /// Frees every page of `seq` (finished, or evicted by the scheduler to make room)
-    /// and releases what it still had reserved. Returns the pages freed. Their slots and
-    /// ids are reused after the open epoch completes.
+    /// and releases what it still had reserved: its segments and id blocks whole, its
+    /// slab pages one by one. Returns the pages freed. Their room and ids are reused
+    /// after the open epoch completes.
     ///
     /// # Errors
     /// [`Error::UnknownSeq`].
@@ -664,10 +799,38 @@ impl Pool {
         for (l, r) in self.layers.iter_mut().zip(&s.reserve) {
             l.reserved -= r;
         }
-        for &p in &s.pages {
-            let e = self.pages[p as usize].take().expect("a sequence's pages are live");
-            self.retire(e.location, p);
+        for &p in &s.in_slab {
+            if self.in_slab(p) {
+                self.retire_slot(self.entries[p as usize].location);
+            }
         }
+        for &(chunk, slot, _) in &s.spare {
+            if chunk != NONE {
+                self.retire_slot(Location {
+                    chunk,
+                    offset: slot * self.open_bytes,
+                    slot_bytes: self.open_bytes,
+                });
+            }
+        }
+        for &(c, used) in &s.current {
+            if c != NONE {
+                self.chunks[c as usize].used = used;
+            }
+        }
+        for &c in &s.segments {
+            self.chunk_class[c as usize] = RETIRED;
+        }
+        for &b in &s.blocks {
+            if let Some(c) = self.changes.as_mut() {
+                c.push(Change::FreeBlock { block: b, pages: self.block_used[b as usize] });
+            }
+            self.block_used[b as usize] = 0;
+        }
+        let epoch = self.submitted + 1;
+        self.pending_count += (s.segments.len() + s.blocks.len()) as u64;
+        self.pending.push_back(Pending { epoch, what: Retired::Segments(s.segments) });
+        self.pending.push_back(Pending { epoch, what: Retired::Blocks(s.blocks) });
         Ok(s.pages.len())
     }
 
@@ -675,14 +838,24 @@ impl Pool {
 
     /// Page `page`'s entry, or `None` when it is not live.
     pub fn entry(&self, page: PageId) -> Option<PageEntry> {
-        self.pages.get(page as usize).copied().flatten()
+        let used = *self.block_used.get((page / ID_BLOCK) as usize)?;
+        (page % ID_BLOCK < used).then(|| self.entries[page as usize])
     }
 
-    /// The page table: every live page and its entry, by page id. A device backend
-    /// uploads the changed entries (or the block tables resolved through it) with each
-    /// epoch.
+    /// The page table: every live page and its entry, by page id ascending. A device
+    /// backend mirrors it with the words of [`PageEntry::device_word`], updated by the
+    /// [`Change`]s of each epoch.
     pub fn page_table(&self) -> impl Iterator<Item = (PageId, PageEntry)> + '_ {
-        self.pages.iter().enumerate().filter_map(|(i, e)| e.map(|e| (i as PageId, e)))
+        self.block_used.iter().enumerate().flat_map(move |(b, &used)| {
+            let first = b as u32 * ID_BLOCK;
+            (first..first + used).map(move |p| (p, self.entries[p as usize]))
+        })
+    }
+
+    /// Page ids the page table spans: every live id is below it (a device page table
+    /// of this many words holds them all).
+    pub fn id_capacity(&self) -> u32 {
+        self.block_used.len() as u32 * ID_BLOCK
     }
 
     /// The pages of `seq` in allocation order (all layers), or `None` when unknown.
@@ -690,33 +863,65 @@ impl Pool {
         self.seqs.get(&seq).map(|s| &s.pages[..])
     }
 
+    /// The segments `seq` owns (all layers, in the order taken), or `None` when unknown.
+    pub fn seq_segments(&self, seq: SeqId) -> Option<&[ChunkId]> {
+        self.seqs.get(&seq).map(|s| &s.segments[..])
+    }
+
     /// Chunk `chunk`'s state, or `None` past the last chunk.
     pub fn chunk_info(&self, chunk: ChunkId) -> Option<ChunkInfo> {
         let c = self.chunks.get(chunk as usize)?;
-        Some(ChunkInfo {
+        let tag = self.chunk_class[chunk as usize];
+        let mut info = ChunkInfo {
             home: c.home,
-            layer: c.in_use().then_some(c.layer),
-            class: c.in_use().then_some(c.class as usize),
-            slots: c.slots,
-            live: c.live,
-            pending: c.pending,
-        })
+            layer: (tag != NONE).then_some(c.layer),
+            class: None,
+            owner: None,
+            slots: 0,
+            live: 0,
+            spare: 0,
+            pending: 0,
+            used_bytes: 0,
+        };
+        match tag {
+            NONE => {}
+            SEGMENT => {
+                let s = &self.seqs[&c.owner];
+                let here = |p: &&PageId| self.entries[**p as usize].location.chunk == chunk;
+                info.live = s.pages.iter().filter(here).count() as u32;
+                info.owner = Some(c.owner);
+                info.used_bytes = match s.current[c.layer as usize] {
+                    (current, used) if current == chunk => used,
+                    _ => c.used,
+                };
+            }
+            RETIRED => (info.pending, info.used_bytes) = (1, c.used),
+            class => {
+                let spares =
+                    self.seqs.values().flat_map(|s| &s.spare).filter(|sp| sp.0 == chunk).count() as u32;
+                (info.class, info.slots, info.live, info.spare, info.pending) =
+                    (Some(class as usize), c.slots, c.live - spares, spares, c.pending)
+            }
+        }
+        Some(info)
     }
 
     /// Totals over the pool.
     pub fn stats(&self) -> PoolStats {
         let mut s = PoolStats {
             shared_free: self.shared_free.len() as u32,
-            pending_slots: self.pending.len() as u64,
+            pending: self.pending_count,
+            segments_reclaimed: self.reclaimed,
             ..PoolStats::default()
         };
-        s.chunks_in_use = self.chunks.iter().filter(|c| c.in_use()).count() as u32;
+        s.chunks_in_use = self.chunk_class.iter().filter(|&&c| c != NONE).count() as u32;
+        s.segments = self.chunk_class.iter().filter(|&&c| c == SEGMENT || c == RETIRED).count() as u32;
         for (_, e) in self.page_table() {
             s.live_pages += 1;
             s.live_slot_bytes += u64::from(e.location.slot_bytes);
             s.live_content_bytes += u64::from(match e.format {
                 PageFormat::Compressed { bytes } => bytes,
-                _ => self.cfg.classes.open_bytes(),
+                _ => self.open_bytes,
             });
             s.open_pages += u64::from(e.format == PageFormat::Open);
         }
@@ -732,46 +937,34 @@ impl Pool {
         Ok(())
     }
 
-    fn set_format(&mut self, page: PageId, format: PageFormat) {
-        if let Some(e) = self.pages[page as usize].as_mut() {
-            e.format = format;
+    /// An empty chunk for layer `l`, private first, then shared. With `guard`, only if
+    /// the reservations still fit without it.
+    fn fresh_chunk(&mut self, l: usize, guard: bool) -> Option<ChunkId> {
+        let private = !self.layers[l].empty_private.is_empty();
+        if guard {
+            let adj = if private {
+                Adjust { layer: l, own_loss: self.open_spc, ..Adjust::default() }
+            } else {
+                Adjust { layer: l, shared_loss: 1, ..Adjust::default() }
+            };
+            if !self.fits(0, adj) {
+                return None;
+            }
         }
+        if private { self.layers[l].empty_private.pop() } else { self.shared_free.pop() }
     }
 
-    fn location(&self, chunk: ChunkId, slot: u32) -> Location {
-        let slot_bytes = self.cfg.classes.bytes()[self.chunks[chunk as usize].class as usize];
-        Location { chunk, offset: slot * slot_bytes, slot_bytes }
-    }
-
-    /// A free slot of `class` in layer `l`: from a partial chunk, else a fresh chunk
-    /// (private first, then shared). With `guard`, a fresh chunk is taken only if the
-    /// reservations still fit without it.
-    fn take_slot(&mut self, l: usize, class: usize, guard: bool) -> Option<(ChunkId, u32)> {
-        let chunk = match self.layers[l].partial[class].last() {
+    /// A free open-class slot in layer `l`: from a partial slab, else a fresh chunk
+    /// (private first, then shared).
+    fn take_slot(&mut self, l: usize) -> Option<(ChunkId, u32)> {
+        let chunk = match self.layers[l].partial.last() {
             Some(&c) => c,
             None => {
-                let private = !self.layers[l].empty_private.is_empty();
-                if guard {
-                    let adj = if private {
-                        Adjust { layer: l, own_loss: self.open_spc, ..Adjust::default() }
-                    } else {
-                        Adjust { layer: l, shared_loss: 1, ..Adjust::default() }
-                    };
-                    if !self.fits(0, adj) {
-                        return None;
-                    }
-                }
-                let c = if private { self.layers[l].empty_private.pop() } else { self.shared_free.pop() }?;
-                self.format_chunk(c, l, class);
+                let c = self.fresh_chunk(l, false)?;
+                self.format_slab(c, l);
                 c
             }
         };
-        Some((chunk, self.take_from(chunk, l, class)))
-    }
-
-    /// Takes the lowest free slot of `chunk` (in use by layer `l`, class `class`, with a
-    /// free slot).
-    fn take_from(&mut self, chunk: ChunkId, l: usize, class: usize) -> u32 {
         let base = chunk as usize * self.words;
         let bits = &mut self.free_bits[base..base + self.words];
         let w = bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot");
@@ -780,68 +973,57 @@ impl Pool {
         let ch = &mut self.chunks[chunk as usize];
         ch.live += 1;
         let full = ch.free_count() == 0;
-        if class == self.open {
-            self.layers[l].open_free -= 1;
-        }
+        self.layers[l].open_free -= 1;
         if full {
             self.partial_remove(chunk);
         }
-        slot
+        Some((chunk, slot))
     }
 
-    fn format_chunk(&mut self, c: ChunkId, l: usize, class: usize) {
-        let slots = self.class_spc[class];
+    fn format_slab(&mut self, c: ChunkId, l: usize) {
+        let slots = self.open_spc as u32;
+        self.chunk_class[c as usize] = self.open as u32;
         let ch = &mut self.chunks[c as usize];
-        ch.layer = l as u32;
-        ch.class = class as u32;
-        ch.slots = slots;
-        // Slots 0..slots free; the owners of an empty chunk are all NONE already.
+        (ch.layer, ch.slots, ch.live, ch.pending, ch.used) = (l as u32, slots, 0, 0, 0);
         let base = c as usize * self.words;
         for (w, word) in self.free_bits[base..base + self.words].iter_mut().enumerate() {
             let below = slots.saturating_sub(w as u32 * 64);
             *word = if below >= 64 { u64::MAX } else { (1u64 << below) - 1 };
         }
-        if class == self.open {
-            self.layers[l].open_free += u64::from(slots);
-        }
+        self.layers[l].open_free += u64::from(slots);
         self.partial_push(c);
     }
 
-    /// A live slot stops being live; it becomes reusable when the open epoch completes.
-    fn retire(&mut self, at: Location, page: PageId) {
+    /// A live slab slot stops being live; it becomes reusable when the open epoch
+    /// completes.
+    fn retire_slot(&mut self, at: Location) {
         let slot = at.offset / at.slot_bytes;
-        self.owners[at.chunk as usize * self.stride + slot as usize] = NONE;
         let ch = &mut self.chunks[at.chunk as usize];
         ch.live -= 1;
         ch.pending += 1;
-        self.pending.push_back(Pending { epoch: self.submitted + 1, chunk: at.chunk, slot, page });
+        self.pending_count += 1;
+        self.pending.push_back(Pending { epoch: self.submitted + 1, what: Retired::Slot(at.chunk, slot) });
     }
 
-    /// A pending slot becomes free; an empty chunk goes home.
+    /// A pending slab slot becomes free; an empty slab goes home.
     fn release_slot(&mut self, chunk: ChunkId, slot: u32) {
-        let open = self.open;
         self.free_bits[chunk as usize * self.words + (slot / 64) as usize] |= 1 << (slot % 64);
         let ch = &mut self.chunks[chunk as usize];
         ch.pending -= 1;
-        let (l, class) = (ch.layer as usize, ch.class as usize);
+        let l = ch.layer as usize;
         let was_full = ch.partial_pos == NONE;
         let empty = ch.live == 0 && ch.pending == 0;
-        if class == open {
-            self.layers[l].open_free += 1;
-        }
+        self.layers[l].open_free += 1;
         if was_full {
             self.partial_push(chunk);
         }
         if empty {
             self.partial_remove(chunk);
             let ch = &mut self.chunks[chunk as usize];
-            if class == open {
-                self.layers[l].open_free -= u64::from(ch.slots);
-            }
-            ch.layer = NONE;
-            ch.class = NONE;
+            self.layers[l].open_free -= u64::from(ch.slots);
             ch.slots = 0;
             let home = ch.home;
+            self.chunk_class[chunk as usize] = NONE;
             let base = chunk as usize * self.words;
             self.free_bits[base..base + self.words].fill(0);
             match home {
@@ -852,8 +1034,7 @@ impl Pool {
     }
 
     fn partial_push(&mut self, c: ChunkId) {
-        let ch = &self.chunks[c as usize];
-        let list = &mut self.layers[ch.layer as usize].partial[ch.class as usize];
+        let list = &mut self.layers[self.chunks[c as usize].layer as usize].partial;
         self.chunks[c as usize].partial_pos = list.len() as u32;
         list.push(c);
     }
@@ -861,7 +1042,7 @@ impl Pool {
     fn partial_remove(&mut self, c: ChunkId) {
         let ch = &self.chunks[c as usize];
         let pos = ch.partial_pos as usize;
-        let list = &mut self.layers[ch.layer as usize].partial[ch.class as usize];
+        let list = &mut self.layers[ch.layer as usize].partial;
         list.swap_remove(pos);
         if let Some(&moved) = list.get(pos) {
             self.chunks[moved as usize].partial_pos = pos as u32;
@@ -869,7 +1050,7 @@ impl Pool {
         self.chunks[c as usize].partial_pos = NONE;
     }
 
-    // ----- trace -------------------------------------------------------------------
+    // ----- trace and changes -------------------------------------------------------
 
     /// Starts (`true`) or stops recording every operation and its outcome as trace lines
     /// (`crate::trace`); starting writes the configuration line first.
@@ -885,6 +1066,29 @@ impl Pool {
     /// The last trace line recorded, if recording.
     pub(crate) fn last_trace_line(&self) -> Option<&str> {
         self.trace.as_ref()?.last().map(String::as_str)
+    }
+
+    /// Forgets the lines recorded so far and goes on recording.
+    pub(crate) fn clear_trace(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.clear();
+        }
+    }
+
+    /// The sequences the pool knows (reserved and not released), in no order.
+    pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.seqs.keys().copied()
+    }
+
+    /// Starts (`true`) or stops recording the [`Change`]s a device mirror needs.
+    pub fn record_changes(&mut self, on: bool) {
+        self.changes = on.then(Vec::new);
+    }
+
+    /// The changes recorded since the last call (in operation order; empty when not
+    /// recording). Recording goes on.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.changes.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn log(&mut self, line: impl FnOnce(&Pool) -> String) {
@@ -932,6 +1136,11 @@ impl std::hash::Hasher for SeqHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+}
+
+/// The location `offset` bytes into `chunk`, `slot_bytes` long.
+fn to(chunk: ChunkId, offset: u32, slot_bytes: u32) -> Location {
+    Location { chunk, offset, slot_bytes }
 }
 
 /// `chunk:offset:slot_bytes`: a location in a trace line.

@@ -5,7 +5,7 @@
 //! The first line is the configuration:
 //!
 //! ```text
-//! kvcodec-pool trace v1 layers=32 chunk_bytes=2097152 private_chunks=8 shared_chunks=1000 page_tokens=16 classes=49152,50176,65536
+//! kvcodec-pool trace v2 layers=32 chunk_bytes=2097152 private_chunks=8 shared_chunks=1000 page_tokens=16 tail_fill_percent=50 classes=49152,50176,65536
 //! ```
 //!
 //! then one line per operation, `op args => outcome` (locations are
@@ -19,7 +19,6 @@
 //! | `alloc SEQ LAYER => PAGE C:O:S` | [`Pool::alloc`] | the page id and its location |
 //! | `compress PAGE BYTES => moved C:O:S` | [`Pool::compress`] | the new location, or `kept` |
 //! | `move PAGE => C:O:S` | [`Pool::move_page`] | the new location |
-//! | `compact LAYER MAX => PAGE@C:O:S ...` | [`Pool::compact`] | every move, in order |
 //! | `release SEQ => N` | [`Pool::release`] | pages freed |
 //!
 //! Errors appear as `err MESSAGE` in the outcome and must replay to the same message.
@@ -30,7 +29,7 @@ use crate::config::{PoolConfig, SizeClasses};
 use crate::pool::Pool;
 
 /// The first word of a trace's configuration line, then the version.
-pub const TRACE_MAGIC: &str = "kvcodec-pool trace v1";
+pub const TRACE_MAGIC: &str = "kvcodec-pool trace v2";
 
 /// A replay that could not parse a line, or got another outcome than the trace's.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -66,12 +65,13 @@ pub enum ReplayError {
 pub fn config_line(cfg: &PoolConfig) -> String {
     let classes: Vec<String> = cfg.classes.bytes().iter().map(u32::to_string).collect();
     format!(
-        "{TRACE_MAGIC} layers={} chunk_bytes={} private_chunks={} shared_chunks={} page_tokens={} classes={}",
+        "{TRACE_MAGIC} layers={} chunk_bytes={} private_chunks={} shared_chunks={} page_tokens={} tail_fill_percent={} classes={}",
         cfg.layers,
         cfg.chunk_bytes,
         cfg.private_chunks,
         cfg.shared_chunks,
         cfg.page_tokens,
+        cfg.tail_fill_percent,
         classes.join(",")
     )
 }
@@ -103,21 +103,38 @@ pub fn parse_config(text: &str) -> Result<PoolConfig, ReplayError> {
         private_chunks: narrow(num("private_chunks")?)?,
         shared_chunks: narrow(num("shared_chunks")?)?,
         page_tokens: narrow(num("page_tokens")?)?,
+        tail_fill_percent: narrow(num("tail_fill_percent")?)?,
         classes: SizeClasses::new(classes).map_err(|source| ReplayError::Config { source })?,
     })
 }
 
 /// Replays a whole trace on a fresh CPU pool and checks every outcome; returns the pool
-/// as the trace leaves it. The device allocator's replay test does the same on the GPU
-/// and compares its page table with this model's.
+/// as the trace leaves it. The device replay ([`crate::gpu::replay_on_device`]) does the
+/// same through [`replay_with`] and mirrors every epoch on the GPU.
 ///
 /// # Errors
 /// The first line that does not parse or replays to another outcome.
 pub fn replay(text: &str) -> Result<Pool, ReplayError> {
+    replay_with(text, false, |_, _| Ok(()))
+}
+
+/// [`replay`], calling `after(pool, line)` after each operation line has replayed and
+/// matched (the pool then holds the line's outcome). With `changes`, the pool records
+/// its [`crate::Change`]s from the first operation on (`after` takes them).
+///
+/// # Errors
+/// The first line that does not parse or replays to another outcome, as `E`, or the
+/// first error of `after`.
+pub fn replay_with<E: From<ReplayError>>(
+    text: &str,
+    changes: bool,
+    mut after: impl FnMut(&mut Pool, &str) -> Result<(), E>,
+) -> Result<Pool, E> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty());
     let (_, first) = lines.next().ok_or(ReplayError::Parse { line: 1, text: String::new() })?;
     let mut pool = Pool::new(parse_config(first)?).map_err(|source| ReplayError::Config { source })?;
     pool.record_trace(true);
+    pool.record_changes(changes);
     for (line, text) in lines {
         let bad = || ReplayError::Parse { line, text: text.to_string() };
         let op = text.split_once(" => ").map_or(text, |(op, _)| op);
@@ -134,14 +151,18 @@ pub fn replay(text: &str) -> Result<Pool, ReplayError> {
             Some("alloc") => pool.alloc(n(1)?, n32(2)?).map(drop),
             Some("compress") => pool.compress(n32(1)?, n32(2)?).map(drop),
             Some("move") => pool.move_page(n32(1)?).map(drop),
-            Some("compact") => pool.compact(n32(1)?, usize::try_from(n(2)?).map_err(|_| bad())?).map(drop),
             Some("release") => pool.release(n(1)?).map(drop),
-            _ => return Err(bad()),
+            _ => return Err(bad().into()),
         };
         let got = pool.last_trace_line().unwrap_or_default();
         if got != text {
-            return Err(ReplayError::Mismatch { line, expected: text.to_string(), got: got.to_string() });
+            return Err(
+                ReplayError::Mismatch { line, expected: text.to_string(), got: got.to_string() }.into()
+            );
         }
+        // One line at a time: what the model keeps would grow with the trace.
+        pool.clear_trace();
+        after(&mut pool, text)?;
     }
     pool.record_trace(false);
     Ok(pool)

@@ -1,14 +1,18 @@
-//! Property tests: random admit / append / compress / move / compact / finish / evict /
-//! step sequences on small pools, checked after every operation against a simple model
-//! (the live pages of each sequence, the reservations, the freed regions and the epoch
-//! that frees them): no overlap of live slots, no page lost, no slot handed out while a
-//! read of its old page may be in flight, admission exact (what it reports can be
-//! reserved and allocated, one more cannot), and no leak once everything finishes.
+//! Property tests: random admit / append / compress / move / finish / evict / step
+//! sequences on small pools, checked after every operation against a simple model (the
+//! live pages of each sequence, the reservations, the freed regions and the epoch that
+//! frees them): no overlap of live slots, no page lost, no slot or segment handed out
+//! while a read of its old page may be in flight, every segment owned by one running
+//! sequence and holding only its pages of one layer, a released sequence's segments
+//! waiting whole for their epoch, the device mirror built from the recorded changes equal
+//! to the page table, admission exact (what it reports can be reserved and allocated, one
+//! more cannot), and no leak once everything finishes.
 
 use std::collections::BTreeMap;
 
 use kvcodec_pool::{
-    CompressOutcome, Error, Location, PageFormat, PageId, Pool, PoolConfig, SeqId, SizeClasses,
+    Change, CompressOutcome, Error, ID_BLOCK, INVALID_WORD, Location, PageFormat, PageId, Pool, PoolConfig,
+    SLOT_ALIGN, SeqId, SizeClasses,
 };
 use proptest::prelude::*;
 
@@ -26,8 +30,6 @@ enum Op {
     Compress { page: usize, bytes: u32 },
     /// Full page `page % full` moves.
     Move { page: usize },
-    /// Compact layer `layer % layers`.
-    Compact { layer: u32, max: usize },
     /// Sequence `seq % live` finishes (or is evicted: the same for the allocator).
     Finish { seq: usize },
     /// The compressed reservation policy's append: sequence `seq % live` takes a page in
@@ -44,7 +46,6 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (any::<usize>(), 0u32..4).prop_map(|(seq, layer)| Op::Append { seq, layer }),
         4 => (any::<usize>(), 1u32..80).prop_map(|(page, bytes)| Op::Compress { page, bytes }),
         1 => any::<usize>().prop_map(|page| Op::Move { page }),
-        1 => (0u32..4, 0usize..8).prop_map(|(layer, max)| Op::Compact { layer, max }),
         1 => any::<usize>().prop_map(|seq| Op::Finish { seq }),
         2 => any::<usize>().prop_map(|seq| Op::GrowOrPreempt { seq }),
         3 => (0u64..3).prop_map(|lag| Op::Step { lag }),
@@ -65,12 +66,43 @@ struct Model {
     freed_ids: Vec<(PageId, u64)>,
     next_seq: SeqId,
     epoch: u64,
+    /// The device page table as the recorded changes build it, by id.
+    mirror: Vec<u64>,
 }
 
 impl Model {
     fn free(&mut self, pool: &Pool, at: Location) {
         let start = at.arena_offset(CHUNK);
         self.freed.push((start, start + u64::from(at.slot_bytes), pool.submitted() + 1));
+    }
+
+    /// A page's old location is freed at once when it was a slab slot; a segment's
+    /// extent stays held until the sequence is released.
+    fn free_if_slab(&mut self, pool: &Pool, at: Location, was_slab: bool) {
+        if was_slab {
+            self.free(pool, at);
+        }
+    }
+
+    /// Applies the changes the pool recorded to the mirror, as a device backend does.
+    fn mirror(&mut self, pool: &mut Pool) {
+        for c in pool.take_changes() {
+            let (page, word) = match c {
+                Change::Alloc { page, at } => (page, at.arena_offset(CHUNK) << 1),
+                Change::Move(m) => {
+                    (m.page, (m.to.arena_offset(CHUNK) << 1) | u64::from(m.to.slot_bytes < OPEN))
+                }
+                Change::FreeBlock { block, pages } => {
+                    let first = (block * ID_BLOCK) as usize;
+                    self.mirror.get_mut(first..first + pages as usize).unwrap().fill(INVALID_WORD);
+                    continue;
+                }
+            };
+            if self.mirror.len() <= page as usize {
+                self.mirror.resize(page as usize + 1, INVALID_WORD);
+            }
+            self.mirror[page as usize] = word;
+        }
     }
 
     /// A location handed out must not overlap a freed range whose epoch has not completed.
@@ -88,18 +120,21 @@ impl Model {
 }
 
 fn pool_strategy() -> impl Strategy<Value = Pool> {
-    (1u32..4, 0u32..4, 0u32..6).prop_map(|(layers, private_chunks, shared_chunks)| {
-        let classes = SizeClasses::stepped(16, OPEN, 16).unwrap();
-        Pool::new(PoolConfig {
-            layers,
-            chunk_bytes: CHUNK,
-            private_chunks,
-            shared_chunks,
-            page_tokens: 16,
-            classes,
-        })
-        .unwrap()
-    })
+    (1u32..4, 0u32..4, 0u32..6, prop_oneof![Just(0u32), Just(50)]).prop_map(
+        |(layers, private_chunks, shared_chunks, tail_fill_percent)| {
+            let classes = SizeClasses::stepped(16, OPEN, 16).unwrap();
+            Pool::new(PoolConfig {
+                layers,
+                chunk_bytes: CHUNK,
+                private_chunks,
+                shared_chunks,
+                page_tokens: 16,
+                classes,
+                tail_fill_percent,
+            })
+            .unwrap()
+        },
+    )
 }
 
 /// The invariants that must hold after every operation.
@@ -117,10 +152,29 @@ fn check(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
         prop_assert_eq!((e.seq, e.layer, e.format == PageFormat::Open), (seq, layer, open));
         let info = pool.chunk_info(e.location.chunk).unwrap();
         prop_assert_eq!(info.layer, Some(layer));
-        let class = info.class.unwrap();
-        prop_assert_eq!(cfg.classes.bytes()[class], e.location.slot_bytes);
+        prop_assert!(cfg.classes.bytes().contains(&e.location.slot_bytes));
         prop_assert!(u64::from(e.location.offset + e.location.slot_bytes) <= CHUNK);
-        prop_assert_eq!(e.location.offset % e.location.slot_bytes, 0);
+        match (info.class, info.owner) {
+            (Some(class), None) => {
+                // A slab slot: open or kept BF16 pages of the open class.
+                prop_assert_eq!(class, cfg.classes.open());
+                prop_assert_eq!(e.location.slot_bytes, OPEN);
+                prop_assert_eq!(e.location.offset % OPEN, 0);
+                prop_assert!(
+                    !matches!(e.format, PageFormat::Compressed { .. }),
+                    "page {} compressed in a slab",
+                    page
+                );
+            }
+            (None, Some(owner)) => {
+                // An extent of the owner's segment of this layer, below what it handed out.
+                prop_assert_eq!(owner, seq, "page {} in another sequence's segment", page);
+                prop_assert!(e.format != PageFormat::Open);
+                prop_assert_eq!(e.location.offset % SLOT_ALIGN, 0);
+                prop_assert!(e.location.offset + e.location.slot_bytes <= info.used_bytes);
+            }
+            other => prop_assert!(false, "page {} in chunk {:?}: {:?}", page, info, other),
+        }
         if let Some(b) = e.format.content_bytes() {
             let kept = matches!(e.format, PageFormat::Bf16 { .. });
             prop_assert!(
@@ -140,16 +194,32 @@ fn check(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
     for w in ranges.windows(2) {
         prop_assert!(w[0].1 <= w[1].0, "pages {} and {} overlap", w[0].2, w[1].2);
     }
-    // Chunk accounting: live counts match, nothing over capacity, empty chunks are free.
-    let mut pending = 0u64;
+    // Chunk accounting: live counts match, nothing over capacity, empty chunks are free,
+    // every segment belongs to a running sequence.
     for c in 0..cfg.chunks() {
         let info = pool.chunk_info(c).unwrap();
         prop_assert_eq!(info.live, per_chunk[c as usize]);
-        prop_assert!(info.live + info.pending <= info.slots);
-        prop_assert_eq!(info.class.is_some(), info.live + info.pending > 0, "chunk {} {:?}", c, info);
-        pending += u64::from(info.pending);
+        if info.class.is_some() {
+            prop_assert!(info.live + info.spare + info.pending <= info.slots);
+            prop_assert!(info.live + info.spare + info.pending > 0, "chunk {} {:?}", c, info);
+        } else if let Some(owner) = info.owner {
+            prop_assert!(model.reserve.contains_key(&owner), "segment {} of finished sequence {}", c, owner);
+            prop_assert!(info.used_bytes > 0 && u64::from(info.used_bytes) <= CHUNK);
+        } else if info.layer.is_some() {
+            prop_assert_eq!((info.live, info.pending), (0, 1), "a released segment waits whole");
+        }
     }
-    prop_assert_eq!(pending, pool.stats().pending_slots);
+    // The mirror built from the recorded changes is the page table's device words.
+    let words: BTreeMap<PageId, u64> = table.iter().map(|(p, e)| (*p, e.device_word(CHUNK))).collect();
+    for (id, &word) in model.mirror.iter().enumerate() {
+        prop_assert_eq!(
+            word,
+            words.get(&(id as PageId)).copied().unwrap_or(INVALID_WORD),
+            "mirror of id {}",
+            id
+        );
+    }
+    prop_assert!(words.keys().all(|&p| (p as usize) < model.mirror.len()));
     // Reservations match the model.
     for (seq, r) in &model.reserve {
         prop_assert_eq!(pool.reserved(*seq), Some(&r[..]));
@@ -223,6 +293,7 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
                 if let CompressOutcome::Moved(m) = pool.compress(p, bytes).unwrap() {
                     prop_assert_eq!(m.from, before);
                     prop_assert!(m.to.slot_bytes >= bytes && m.to.slot_bytes < OPEN);
+                    prop_assert_eq!(pool.chunk_info(m.to.chunk).unwrap().owner, Some(model.pages[&p].0));
                     model.check_fresh(pool, m.to)?;
                     model.free(pool, before);
                 }
@@ -233,22 +304,16 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
             let full: Vec<PageId> = model.pages.iter().filter(|(_, v)| !v.2).map(|(&p, _)| p).collect();
             if let Some(&p) = full.get(page % full.len().max(1)) {
                 let before = pool.entry(p).unwrap().location;
+                let was_slab = pool.chunk_info(before.chunk).unwrap().class.is_some();
                 match pool.move_page(p) {
                     Ok(m) => {
                         prop_assert_ne!(m.to.chunk, before.chunk);
+                        prop_assert_eq!(pool.chunk_info(m.to.chunk).unwrap().owner, Some(model.pages[&p].0));
                         model.check_fresh(pool, m.to)?;
-                        model.free(pool, before);
+                        model.free_if_slab(pool, before, was_slab);
                     }
                     Err(e) => prop_assert_eq!(e, Error::NoCapacity { layer: model.pages[&p].1 }),
                 }
-            }
-        }
-        Op::Compact { layer, max } => {
-            let moves = pool.compact(layer % layers, max).unwrap();
-            prop_assert!(moves.len() <= max);
-            for m in moves {
-                model.check_fresh(pool, m.to)?;
-                model.free(pool, m.from);
             }
         }
         Op::Finish { seq } if !seqs.is_empty() => finish(pool, model, seqs[seq % seqs.len()])?,
@@ -296,11 +361,23 @@ fn finish(pool: &mut Pool, model: &mut Model, seq: SeqId) -> Result<(), TestCase
     let mine: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.0 == seq).map(|(&p, _)| p).collect();
     for &p in &mine {
         let at = pool.entry(p).unwrap().location;
-        model.free(pool, at);
+        let was_slab = pool.chunk_info(at.chunk).unwrap().class.is_some();
+        model.free_if_slab(pool, at, was_slab);
         model.freed_ids.push((p, pool.submitted() + 1));
         model.pages.remove(&p);
     }
+    // Its segments are freed whole.
+    let segments = pool.seq_segments(seq).unwrap().to_vec();
+    for &c in &segments {
+        model.free(pool, Location { chunk: c, offset: 0, slot_bytes: CHUNK as u32 });
+    }
+    let reclaimed = pool.stats().segments_reclaimed;
     prop_assert_eq!(pool.release(seq).unwrap(), mine.len());
+    for &c in &segments {
+        let info = pool.chunk_info(c).unwrap();
+        prop_assert_eq!((info.owner, info.pending), (None, 1), "segment {} waits for its epoch", c);
+    }
+    prop_assert_eq!(pool.stats().segments_reclaimed, reclaimed, "nothing reclaimed before the epoch");
     model.reserve.remove(&seq);
     Ok(())
 }
@@ -311,9 +388,11 @@ proptest! {
     #[test]
     fn random_serving_sequences_keep_the_invariants(mut pool in pool_strategy(), ops in prop::collection::vec(op(), 1..120)) {
         let mut model = Model::default();
+        pool.record_changes(true);
         check(&pool, &model)?;
         for op in ops {
             apply(&mut pool, &mut model, op)?;
+            model.mirror(&mut pool);
             check(&pool, &model)?;
         }
         // No leak: finishing everything and completing every epoch frees every chunk.
@@ -324,8 +403,11 @@ proptest! {
         pool.submit(last).unwrap();
         pool.complete(last).unwrap();
         let cfg = pool.config().clone();
+        model.mirror(&mut pool);
+        prop_assert!(model.mirror.iter().all(|&w| w == INVALID_WORD), "the mirror holds no live word");
         prop_assert_eq!(pool.page_table().count(), 0);
         prop_assert_eq!(pool.stats().chunks_in_use, 0);
+        prop_assert_eq!(pool.stats().pending, 0);
         prop_assert_eq!(pool.stats().shared_free, cfg.shared_chunks);
         prop_assert_eq!(pool.admissible_pages(), u64::from(cfg.private_chunks + cfg.shared_chunks / cfg.layers) * u64::from(cfg.slots_per_chunk(cfg.classes.open())));
     }

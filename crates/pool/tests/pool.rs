@@ -1,7 +1,11 @@
 //! Hand-built cases: the seed's cross-layer example, stream-ordered reuse, exact
-//! admission, the reservation guard on compression, compaction, errors, traces.
+//! admission, the reservation guard on compression, packing into request-owned segments
+//! and their release per segment, errors, traces.
 
-use kvcodec_pool::{ChunkHome, CompressOutcome, Error, PageFormat, Pool, PoolConfig, SizeClasses, trace};
+use kvcodec_pool::{
+    Change, ChunkHome, CompressOutcome, Error, ID_BLOCK, INVALID_WORD, PageFormat, Pool, PoolConfig,
+    SizeClasses, trace,
+};
 
 /// 64-byte open pages, compressed classes 16, 32, 48; 256-byte chunks (4 open slots).
 fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
@@ -13,6 +17,7 @@ fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
         shared_chunks,
         page_tokens: 16,
         classes,
+        tail_fill_percent: 0,
     })
     .unwrap()
 }
@@ -67,7 +72,7 @@ fn a_freed_slot_is_reused_only_after_its_epoch_completes() {
     pool.complete(2).unwrap();
     // Three slots of the chunk are free (a's again), one holds b.
     assert_eq!(pool.admissible_pages(), 1);
-    assert_eq!(pool.stats().pending_slots, 0);
+    assert_eq!(pool.stats().pending, 0);
 }
 
 #[test]
@@ -153,39 +158,88 @@ fn a_kept_page_compresses_later_by_moving() {
 }
 
 #[test]
-fn compaction_empties_the_sparsest_chunk() {
-    let mut pool = tiny(1, 16, 0);
-    for seq in 1..=3 {
-        pool.reserve(seq, 8).unwrap();
-    }
-    // 24 pages of 16 bytes, interleaved: a full 16-slot class chunk and one holding 8.
-    for _ in 0..8 {
-        for seq in 1..=3 {
-            let p = pool.alloc(seq, 0).unwrap();
-            assert!(matches!(pool.compress(p, 16).unwrap(), CompressOutcome::Moved(_)));
+fn a_sequence_packs_its_compressed_pages_in_its_own_segments() {
+    let mut pool = tiny(1, 8, 0);
+    pool.reserve(1, 20).unwrap();
+    pool.reserve(2, 2).unwrap();
+    // Sequence 1: 20 pages compressed to 16 bytes (16 per 256-byte segment), with two of
+    // sequence 2's in between; a step completes after each page (its open slot is free
+    // again).
+    let mut pages = Vec::new();
+    for i in 0..20u64 {
+        pool.submit(i + 1).unwrap();
+        pool.complete(i + 1).unwrap();
+        let p = pool.alloc(1, 0).unwrap();
+        assert!(matches!(pool.compress(p, 10).unwrap(), CompressOutcome::Moved(_)));
+        pages.push(p);
+        if i % 10 == 3 {
+            let q = pool.alloc(2, 0).unwrap();
+            let CompressOutcome::Moved(m) = pool.compress(q, 30).unwrap() else { panic!("room") };
+            assert_eq!(pool.chunk_info(m.to.chunk).unwrap().owner, Some(2));
         }
     }
-    let class_chunks =
-        |pool: &Pool| (0..16).filter(|&c| pool.chunk_info(c).unwrap().class == Some(0)).count();
-    assert_eq!(class_chunks(&pool), 2);
-    pool.release(2).unwrap(); // 5 pages of the first chunk, 3 of the second
+    let segments = pool.seq_segments(1).unwrap().to_vec();
+    assert_eq!(segments.len(), 2);
+    for (i, &p) in pages.iter().enumerate() {
+        let at = pool.entry(p).unwrap().location;
+        assert_eq!((at.chunk, at.offset, at.slot_bytes), (segments[i / 16], 16 * (i as u32 % 16), 16));
+    }
+    let info = pool.chunk_info(segments[1]).unwrap();
+    assert_eq!((info.owner, info.live, info.used_bytes, info.class), (Some(1), 4, 64, None));
+    // The release frees both segments whole once its epoch completes.
+    pool.submit(21).unwrap();
+    pool.complete(21).unwrap();
+    let free_before = pool.admissible_pages();
+    assert_eq!(pool.release(1).unwrap(), 20);
+    assert!(pool.entry(pages[0]).is_none(), "released pages leave the page table at once");
+    assert_eq!(pool.chunk_info(segments[0]).unwrap().pending, 1);
+    assert_eq!(pool.admissible_pages(), free_before, "nothing is reusable before the epoch");
+    pool.submit(22).unwrap();
+    pool.complete(22).unwrap();
+    assert!(pool.admissible_pages() > free_before);
+    assert_eq!(pool.stats().segments_reclaimed, 2);
+    for c in segments {
+        assert_eq!(pool.chunk_info(c).unwrap().layer, None);
+    }
+    assert_eq!(pool.stats().segments, 1, "sequence 2's segment stays");
+}
+
+#[test]
+fn moving_a_compressed_page_leaves_a_hole_until_the_release() {
+    let mut pool = tiny(1, 4, 0);
+    pool.reserve(1, 2).unwrap();
+    let p = pool.alloc(1, 0).unwrap();
+    let CompressOutcome::Moved(first) = pool.compress(p, 32).unwrap() else { panic!("room") };
+    let m = pool.move_page(p).unwrap();
+    assert_eq!((m.from, m.compress, m.bytes), (first.to, false, 32));
+    assert_ne!(m.to.chunk, m.from.chunk, "a move goes to another segment");
+    assert_eq!(pool.chunk_info(m.from.chunk).unwrap().live, 0);
+    assert_eq!(pool.chunk_info(m.from.chunk).unwrap().owner, Some(1), "the hole stays the sequence's");
+    assert_eq!(pool.seq_segments(1).unwrap(), &[m.from.chunk, m.to.chunk]);
+    pool.release(1).unwrap();
     pool.submit(1).unwrap();
     pool.complete(1).unwrap();
-    let moves = pool.compact(0, 100).unwrap();
-    assert_eq!(moves.len(), 5, "the second chunk's 5 pages fill the first's 5 free slots");
-    assert_eq!(pool.compact(0, 100).unwrap(), vec![], "nothing left to compact");
-    pool.submit(2).unwrap();
-    pool.complete(2).unwrap();
-    assert_eq!(class_chunks(&pool), 1);
-    // Every page still resolves, none lost.
-    for seq in [1, 3] {
-        let pages = pool.seq_pages(seq).unwrap();
-        assert!(
-            pages
-                .iter()
-                .all(|&p| pool.entry(p).is_some_and(|e| e.format == PageFormat::Compressed { bytes: 16 }))
-        );
-    }
+    assert_eq!(pool.stats().chunks_in_use, 0);
+}
+
+#[test]
+fn recorded_changes_say_what_the_device_mirrors() {
+    let mut pool = tiny(1, 4, 0);
+    pool.record_changes(true);
+    pool.reserve(1, 2).unwrap();
+    let p = pool.alloc(1, 0).unwrap();
+    let at = pool.entry(p).unwrap().location;
+    let CompressOutcome::Moved(m) = pool.compress(p, 20).unwrap() else { panic!("room") };
+    assert_eq!(pool.take_changes(), vec![Change::Alloc { page: p, at }, Change::Move(m)]);
+    let e = pool.entry(p).unwrap();
+    assert_eq!(e.device_word(256), (m.to.arena_offset(256) << 1) | 1);
+    let q = pool.alloc(1, 0).unwrap();
+    assert_eq!(pool.compress(q, 64).unwrap(), CompressOutcome::Kept);
+    assert_eq!(pool.entry(q).unwrap().device_word(256) & 1, 0, "a kept page is read as BF16");
+    pool.take_changes();
+    pool.release(1).unwrap();
+    assert_eq!(pool.take_changes(), vec![Change::FreeBlock { block: p / ID_BLOCK, pages: 2 }]);
+    assert_ne!(pool.entry(q).map(|e| e.device_word(256)), Some(INVALID_WORD));
 }
 
 #[test]
@@ -215,6 +269,7 @@ fn configurations_are_checked() {
         shared_chunks: 0,
         page_tokens: 16,
         classes: SizeClasses::new(classes).unwrap(),
+        tail_fill_percent: 0,
     };
     assert_eq!(SizeClasses::new(vec![]), Err(Error::NoClasses));
     assert_eq!(SizeClasses::new(vec![24]), Err(Error::ClassNotAligned { bytes: 24, align: 16 }));
@@ -249,7 +304,6 @@ fn a_trace_replays_and_a_changed_outcome_is_caught() {
     pool.reserve(2, 2).unwrap();
     let p = pool.alloc(2, 1).unwrap();
     pool.compress(p, 30).unwrap();
-    pool.compact(0, 8).unwrap();
     pool.release(1).unwrap();
     let lines = pool.take_trace();
     let text = lines.join("\n");
@@ -282,4 +336,36 @@ fn moving_a_kept_page_to_another_open_slot_respects_reservations() {
     for layer in 0..3 {
         pool.alloc(2, layer).unwrap();
     }
+}
+
+#[test]
+fn a_tail_too_short_to_fill_half_a_segment_stays_bf16() {
+    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
+    let cfg = PoolConfig {
+        layers: 1,
+        chunk_bytes: 256,
+        private_chunks: 8,
+        shared_chunks: 0,
+        page_tokens: 16,
+        classes,
+        tail_fill_percent: 50,
+    };
+    let mut pool = Pool::new(cfg).unwrap();
+    // Sequence 1 will hold 8 more 16-byte pages: 9 x 16 = 144 bytes fill half of 256.
+    pool.reserve(1, 9).unwrap();
+    let p = pool.alloc(1, 0).unwrap();
+    assert!(matches!(pool.compress(p, 16).unwrap(), CompressOutcome::Moved(_)));
+    // Sequence 2, 2 pages to come: 2 x 16 = 32 bytes would leave its segment mostly empty.
+    pool.reserve(2, 2).unwrap();
+    let q = pool.alloc(2, 0).unwrap();
+    assert_eq!(pool.compress(q, 16).unwrap(), CompressOutcome::Kept);
+    assert_eq!(pool.seq_segments(2).unwrap(), &[] as &[u32]);
+    // Within an existing segment the rule does not apply: sequence 1's last page packs.
+    for _ in 0..8 {
+        let r = pool.alloc(1, 0).unwrap();
+        assert!(matches!(pool.compress(r, 16).unwrap(), CompressOutcome::Moved(_)));
+    }
+    assert_eq!(pool.seq_segments(1).unwrap().len(), 1);
+    let bad = PoolConfig { tail_fill_percent: 101, ..pool.config().clone() };
+    assert_eq!(Pool::new(bad).err(), Some(Error::TailFill { percent: 101 }));
 }
