@@ -16,7 +16,7 @@ use bf16_field::{KvCache, KvKind, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::bases::Bases;
-use crate::block::{self, FragmentOrder, TagCounts, block_info};
+use crate::block::{self, FragmentOrder, HeadTables, TagCounts, block_info};
 use crate::format::{
     BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, FLAG_CHECKSUM, FLAG_SELF_CALIBRATED, HEADER_LEN,
     KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION, header,
@@ -634,12 +634,12 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
         }
     }
     let orders = KvKind::BOTH.map(|kind| FragmentOrder::new(kind, block));
-    // The 3-bit addends of every (layer, kind, head) in fragment order, made once.
-    let base_addends: Vec<Vec<u8>> = (0..2 * s.layers * s.kv_heads)
+    // The decoding tables of every (layer, kind, head), made once.
+    let tables: Vec<HeadTables> = (0..2 * s.layers * s.kv_heads)
         .map(|th| {
             let (tensor, head) = (th / s.kv_heads, th % s.kv_heads);
             let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
-            orders[tensor % 2].base_addends(bases)
+            orders[tensor % 2].head_tables(bases)
         })
         .collect();
     out.par_chunks_exact_mut(s.values_per_tensor()).enumerate().for_each(|(tensor, words)| {
@@ -654,8 +654,8 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
                     Some(_) => {
                         let slot = &bytes[sec.slots + i * capacity..sec.slots + (i + 1) * capacity];
                         let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
-                        let base_addends = &base_addends[tensor * s.kv_heads + head];
-                        block::decode_checked(slot, bases, base_addends, block, &orders[tensor % 2], out, hd);
+                        let tables = &tables[tensor * s.kv_heads + head];
+                        block::decode_checked(slot, bases, tables, block, &orders[tensor % 2], out, hd);
                     }
                     None => {
                         let at = sec.overflow + raw_index[i] * block.raw_len();
