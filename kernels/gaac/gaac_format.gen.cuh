@@ -28,6 +28,7 @@
 #define GAAC_SCAN_THREADS 1024                           // threads of the encoder's header CTA
 #define GAAC_DECODE_STAGES 2                             // slots per decoder warp's cp.async ring
 #define GAAC_TILE_PAD 8                                  // padding words per row of a warp's [16, D] tile
+#define GAAC_CALIBRATE_THREADS 32                        // threads (one warp) per CTA of the calibration kernel
 
 // Device status values: the first problem's code (atomicCAS from 0).
 #define GAAC_DECODE_BASE_OUT_OF_RANGE 1u                 // a base above 248

@@ -1,12 +1,14 @@
-//! `cargo xtask cpu-bench`: ZipFusion's CPU codec timed on one thread and on every thread
-//! (its per-core decode throughput, which `cargo xtask bench` does not separate), with the
-//! bench's method (wall-clock medians after warm-ups, GB/s of uncompressed BF16, round
-//! trip checked before a number is printed).
+//! `cargo xtask cpu-bench`: the CPU codecs of ZipFusion and GAAC timed on one thread and
+//! on every thread (their per-core decode throughput, which `cargo xtask bench` does not
+//! separate), with the bench's method (wall-clock medians after warm-ups, GB/s of
+//! uncompressed BF16, round trip checked before a number is printed). GAAC's bases come
+//! from the bench's calibration input (the same model's other fixture when there is one).
 
 use std::path::PathBuf;
 
 use anyhow::ensure;
-use bf16_field::CacheCodec;
+use bf16_field::{CacheCodec, KvCache};
+use gaac::GaacCodec;
 use zipfusion::{Variant, ZipfusionCodec};
 
 use crate::bench::{Method, TileAxis, median_secs};
@@ -27,21 +29,28 @@ pub(crate) struct CpuBenchArgs {
     warmup: usize,
 }
 
-/// Every codec this command times, in table order.
-const CODECS: &[ZipfusionCodec] = &[
+/// Every ZipFusion codec this command times, in table order.
+const ZIPFUSION: &[ZipfusionCodec] = &[
     ZipfusionCodec { variant: Variant::Base, checksum: false },
     ZipfusionCodec { variant: Variant::ZeroAware, checksum: false },
 ];
+/// GAAC's row: calibrated bases from another input of the same model.
+const GAAC: &str = "gaac";
+
+/// What one row is timed with.
+struct Timing<'a> {
+    method: &'a Method,
+    pools: &'a [Result<rayon::ThreadPool, rayon::ThreadPoolBuildError>],
+    name: &'a str,
+    cache: &'a KvCache,
+}
 
 pub(crate) fn run(args: CpuBenchArgs) -> anyhow::Result<()> {
-    let known: Vec<&str> = CODECS.iter().map(|c| c.name()).collect();
+    let known: Vec<&str> = ZIPFUSION.iter().map(|c| c.name()).chain([GAAC]).collect();
     for c in &args.codecs {
         ensure!(known.contains(&c.as_str()), "--codec {c}: expected one of {}", known.join(", "));
     }
-    let chosen: Vec<&ZipfusionCodec> = CODECS
-        .iter()
-        .filter(|c| args.codecs.is_empty() || args.codecs.iter().any(|n| n == c.name()))
-        .collect();
+    let wanted = |name: &str| args.codecs.is_empty() || args.codecs.iter().any(|n| n == name);
     let method =
         Method { runs: args.runs as usize, warmup: args.warmup, gpu_bytes: 0, tile: TileAxis::Tokens };
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -59,32 +68,20 @@ pub(crate) fn run(args: CpuBenchArgs) -> anyhow::Result<()> {
     for path in crate::inputs(args.input)? {
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
         let cache = crate::read_cache(&path)?;
-        let shape = cache.shape();
-        for codec in &chosen {
-            // The codec's own word order, gathered outside the timing, as the bench does.
-            let words = cache.words_in(codec.word_order());
-            let encoded = codec.encode_words(&words, shape)?;
-            let mut out = vec![0u16; words.len()];
-            codec.decode_into(&encoded, shape, &mut out)?;
-            ensure!(out == words, "{}: {name}: the round trip differs", codec.name());
-            let bf16 = 2.0 * words.len() as f64;
-            for pool in &pools {
-                let pool = pool.as_ref().map_err(|e| anyhow::anyhow!("a thread pool: {e}"))?;
-                let (encode, decode) = pool.install(|| -> anyhow::Result<(f64, f64)> {
-                    let encode = median_secs(&method, || codec.encode_words(&words, shape).map(drop))?;
-                    let decode = median_secs(&method, || codec.decode_into(&encoded, shape, &mut out))?;
-                    Ok((encode, decode))
-                })?;
-                outln!(
-                    "{:<16} {:<20} {:>7.4} {:>7} {:>12.3} {:>12.3}",
-                    codec.name(),
-                    name,
-                    bf16 / encoded.len() as f64,
-                    pool.current_num_threads(),
-                    bf16 / encode * 1e-9,
-                    bf16 / decode * 1e-9
-                )?;
-            }
+        let timing = Timing { method: &method, pools: &pools, name: &name, cache: &cache };
+        for codec in ZIPFUSION.iter().filter(|c| wanted(c.name())) {
+            time_rows(&timing, codec)?;
+        }
+        if wanted(GAAC) && gaac::format::BlockShape::new(cache.shape().head_dim).is_none() {
+            eprintln!(
+                "[cpu-bench] {name}: no gaac row (head_dim {} is not a multiple of 64)",
+                cache.shape().head_dim
+            );
+        } else if wanted(GAAC) {
+            let (calibration, source) = crate::bench::calibration_for(&path, None, &cache)?;
+            eprintln!("[cpu-bench] {name}: gaac bases from {source}");
+            let codec = GaacCodec { bases: Some(gaac::Bases::calibrate(&calibration)), ..Default::default() };
+            time_rows(&timing, &codec)?;
         }
     }
     outln!(
@@ -92,5 +89,35 @@ pub(crate) fn run(args: CpuBenchArgs) -> anyhow::Result<()> {
         method.runs,
         method.warmup
     )?;
+    Ok(())
+}
+
+/// Times `codec` on `t.cache` on each pool and prints a row per pool.
+fn time_rows<C: CacheCodec + Sync>(t: &Timing<'_>, codec: &C) -> anyhow::Result<()> {
+    let shape = t.cache.shape();
+    // The codec's own word order, gathered outside the timing, as the bench does.
+    let words = t.cache.words_in(codec.word_order());
+    let encoded = codec.encode_words(&words, shape)?;
+    let mut out = vec![0u16; words.len()];
+    codec.decode_into(&encoded, shape, &mut out)?;
+    ensure!(out == words, "{}: {}: the round trip differs", codec.name(), t.name);
+    let bf16 = 2.0 * words.len() as f64;
+    for pool in t.pools {
+        let pool = pool.as_ref().map_err(|e| anyhow::anyhow!("a thread pool: {e}"))?;
+        let (encode, decode) = pool.install(|| -> anyhow::Result<(f64, f64)> {
+            let encode = median_secs(t.method, || codec.encode_words(&words, shape).map(drop))?;
+            let decode = median_secs(t.method, || codec.decode_into(&encoded, shape, &mut out))?;
+            Ok((encode, decode))
+        })?;
+        outln!(
+            "{:<16} {:<20} {:>7.4} {:>7} {:>12.3} {:>12.3}",
+            codec.name(),
+            t.name,
+            bf16 / encoded.len() as f64,
+            pool.current_num_threads(),
+            bf16 / encode * 1e-9,
+            bf16 / decode * 1e-9
+        )?;
+    }
     Ok(())
 }

@@ -430,6 +430,12 @@ fn gaac_defines() -> Vec<Define> {
         d("GAAC_SCAN_THREADS", gaac::gpu::SCAN_THREADS as usize, "", "threads of the encoder's header CTA"),
         d("GAAC_DECODE_STAGES", gaac::gpu::DECODE_STAGES, "", "slots per decoder warp's cp.async ring"),
         d("GAAC_TILE_PAD", gaac::gpu::TILE_PAD, "", "padding words per row of a warp's [16, D] tile"),
+        d(
+            "GAAC_CALIBRATE_THREADS",
+            gaac::gpu::CALIBRATE_THREADS as usize,
+            "",
+            "threads (one warp) per CTA of the calibration kernel",
+        ),
     ]
 }
 

@@ -137,18 +137,18 @@ fn stats_reads_strictly() {
 }
 
 #[test]
-fn cpu_bench_times_both_zipfusion_variants() {
+fn cpu_bench_times_both_zipfusion_variants_and_gaac() {
     let dir = Scratch::new("cpu-bench");
-    let path = dir.0.join("kv32.safetensors");
-    bf16_field::io::write_kv_cache(&path, &kvcodec_testkit::kv_like(1, 1, 32, 40, 3), None).unwrap();
+    let path = dir.0.join("kv64.safetensors");
+    bf16_field::io::write_kv_cache(&path, &kvcodec_testkit::kv_like(1, 1, 64, 40, 3), None).unwrap();
     let input = path.to_str().unwrap();
     let out =
         xtask(&dir.0, &["cpu-bench", "--input", input, "--runs", "1", "--warmup", "0"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for codec in ["zipfusion ", "zipfusion-zero "] {
+    for codec in ["zipfusion ", "zipfusion-zero ", "gaac "] {
         assert_eq!(stdout.lines().filter(|l| l.starts_with(codec)).count(), 2, "1 and all threads: {stdout}");
     }
     let wrong = xtask(&dir.0, &["cpu-bench", "--codec", "exans"]).output().unwrap();
-    assert_eq!(error_line(&wrong), "error: --codec exans: expected one of zipfusion, zipfusion-zero");
+    assert_eq!(error_line(&wrong), "error: --codec exans: expected one of zipfusion, zipfusion-zero, gaac");
 }

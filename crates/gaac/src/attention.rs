@@ -306,17 +306,16 @@ impl GaacDecodeProblem<'_> {
         let kinds = [KvKind::K, KvKind::V];
         let orders = kinds.map(|kind| FragmentOrder::new(kind, block));
         let bases_of = |kind: usize, head: usize| &cache.bases[(kind * heads + head) * d..][..d];
-        let addends: Vec<Vec<u8>> = (0..2 * heads)
-            .map(|i| orders[i / heads].base_addends(bases_of(i / heads, i % heads), block))
-            .collect();
-        let mut scratch = vec![0u8; block.values()];
-        let mut words = vec![0u16; block.values()];
+        let tables: Vec<_> =
+            (0..2 * heads).map(|i| orders[i / heads].head_tables(bases_of(i / heads, i % heads))).collect();
         DecodedCopy::build(shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
             for (kind, dst) in [k, v].into_iter().enumerate() {
                 for head in 0..heads {
                     let index = (2 * page as usize + kind) * heads + head;
                     let entry = cache.directory[index] as usize;
-                    let src: &[u16] = if entry == CODED as usize {
+                    // Token i of this head's block goes to dst[(i H + head) D ..][.. D].
+                    let rows = &mut dst[head * d..];
+                    if entry == CODED as usize {
                         let slot = &cache.slots[index * capacity..][..capacity];
                         let error = |source| FusedError::Block {
                             sequence,
@@ -327,22 +326,13 @@ impl GaacDecodeProblem<'_> {
                             source,
                         };
                         block_info(slot, block, capacity).map_err(error)?;
-                        let (bases, addend) = (bases_of(kind, head), &addends[kind * heads + head]);
-                        block::decode_checked(
-                            slot,
-                            bases,
-                            addend,
-                            block,
-                            &orders[kind],
-                            &mut scratch,
-                            &mut words,
-                        );
-                        &words
+                        let (bases, tables) = (bases_of(kind, head), &tables[kind * heads + head]);
+                        block::decode_checked(slot, bases, tables, block, &orders[kind], rows, heads * d);
                     } else {
-                        &cache.raw[(entry - 1) * block.values()..][..block.values()]
-                    };
-                    for (token, row) in src.chunks_exact(d).enumerate() {
-                        dst[(token * heads + head) * d..][..d].copy_from_slice(row);
+                        let raw = &cache.raw[(entry - 1) * block.values()..][..block.values()];
+                        for (token, row) in raw.chunks_exact(d).enumerate() {
+                            rows[token * heads * d..][..d].copy_from_slice(row);
+                        }
                     }
                 }
             }

@@ -16,7 +16,7 @@ use bf16_field::{KvCache, KvKind, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::bases::Bases;
-use crate::block::{self, FragmentOrder, TagCounts, block_info};
+use crate::block::{self, FragmentOrder, HeadTables, TagCounts, block_info};
 use crate::format::{
     BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, FLAG_CHECKSUM, FLAG_SELF_CALIBRATED, HEADER_LEN,
     KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION, header,
@@ -461,6 +461,11 @@ pub fn cache_info(bytes: &[u8]) -> Result<CacheInfo> {
 }
 
 fn check_zero(bytes: &[u8], from: usize) -> Result<()> {
+    // The common case, all zero, in one pass that vectorizes; the first nonzero byte only
+    // when there is one.
+    if bytes.iter().fold(0, |acc, &b| acc | b) == 0 {
+        return Ok(());
+    }
     match bytes.iter().position(|&b| b != 0) {
         None => Ok(()),
         Some(at) => Err(Error::SlotPaddingNotZero { offset: from + at, value: bytes[at] }),
@@ -629,51 +634,41 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
         }
     }
     let orders = KvKind::BOTH.map(|kind| FragmentOrder::new(kind, block));
-    // The 3-bit addends of every (layer, kind, head) in fragment order, made once.
-    let base_addends: Vec<Vec<u8>> = (0..2 * s.layers * s.kv_heads)
+    // The decoding tables of every (layer, kind, head), made once.
+    let tables: Vec<HeadTables> = (0..2 * s.layers * s.kv_heads)
         .map(|th| {
             let (tensor, head) = (th / s.kv_heads, th % s.kv_heads);
             let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
-            orders[tensor % 2].base_addends(bases, block)
+            orders[tensor % 2].head_tables(bases)
         })
         .collect();
     out.par_chunks_exact_mut(s.values_per_tensor()).enumerate().for_each(|(tensor, words)| {
         let (pages, tail) = words.split_at_mut(per_head * BLOCK_TOKENS * hd);
-        pages.par_chunks_exact_mut(BLOCK_TOKENS * hd).enumerate().for_each_init(
-            || (vec![0u16; block.values()], vec![0u8; block.values()]),
-            |(scratch, addend), (page, rows)| {
-                for head in 0..s.kv_heads {
-                    let i = (tensor * s.kv_heads + head) * per_head + page;
-                    match info.blocks[i] {
-                        Some(_) => {
-                            let slot = &bytes[sec.slots + i * capacity..sec.slots + (i + 1) * capacity];
-                            let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
-                            let base_addends = &base_addends[tensor * s.kv_heads + head];
-                            block::decode_checked(
-                                slot,
-                                bases,
-                                base_addends,
-                                block,
-                                &orders[tensor % 2],
-                                addend,
-                                scratch,
-                            );
-                        }
-                        None => {
-                            let at = sec.overflow + raw_index[i] * block.raw_len();
-                            for (w, b) in
-                                scratch.iter_mut().zip(bytes[at..at + block.raw_len()].chunks_exact(2))
-                            {
+        pages.par_chunks_exact_mut(BLOCK_TOKENS * hd).enumerate().for_each(|(page, rows)| {
+            for head in 0..s.kv_heads {
+                let i = (tensor * s.kv_heads + head) * per_head + page;
+                // The head's block goes straight into the page's rows: token `t`'s D
+                // channels at `t H D + head D`.
+                let out = &mut rows[head * d..];
+                match info.blocks[i] {
+                    Some(_) => {
+                        let slot = &bytes[sec.slots + i * capacity..sec.slots + (i + 1) * capacity];
+                        let bases = info.bases.of(tensor / 2, KvKind::BOTH[tensor % 2], head);
+                        let tables = &tables[tensor * s.kv_heads + head];
+                        block::decode_checked(slot, bases, tables, block, &orders[tensor % 2], out, hd);
+                    }
+                    None => {
+                        let at = sec.overflow + raw_index[i] * block.raw_len();
+                        let raw = bytes[at..at + block.raw_len()].chunks_exact(2 * d);
+                        for (row, src) in out.chunks_mut(hd).zip(raw) {
+                            for (w, b) in row.iter_mut().zip(src.chunks_exact(2)) {
                                 *w = u16::from_le_bytes([b[0], b[1]]);
                             }
                         }
                     }
-                    for (row, src) in rows.chunks_exact_mut(hd).zip(scratch.chunks_exact(d)) {
-                        row[head * d..(head + 1) * d].copy_from_slice(src);
-                    }
                 }
-            },
-        );
+            }
+        });
         let tail_bytes = 2 * tail.len();
         let at = sec.tails + tensor * tail_bytes;
         for (w, b) in tail.iter_mut().zip(bytes[at..at + tail_bytes].chunks_exact(2)) {

@@ -66,9 +66,9 @@ impl CacheCodec for GaacCodec {
     }
 }
 
-/// The GPU path needs calibrated bases to encode ([`GaacCodec::bases`]): a codec without
-/// them (self-calibration) encodes on the CPU only, and its [`GpuCacheCodec::device_encoder`]
-/// is [`kvcodec_gpu::Error::Unsupported`]. Every codec value decodes any container.
+/// The GPU path encodes with the given bases ([`GaacCodec::bases`]) or, without them,
+/// calibrates them on the device on each cache's first 128 tokens (spec §5.4), the CPU
+/// encoder's bytes either way. Every codec value decodes any container.
 impl GpuCacheCodec for GaacCodec {
     type Encoder = CacheEncoder;
     type Decoder = CacheDecoder;

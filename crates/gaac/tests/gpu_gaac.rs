@@ -2,8 +2,9 @@
 //! edge shapes (raw groups, raw blocks, every compiled head_dim, tails, no full block,
 //! the smallest and largest slots, with and without the checksum); one hand-built hostile
 //! container per check of spec §7 gets the CPU's exact error through the GPU status;
-//! sealing gives the CPU encoder's slots and replays in a CUDA graph. Skips without a GPU
-//! unless `KVCODEC_REQUIRE_GPU=1`.
+//! sealing gives the CPU encoder's slots and replays in a CUDA graph; self-calibration on
+//! the device gives the CPU's bases and bytes. Skips without a GPU unless
+//! `KVCODEC_REQUIRE_GPU=1`.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::cell::RefCell;
 use bf16_field::{CacheCodec, KvCache, KvKind, KvShape, WordOrder};
 use cudarc::driver::CudaSlice;
 use gaac::format::BlockShape;
-use gaac::gpu::{GpuError, SealShape, Sealer, seal_blocks_device};
+use gaac::gpu::{CacheEncoder, GpuError, SealShape, Sealer, seal_blocks_device};
 use gaac::{Bases, EncodeOptions, Error, GaacCodec, cache_info, encode_words};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 use kvcodec_testkit::{
@@ -82,19 +83,91 @@ fn gpu_caches_are_byte_identical_to_cpu_both_ways() {
     }
 }
 
+/// A cache whose every column's exponents are `pattern(token, column)` (sign and
+/// mantissa varied), for the calibration's edge cases.
+fn with_exponents(
+    layers: usize,
+    heads: usize,
+    dim: usize,
+    tokens: usize,
+    pattern: fn(usize, usize) -> u8,
+) -> KvCache {
+    let shape = KvShape::new(layers, heads, dim, tokens).unwrap();
+    let row = heads * dim;
+    let words = (0..shape.total_values())
+        .map(|i| {
+            let (token, column) = ((i / row) % tokens, (i / (row * tokens)) * row + i % row);
+            let e = u16::from(pattern(token, column));
+            ((i as u16 & 1) << 15) | (e << 7) | ((i as u16 * 37) & 0x7f)
+        })
+        .collect();
+    KvCache::from_words(shape, WordOrder::LayerMajor, words).unwrap()
+}
+
+/// The GPU encoder's container of `cache` with `options` (calibrated on the device when
+/// they hold no bases).
+fn gpu_encode_with(gpu: &GpuContext, cache: &KvCache, options: &EncodeOptions) -> Result<Vec<u8>, GpuError> {
+    let shape = cache.shape();
+    let words = gpu.upload(&cache.words_in(WordOrder::LayerMajor)).unwrap();
+    let mut encoder = CacheEncoder::new(gpu, shape, options)?;
+    encoder.encode(gpu, &words.slice(..shape.total_values()))?;
+    encoder.to_vec(gpu)
+}
+
 #[test]
-fn gpu_decodes_self_calibrated_containers() {
-    let Some(gpu) = gpu_or_skip("gpu_decodes_self_calibrated_containers") else { return };
-    let cache = with_outliers(2, 2, 64, 150, 3);
-    for checksum in [false, true] {
-        let codec = GaacCodec { checksum, ..Default::default() };
-        let bytes = codec.encode(&cache).unwrap();
-        let back = codec.gpu_decode_cache(&gpu, &bytes, cache.shape()).unwrap();
-        assert!(back == cache, "self-calibrated, checksum {checksum}");
-        assert!(matches!(
-            codec.device_encoder(&gpu, cache.shape()),
-            Err(GpuError::Gpu(kvcodec_gpu::Error::Unsupported { what: "bases", .. }))
-        ));
+fn gpu_self_calibrated_containers_are_byte_identical_to_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_self_calibrated_containers_are_byte_identical_to_cpu") else { return };
+    // The codec's default (the first 128 tokens), both ways, on the fixtures and KV-like
+    // data with outliers.
+    let mut caches = kvcodec_testkit::fixtures();
+    caches.push(("L2 H2 D64 T150".into(), with_outliers(2, 2, 64, 150, 3)));
+    for (name, cache) in &caches {
+        for checksum in [false, true] {
+            let codec = GaacCodec { checksum, ..Default::default() };
+            let bytes = round_trip(&codec, Some(&gpu), name, cache);
+            let info = cache_info(&bytes).unwrap();
+            assert_eq!(info.header.calibration_tokens, Some(cache.shape().tokens.min(128)), "{name}");
+        }
+    }
+    // Edge data: every exponent equal, two windows tied (the smallest base wins),
+    // exponents 0 and 255 (bases 0 and 248, the limits), one token against many.
+    let edges = [
+        ("all equal", with_exponents(1, 2, 64, 40, |_, _| 127)),
+        ("ties", with_exponents(2, 1, 128, 33, |t, c| if (t + c) % 2 == 0 { 100 } else { 110 })),
+        ("extremes", with_exponents(1, 1, 64, 20, |t, c| [0, 255, 3, 250][(t + c / 8) % 4])),
+        ("spread", with_exponents(1, 3, 64, 17, |t, c| (t * 37 + c * 11) as u8)),
+        ("outliers D256", with_outliers(1, 1, 256, 48, 9)),
+    ]
+    .map(|(name, cache)| (name.to_string(), cache));
+    // Every case with n = 1, 2, all but one, all, more than all (clamped to T, as on the
+    // CPU), and far more.
+    for (name, cache) in edges.iter().chain(&caches) {
+        let tokens = cache.shape().tokens;
+        for n in [None, Some(1), Some(2), Some(tokens - 1), Some(tokens), Some(tokens + 5), Some(1 << 40)] {
+            for checksum in [false, true] {
+                let options = EncodeOptions { calibration_tokens: n, checksum, ..Default::default() };
+                let cpu =
+                    encode_words(&cache.words_in(WordOrder::LayerMajor), cache.shape(), &options).unwrap();
+                let on_gpu = gpu_encode_with(&gpu, cache, &options).unwrap();
+                assert!(
+                    on_gpu == cpu,
+                    "{name}, n {n:?}, checksum {checksum}: GPU bytes differ from the CPU's"
+                );
+                let back = GaacCodec::default().gpu_decode_cache(&gpu, &on_gpu, cache.shape()).unwrap();
+                assert!(back == *cache, "{name}, n {n:?}");
+            }
+        }
+    }
+    // No tokens to calibrate on: the CPU's error, before anything runs.
+    let cache = &edges[0].1;
+    let zero = EncodeOptions { calibration_tokens: Some(0), ..Default::default() };
+    assert_eq!(
+        encode_words(&cache.words_in(WordOrder::LayerMajor), cache.shape(), &zero),
+        Err(Error::ZeroCalibrationTokens)
+    );
+    match gpu_encode_with(&gpu, cache, &zero) {
+        Err(GpuError::Codec(e)) => assert_eq!(e, Error::ZeroCalibrationTokens),
+        other => panic!("zero calibration tokens: {:?}", other.map(|b| b.len())),
     }
 }
 
@@ -319,7 +392,8 @@ fn sealing_gives_the_cpu_slots_and_replays_in_a_cuda_graph() {
 fn cache_encoding_replays_in_a_cuda_graph() {
     let Some(gpu) = gpu_or_skip("cache_encoding_replays_in_a_cuda_graph") else { return };
     let caches = [with_outliers(2, 2, 64, 37, 11), with_outliers(2, 2, 64, 37, 12)];
-    for codec in codecs(&caches[0]) {
+    // Self-calibration too: the bases are computed on the device inside the graph.
+    for codec in codecs(&caches[0]).into_iter().chain([GaacCodec::default()]) {
         assert_cache_encoding_replays(&gpu, &codec, &caches);
     }
 }

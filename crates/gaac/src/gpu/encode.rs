@@ -5,9 +5,12 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
 use kvcodec_gpu::{GpuContext, check_aligned, check_len, device_address, launch_config};
 
-use super::{Dim, GaacKernel, GpuError, Launch, LayoutArg, SCAN_THREADS, check_gpu_shape, encode_warp_bytes};
+use super::{
+    CALIBRATE_THREADS, Dim, GaacKernel, GpuError, Launch, LayoutArg, SCAN_THREADS, check_gpu_shape,
+    encode_warp_bytes,
+};
 use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, check_capacity, max_encoded_len, too_large};
-use crate::format::{BLOCK_TOKENS, BlockShape, HEADER_LEN};
+use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN};
 
 /// The 64 header bytes as the header kernel takes them.
 #[repr(C, align(16))]
@@ -46,13 +49,16 @@ fn launch_blocks(
 }
 
 /// Device buffers for encoding caches of one shape into containers (spec §5): the
-/// container itself (its largest length), the bases, a raw count per warp, the length and
-/// R, and the checksum's sums.
+/// container itself (its largest length), the bases (given, or calibrated on the device
+/// by each encode), a raw count per warp, the length and R, and the checksum's sums.
 pub struct CacheEncoder {
     shape: KvShape,
     dim: Dim,
     layout: LayoutArg,
     launch: Launch,
+    /// Self-calibration: the tokens the bases are calibrated on and the calibration
+    /// kernel's grid; `None` for given bases.
+    calibration: Option<(u64, u32)>,
     bases: CudaSlice<u8>,
     out: CudaSlice<u8>,
     warp_raw: CudaSlice<u32>,
@@ -71,26 +77,30 @@ impl std::fmt::Debug for CacheEncoder {
 
 impl CacheEncoder {
     /// Allocates what encoding caches of `shape` with `options` needs: about the largest
-    /// container (every block raw) plus 4 bytes per warp.
+    /// container (every block raw) plus 4 bytes per warp. Options without bases
+    /// self-calibrate: each [`CacheEncoder::encode`] calibrates the bases on the cache's
+    /// first `min(T, n)` tokens on the device (`n` = [`EncodeOptions::calibration_tokens`],
+    /// by default 128) and the header says so (spec §5.4), as the CPU encoder does.
     ///
     /// # Errors
     /// The CPU encoder's errors for the shape, the slot capacity and the bases
-    /// ([`crate::Error::BasesShapeMismatch`]); [`kvcodec_gpu::Error::Unsupported`] past
-    /// the GPU limits and for options without bases (self-calibration runs on the CPU);
+    /// ([`crate::Error::BasesShapeMismatch`], [`crate::Error::ZeroCalibrationTokens`]);
+    /// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, shape: KvShape, options: &EncodeOptions) -> Result<Self, GpuError> {
         let block = block_shape_of(shape)?;
         let capacity = options.slot_capacity.unwrap_or(block.default_capacity());
         check_capacity(block, capacity)?;
-        let Some(bases) = &options.bases else {
-            return Err(kvcodec_gpu::Error::Unsupported {
-                what: "bases",
-                why: "none given: the GPU encoder takes calibrated bases; self-calibrated containers are encoded on the CPU"
-                    .into(),
+        let calibration_tokens = match &options.bases {
+            Some(bases) => {
+                bases.check_shape(shape)?;
+                None
             }
-            .into());
+            None => match options.calibration_tokens.unwrap_or(DEFAULT_CALIBRATION_TOKENS) {
+                0 => return Err(crate::Error::ZeroCalibrationTokens.into()),
+                n => Some(n.min(shape.tokens)),
+            },
         };
-        bases.check_shape(shape)?;
         let max_len = max_encoded_len(shape, capacity)?;
         let dim = check_gpu_shape(shape).map_err(|e| match e {
             // The CPU encoder refuses more than u32::MAX blocks too, as too large.
@@ -100,7 +110,7 @@ impl CacheEncoder {
         let header = CacheHeader {
             shape,
             slot_capacity: capacity,
-            calibration_tokens: None,
+            calibration_tokens,
             raw_blocks: 0,
             checksum: options.checksum.then_some(0),
         };
@@ -109,12 +119,21 @@ impl CacheEncoder {
         let blocks = layout.blocks as usize;
         let launch =
             Launch::blocks(gpu, GaacKernel::Encode(dim), blocks, encode_warp_bytes(block, capacity))?;
+        let bases = match &options.bases {
+            Some(bases) => gpu.upload(bases.as_bytes())?,
+            None => gpu.zeros(layout.bases_len as usize)?,
+        };
+        let calibration = match calibration_tokens {
+            Some(n) => Some((n as u64, calibrate_grid(gpu, layout.bases_len)?)),
+            None => None,
+        };
         let encoder = CacheEncoder {
             shape,
             dim,
             layout,
             launch,
-            bases: gpu.upload(bases.as_bytes())?,
+            calibration,
+            bases,
             out: gpu.zeros(max_len)?,
             warp_raw: gpu.zeros(launch.warps())?,
             info: gpu.zeros(2)?,
@@ -143,6 +162,17 @@ impl CacheEncoder {
             add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
         }
         let g = self.layout;
+        if let Some((tokens, grid)) = self.calibration {
+            let f = gpu.function(GaacKernel::Calibrate)?;
+            let mut builder = stream.launch_builder(&f);
+            let (row_values, columns) = (u64::from(g.row_values), g.bases_len);
+            builder.arg(&words).arg(&g.tensor_values).arg(&row_values).arg(&tokens).arg(&columns);
+            builder.arg(&mut self.bases);
+            // SAFETY: the signature matches gaac_calibrate; `words` holds the cache's 2 L
+            // tensors of T >= tokens rows of H D words, `bases` its 2 L H D columns; the
+            // CTA is one warp with its 32 KiB of static shared memory.
+            unsafe { builder.launch(launch_config(grid, CALIBRATE_THREADS, 0)) }?;
+        }
         let out = device_address(&self.out, stream);
         let warp_raw = device_address(&self.warp_raw, stream);
         if g.blocks > 0 {
@@ -213,6 +243,15 @@ impl CacheEncoder {
     pub fn output(&self) -> &CudaSlice<u8> {
         &self.out
     }
+}
+
+/// The calibration kernel's grid for `columns` bases: a CTA per 32 columns, at most as
+/// many CTAs as are resident at once (the kernel strides over the rest).
+fn calibrate_grid(gpu: &GpuContext, columns: u64) -> Result<u32, GpuError> {
+    let f = gpu.function(GaacKernel::Calibrate)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(CALIBRATE_THREADS, 0, None)?.max(1) as u64;
+    let resident = u64::from(gpu.multiprocessors()) * per_sm;
+    Ok(columns.div_ceil(u64::from(CALIBRATE_THREADS)).clamp(1, resident) as u32)
 }
 
 /// The geometry of one sealing step (a paged cache's tail filling): one 16-token block of

@@ -23,9 +23,15 @@
 //! every (tensor, KV head) coded from a BF16 tail into its slot, on the caller's stream,
 //! with no host synchronisation (graph-capturable): `gaac_encode_d<D>` alone.
 //!
+//! **Self-calibration** (options without bases, spec §5.4): `gaac_calibrate`
+//! (`kernels/gaac/calibrate.cu`) first computes every base from the cache's own first
+//! tokens into the encoder's device bases, exactly as [`crate::Bases::calibrate_words`]
+//! does (a histogram per column, the window with the most exponents, the smallest base on
+//! a tie), on the same stream and without a host sync; the blocks are then coded with
+//! them and the header says so, as on the CPU.
+//!
 //! GPU limits (the CPU path has none of them): head_dim 64, 128 or 256 ([`HEAD_DIMS`]);
-//! at most `u32::MAX` blocks; device buffers 16-byte aligned. Self-calibrated caches
-//! (no bases given) are encoded on the CPU; the GPU decodes them like any container.
+//! at most `u32::MAX` blocks; device buffers 16-byte aligned.
 
 mod decode;
 mod encode;
@@ -51,6 +57,10 @@ impl From<crate::Error> for GpuError {
 pub static MODULE: Module = Module::new("gaac", include_str!("../../ptx/gaac.ptx"));
 kvcodec_gpu::register_module!(MODULE);
 
+/// The self-calibration PTX module (`kernels/gaac/calibrate.cu`).
+pub static CALIBRATE_MODULE: Module = Module::new("gaac_calibrate", include_str!("../../ptx/calibrate.ptx"));
+kvcodec_gpu::register_module!(CALIBRATE_MODULE);
+
 /// The kernels of [`MODULE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GaacKernel {
@@ -65,6 +75,8 @@ pub enum GaacKernel {
     /// The raw blocks and tails of a container, and the checks of its bases, paddings and
     /// raw count.
     DecodeFinish,
+    /// The bases of a cache from its own first tokens (spec §5.4), in [`CALIBRATE_MODULE`].
+    Calibrate,
 }
 
 /// A head_dim the block kernels are compiled for.
@@ -99,7 +111,10 @@ impl Dim {
 
 impl Kernel for GaacKernel {
     fn module(self) -> &'static Module {
-        &MODULE
+        match self {
+            GaacKernel::Calibrate => &CALIBRATE_MODULE,
+            _ => &MODULE,
+        }
     }
     fn symbol(self) -> &'static str {
         match self {
@@ -112,6 +127,7 @@ impl Kernel for GaacKernel {
             GaacKernel::Decode(Dim::D128) => "gaac_decode_d128",
             GaacKernel::Decode(Dim::D256) => "gaac_decode_d256",
             GaacKernel::DecodeFinish => "gaac_decode_finish",
+            GaacKernel::Calibrate => "gaac_calibrate",
         }
     }
 }
@@ -122,6 +138,9 @@ pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 pub const WARPS: u32 = 8;
 /// Threads of the encoder's header CTA.
 pub const SCAN_THREADS: u32 = 1024;
+/// Threads per CTA of the calibration kernel: one warp, each lane a column's 256-bin
+/// histogram in shared memory (32 KiB a CTA).
+pub const CALIBRATE_THREADS: u32 = 32;
 /// Slots in each decoder warp's `cp.async` ring: two in flight while one is restored
 /// (`docs/perf/gaac-gpu.md`, version 2).
 pub const DECODE_STAGES: usize = 2;
