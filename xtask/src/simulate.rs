@@ -5,7 +5,8 @@
 //! * Model shape Llama-3.1-8B: 32 layers, 8 KV heads, head_dim 128, 16-token pages of
 //!   64 KiB in BF16. Step time: weight bytes over the H200's measured copy bandwidth,
 //!   plus 32 times one layer's decode attention at the batch and its mean context
-//!   (bench-attention JSON), plus the device work of compressing and moving pages at
+//!   (bench-attention JSON: the BF16 twin for BF16, each codec's fused kernel for its
+//!   pages), plus the device work of compressing and moving pages at
 //!   ZipFusion's measured GPU encode rate. Prefill is not timed (as in the seed).
 //! * Page sizes from real KV: the SmolLM2 fixtures encoded by the CPU encoders, their
 //!   blocks mapped to the Llama page shape (see [`PageSizes`]).
@@ -43,8 +44,8 @@ const WARMUP: u64 = 512;
 const TIMED_BATCH: usize = 64;
 
 /// The default `--bench` and `--attention` JSONs (a GPU bundle carries them).
-pub(crate) const DEFAULT_BENCH: &str = "docs/bench/2026-12-01-h200-merged-main-code.json";
-pub(crate) const DEFAULT_ATTENTION: &str = "docs/bench/2026-12-01-h200-attention-fused.json";
+pub(crate) const DEFAULT_BENCH: &str = "docs/bench/2026-12-01-h200-merged-main-3-code.json";
+pub(crate) const DEFAULT_ATTENTION: &str = "docs/bench/2026-12-02-h200-attention-merged-llama.json";
 
 #[derive(clap::Args, Clone)]
 pub(crate) struct SimulateArgs {
@@ -127,11 +128,13 @@ struct Device {
     /// ZipFusion's GPU page compression GB/s of BF16 input (`encode_gb_s`, CUDA row).
     encode_gb_s: f64,
     source: String,
-    /// One layer's decode attention in µs: (batch, context) grid, twin and fused base.
+    /// One layer's decode attention in µs: (batch, context) grid; the twin, ZipFusion
+    /// fused (base) and GAAC fused.
     batches: Vec<f64>,
     contexts: Vec<f64>,
     twin_us: Vec<Vec<f64>>,
     fused_us: Vec<Vec<f64>>,
+    gaac_us: Vec<Vec<f64>>,
     attention_source: String,
 }
 
@@ -196,9 +199,20 @@ fn load_device(args: &SimulateArgs) -> anyhow::Result<Device> {
     let fused_us = grid(&|c| {
         c["fused"].as_array()?.iter().find(|f| f["variant"] == "base").and_then(|f| f["us"].as_f64())
     })?;
+    let gaac_us = grid(&|c| c["gaac"]["us"].as_f64())?;
     let attention_source =
         format!("{}, {}, commit {}", args.attention.display(), att["device"], att["commit"]);
-    Ok(Device { copy_gb_s, encode_gb_s, source, batches, contexts, twin_us, fused_us, attention_source })
+    Ok(Device {
+        copy_gb_s,
+        encode_gb_s,
+        source,
+        batches,
+        contexts,
+        twin_us,
+        fused_us,
+        gaac_us,
+        attention_source,
+    })
 }
 
 /// `y` at `x` on the polyline through `(xs, ys)`, extended past both ends by the first
@@ -213,8 +227,12 @@ impl Device {
     /// One layer's attention in µs at `batch` sequences of mean context `context`:
     /// piecewise linear in context at each measured batch, then in batch (both extended
     /// linearly past the grid), floored at the smallest measured time.
-    fn attention_us(&self, fused: bool, batch: f64, context: f64) -> f64 {
-        let grid = if fused { &self.fused_us } else { &self.twin_us };
+    fn attention_us(&self, codec: Codec, batch: f64, context: f64) -> f64 {
+        let grid = match codec {
+            Codec::Bf16 => &self.twin_us,
+            Codec::Zipfusion => &self.fused_us,
+            Codec::Gaac => &self.gaac_us,
+        };
         let at_batch: Vec<f64> = grid.iter().map(|row| polyline(&self.contexts, row, context)).collect();
         let floor = grid.iter().flatten().copied().fold(f64::INFINITY, f64::min);
         polyline(&self.batches, &at_batch, batch).max(floor)
@@ -735,9 +753,8 @@ impl Sim<'_> {
                 s.running.iter().map(|r| (r.prompt + r.generated) as f64).sum::<f64>() / batch.max(1) as f64;
             let step_tokens = s.decode()?;
             s.pool.submit(epoch)?;
-            let fused = codec == Codec::Zipfusion;
             let attention_ms =
-                f64::from(LAYERS) * self.device.attention_us(fused, batch as f64, context) / 1e3;
+                f64::from(LAYERS) * self.device.attention_us(codec, batch as f64, context) / 1e3;
             let device_ms = s.device_bytes / (self.device.encode_gb_s * 1e9) * 1e3;
             s.device_bytes = 0.0;
             if step > WARMUP {
@@ -758,7 +775,7 @@ impl Sim<'_> {
             attention: match codec {
                 Codec::Bf16 => "bf16 twin",
                 Codec::Zipfusion => "zipfusion fused (base)",
-                Codec::Gaac => "bf16 twin (no GAAC kernel yet)",
+                Codec::Gaac => "gaac fused",
             },
             mean_batch: batch_sum as f64 / window,
             max_batch,
@@ -889,7 +906,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         device.batches
     )?;
     outln!(
-        "page compression and moves: bytes read + written / ZipFusion's GPU encode {:.0} GB/s (same JSON); GAAC has no GPU encoder: the same rate",
+        "page compression and moves: bytes read + written / ZipFusion's GPU encode {:.0} GB/s (same JSON); GAAC's sealing at the same rate",
         device.encode_gb_s
     )?;
     outln!(

@@ -163,8 +163,10 @@ impl DecodedCopy {
             Ok(())
         })?;
         let first_partial = decoded.len() as u32;
+        // Saturating: an entry nobody checked yet stays past every pool instead of
+        // wrapping onto a real page (the twin's checks then refuse it).
         for at in partial_entries {
-            pages[at] += first_partial;
+            pages[at] = pages[at].saturating_add(first_partial);
         }
         k.extend_from_slice(partial.k);
         v.extend_from_slice(partial.v);

@@ -405,8 +405,10 @@ pub fn fused_shared_bytes(head_dim: usize) -> usize {
 /// the raw pool, bases above 248, and blocks whose tags give a length past the slot (read
 /// without their 4-bit and raw groups: the output is then meaningless). Not
 /// checked on the device: tag 3 (read as a 3-bit group) and slot padding (spec §7.2 rows 2
-/// and 4): blocks from an untrusted source are checked on the host first
-/// ([`crate::block_info`], as [`decode_fused_to_vec`] does). Which pool an entry names (a
+/// and 4). Blocks from an untrusted source are checked on the host first:
+/// [`crate::block_info`] (as [`decode_fused_to_vec`] does) rejects tag 3 and a length past
+/// the slot; neither path checks the padding, which no value is read from (the container
+/// decoder rejects nonzero padding; attention reads such a block's values as they are). Which pool an entry names (a
 /// slot page, or a BF16 page for a partial last page) follows from `context_lens`. A
 /// workspace serves one launch at a time; its status accumulates until
 /// [`DecodeWorkspace::check`]. Every buffer 16-byte aligned (fresh allocations are).

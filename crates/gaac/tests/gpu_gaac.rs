@@ -2,7 +2,8 @@
 //! edge shapes (raw groups, raw blocks, every compiled head_dim, tails, no full block,
 //! the smallest and largest slots, with and without the checksum); one hand-built hostile
 //! container per check of spec §7 gets the CPU's exact error through the GPU status;
-//! sealing gives the CPU encoder's slots and replays in a CUDA graph; self-calibration on
+//! sealing gives the CPU encoder's slots and replays in a CUDA graph, and so does a
+//! decoder decoding again and again; self-calibration on
 //! the device gives the CPU's bases and bytes. Skips without a GPU unless
 //! `KVCODEC_REQUIRE_GPU=1`.
 
@@ -13,7 +14,7 @@ use std::cell::RefCell;
 use bf16_field::{CacheCodec, KvCache, KvKind, KvShape, WordOrder};
 use cudarc::driver::CudaSlice;
 use gaac::format::BlockShape;
-use gaac::gpu::{CacheEncoder, GpuError, SealShape, Sealer, seal_blocks_device};
+use gaac::gpu::{CacheDecoder, CacheEncoder, GpuError, SealShape, Sealer, seal_blocks_device};
 use gaac::{Bases, EncodeOptions, Error, GaacCodec, cache_info, encode_words};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
 use kvcodec_testkit::{
@@ -395,6 +396,34 @@ fn cache_encoding_replays_in_a_cuda_graph() {
     // Self-calibration too: the bases are computed on the device inside the graph.
     for codec in codecs(&caches[0]).into_iter().chain([GaacCodec::default()]) {
         assert_cache_encoding_replays(&gpu, &codec, &caches);
+    }
+}
+
+#[test]
+fn cache_decoding_replays_in_a_cuda_graph() {
+    let Some(gpu) = gpu_or_skip("cache_decoding_replays_in_a_cuda_graph") else { return };
+    // One decoder decodes again and again (its work counter and raw-block count are reset
+    // on the stream, inside the graph): the warm-up call, then each replay, into an output
+    // filled before each replay, so a replay that wrote nothing or skipped a chunk fails.
+    let cache = with_outliers(2, 2, 64, 37, 13);
+    for codec in codecs(&cache) {
+        let bytes = codec.encode(&cache).unwrap();
+        let expected = cache.words_in(codec.word_order());
+        let n = expected.len();
+        let fill = vec![u16::from_le_bytes([REPLAY_FILL; 2]); n];
+        let decoder = RefCell::new(CacheDecoder::new(&gpu, &bytes, Some(cache.shape())).unwrap());
+        let out = RefCell::new(gpu.zeros::<u16>(n).unwrap());
+        replay_in_graph(
+            &gpu,
+            3,
+            || gpu.stream().memcpy_htod(&fill, &mut *out.borrow_mut()).unwrap(),
+            || decoder.borrow_mut().decode(&gpu, &mut out.borrow_mut().slice_mut(..)).unwrap(),
+            |replay| {
+                decoder.borrow().finish(&gpu).unwrap();
+                let words = gpu.download(&out.borrow(), n).unwrap();
+                assert!(words == expected, "{} replay {replay}", codec.name());
+            },
+        );
     }
 }
 

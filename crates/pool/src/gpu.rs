@@ -229,13 +229,20 @@ impl DevicePool {
 
     /// The epoch's page table changes, in stream order: released id blocks invalidated,
     /// then every changed word written. Run it before the epoch's kernels that read the
-    /// table. Grows the table when a word's id is past it.
+    /// table. Grows the table when a word's or a released range's id is past it (a
+    /// sequence admitted and released within one epoch writes no word but releases its
+    /// id block).
     ///
     /// # Errors
     /// [`DeviceError::Gpu`].
     pub fn update_table(&mut self, work: &StepWork) -> Result<(), DeviceError> {
-        let top = work.words.chunks(2).map(|p| p[0] + 1).max().unwrap_or(0);
-        self.reserve_ids(top as u32)?;
+        let word_top = work.words.chunks(2).map(|p| p[0] + 1).max().unwrap_or(0);
+        let range_top = work.ranges.chunks(2).map(|r| u64::from(r[0]) + u64::from(r[1])).max().unwrap_or(0);
+        let top = u32::try_from(word_top.max(range_top)).map_err(|_| kvcodec_gpu::Error::Buffer {
+            what: "page table",
+            why: format!("page id {} past u32", word_top.max(range_top)),
+        })?;
+        self.reserve_ids(top)?;
         let stream = self.gpu.stream().clone();
         let n = work.ranges.len() / 2;
         if n > 0 {
@@ -246,8 +253,8 @@ impl DevicePool {
             let n32 = n as u32;
             b.arg(&mut self.table).arg(&self.ranges).arg(&n32);
             // SAFETY: pool_invalidate(u64* table, const u32* ranges, u32 n); `ranges`
-            // holds n pairs; every id of a released block is below the table's length
-            // (the block was handed out, so its words were scattered before).
+            // holds n pairs; every id of a released range is below the table's length
+            // (reserve_ids above counts the ranges' ends).
             unsafe { b.launch(launch_config(n.min(MAX_GRID) as u32, THREADS, 0)) }?;
         }
         let n = work.words.len() / 2;
@@ -275,10 +282,14 @@ impl DevicePool {
         let stream = self.gpu.stream().clone();
         let arena = self.arena.len() as u64;
         for wave in &work.waves {
-            if let Some(m) = wave.chunks(3).find(|m| m[0].max(m[1]) + m[2] > arena) {
+            // The kernel copies 16 bytes a thread: both ends 16-aligned, inside the arena.
+            let outside = |m: &[u64]| m[0].max(m[1]).checked_add(m[2]).is_none_or(|end| end > arena);
+            if let Some(m) =
+                wave.chunks(3).find(|m| outside(m) || !m[0].is_multiple_of(16) || !m[1].is_multiple_of(16))
+            {
                 return Err(kvcodec_gpu::Error::Buffer {
                     what: "move",
-                    why: format!("{m:?} outside the {arena}-byte arena"),
+                    why: format!("{m:?}: outside the {arena}-byte arena or not 16-aligned"),
                 }
                 .into());
             }
@@ -306,7 +317,14 @@ impl DevicePool {
         if n == 0 {
             return Ok(());
         }
-        self.check_inside(fills.chunks(3).map(|f| f[0] + u64::from(bytes)), "fill")?;
+        if !bytes.is_multiple_of(4) || fills.chunks(3).any(|f| !f[0].is_multiple_of(4)) {
+            return Err(kvcodec_gpu::Error::Buffer {
+                what: "fill",
+                why: format!("{bytes} bytes or an offset not a multiple of 4"),
+            }
+            .into());
+        }
+        self.check_inside(fills.chunks(3).map(|f| f[0].saturating_add(u64::from(bytes))), "fill")?;
         let fills_dev = self.gpu.upload(fills)?;
         let f = self.gpu.function(PoolKernel::Fill)?;
         let stream = self.gpu.stream().clone();
@@ -330,7 +348,14 @@ impl DevicePool {
         if n == 0 {
             return Ok((0, None));
         }
-        self.check_inside(checks.chunks(4).map(|c| c[0] + c[3]), "check")?;
+        if checks.chunks(4).any(|c| !c[0].is_multiple_of(4)) {
+            return Err(kvcodec_gpu::Error::Buffer {
+                what: "check",
+                why: "an offset not a multiple of 4".into(),
+            }
+            .into());
+        }
+        self.check_inside(checks.chunks(4).map(|c| c[0].saturating_add(c[3])), "check")?;
         let checks_dev = self.gpu.upload(checks)?;
         let mut bad = self.gpu.upload(&[0u32, u32::MAX])?;
         let f = self.gpu.function(PoolKernel::Check)?;
@@ -458,7 +483,6 @@ pub fn replay_on_device(
         })?;
     // Everything still running finishes: its changes join those recorded since the last
     // submit, in one last step.
-    pool.record_changes(true);
     for seq in pool.sequences().collect::<Vec<_>>() {
         pool.release(seq)?;
     }

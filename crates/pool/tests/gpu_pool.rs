@@ -10,7 +10,7 @@
 
 use kvcodec_gpu::GpuContext;
 use kvcodec_pool::gpu::{DevicePool, StepWork, replay_on_device};
-use kvcodec_pool::{CompressOutcome, INVALID_WORD, Pool, PoolConfig, SizeClasses};
+use kvcodec_pool::{CompressOutcome, ID_BLOCK, INVALID_WORD, Pool, PoolConfig, SizeClasses};
 use kvcodec_testkit::gpu_or_skip;
 
 /// 4 layers of 4 KiB open pages (compressed classes every 256 B from 1 KiB) in 64 KiB
@@ -199,10 +199,31 @@ fn the_checks_catch_a_wrong_page_a_short_copy_and_a_wrong_word() {
     let table = dev.download_table().unwrap();
     assert_eq!(table[page as usize], pool.entry(page).unwrap().device_word(cfg.chunk_bytes));
     assert!(table.iter().enumerate().all(|(i, &w)| i == page as usize || w == INVALID_WORD));
-    // A move outside the arena is refused before any launch.
+    // A move outside the arena, or not 16-aligned, is refused before any launch; so is a
+    // fill not 4-aligned.
     let mut bad = work.clone();
     bad.waves[0][1] = cfg.arena_bytes();
     assert!(dev.run_moves(&bad).is_err());
+    let mut bad = work.clone();
+    bad.waves[0][1] += 8;
+    assert!(dev.run_moves(&bad).is_err());
+    assert!(dev.fill_pattern(&[4098, 3, 1], 4096).is_err());
+    assert!(dev.fill_pattern(&[4096, 3, 1], 4095).is_err());
+}
+
+#[test]
+fn a_range_released_past_the_table_grows_it_first() {
+    let Some(gpu) = gpu_or_skip("a_range_released_past_the_table_grows_it_first") else {
+        return;
+    };
+    // A sequence admitted and released within one epoch writes no word but releases its
+    // id block; the table (one block long) must grow to hold it before it is invalidated.
+    let mut dev = DevicePool::new(&gpu, &small_config(), ID_BLOCK).unwrap();
+    let work = StepWork { ranges: vec![ID_BLOCK, 1], ..StepWork::default() };
+    dev.update_table(&work).unwrap();
+    let table = dev.download_table().unwrap();
+    assert!(table.len() > ID_BLOCK as usize, "table of {} words", table.len());
+    assert!(table.iter().all(|&w| w == INVALID_WORD));
 }
 
 /// `pool_pattern` of kernels/pool/pool.cu.
