@@ -1075,9 +1075,10 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &args.json {
-        let (commit, dirty) = crate::git_state().unwrap_or_default();
+        // A bundle's build-info.json first: on a GPU machine there is no checkout.
+        let (commit, dirty) = crate::bench::build_info();
         let doc = serde_json::json!({
-            "date": "2026-12-01",
+            "date": crate::bench::report::today(),
             "commit": commit,
             "dirty": dirty,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
