@@ -270,7 +270,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     )?;
     outln!(
         "GAAC: GAAC fused (gaac::attention), blocks sealed on the device from the same values, default slot; ratio: \
-         BF16 bytes / bytes read (coded slots and raw blocks); vs best: the best peer's time / GAAC's"
+         BF16 bytes / bytes read (coded slots and raw blocks); /best and /twin as above"
     )?;
     outln!(
         "times: CUDA events, median of {} after {WARMUP} warm-ups, L2 flushed (512 MiB memset) before each run",

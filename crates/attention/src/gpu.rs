@@ -303,6 +303,38 @@ pub fn check_launch_lengths(
     Ok(())
 }
 
+/// Checks what a launch's grid and 32-bit indices can address: every page pool's count
+/// (`(name, count)`) at most `u32::MAX`, batch and KV heads at most 65535 (grid
+/// dimensions), and `max_pages` tokens' worth of a block-table row within `u32`.
+///
+/// # Errors
+/// [`kvcodec_gpu::Error::Unsupported`] naming the sizes.
+pub fn check_launch_limits(
+    shape: DecodeShape,
+    max_pages: usize,
+    pools: &[(&str, usize)],
+) -> Result<(), GpuError> {
+    let pools_fit = pools.iter().all(|&(_, count)| count <= u32::MAX as usize);
+    if pools_fit
+        && shape.batch <= u16::MAX as usize
+        && shape.kv_heads <= u16::MAX as usize
+        && max_pages <= u32::MAX as usize / PAGE_TOKENS
+    {
+        return Ok(());
+    }
+    let pools: Vec<String> = pools.iter().map(|(name, count)| format!("{count} {name}")).collect();
+    Err(kvcodec_gpu::Error::Unsupported {
+        what: "problem size",
+        why: format!(
+            "{}, batch {}, {} KV heads, {max_pages} pages per row",
+            pools.join(", "),
+            shape.batch,
+            shape.kv_heads
+        ),
+    }
+    .into())
+}
+
 /// The twin's function for `head_dim` (one of [`crate::HEAD_DIMS`], validated before),
 /// allowed the dynamic shared memory it launches with.
 fn kernel_function(gpu: &GpuContext, head_dim: usize) -> Result<cudarc::driver::CudaFunction, GpuError> {
@@ -383,20 +415,7 @@ pub fn decode_device(
         }));
     }
     let pages = problem.k.len() / page_values;
-    if pages > u32::MAX as usize
-        || shape.batch > u16::MAX as usize
-        || shape.kv_heads > u16::MAX as usize
-        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
-    {
-        return Err(kvcodec_gpu::Error::Unsupported {
-            what: "problem size",
-            why: format!(
-                "{pages} pages, batch {}, {} KV heads, {} pages per row",
-                shape.batch, shape.kv_heads, problem.max_pages
-            ),
-        }
-        .into());
-    }
+    check_launch_limits(shape, problem.max_pages, &[("pages", pages)])?;
     let lengths =
         [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
     check_launch_lengths(shape, problem.max_pages, lengths)?;
@@ -477,4 +496,21 @@ pub fn decode_to_vec(gpu: &GpuContext, problem: &DecodeProblem<'_>) -> Result<At
     decode_device(gpu, &mut workspace, &device, &mut out.slice_mut(..n), &mut lse.slice_mut(..h))?;
     workspace.check(gpu)?;
     Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_limits_refuse_what_the_grid_or_u32_indices_cannot_address() {
+        let shape = DecodeShape { batch: 2, q_heads: 8, kv_heads: 2, head_dim: 128 };
+        let max_row = u32::MAX as usize / PAGE_TOKENS;
+        assert!(check_launch_limits(shape, max_row, &[("pages", u32::MAX as usize)]).is_ok());
+        assert!(check_launch_limits(shape, max_row + 1, &[]).is_err());
+        assert!(check_launch_limits(shape, 4, &[("pages", 1), ("slots", u32::MAX as usize + 1)]).is_err());
+        for wide in [DecodeShape { batch: 1 << 16, ..shape }, DecodeShape { kv_heads: 1 << 16, ..shape }] {
+            assert!(check_launch_limits(wide, 4, &[]).is_err());
+        }
+    }
 }

@@ -34,7 +34,7 @@ use bf16_field::KvKind;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, shared_bytes};
+use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes};
 use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
@@ -440,22 +440,9 @@ pub fn decode_device_fused(
     let bf16_pages =
         partial_pages(shape, cache.partial_k.len(), cache.partial_v.len()).map_err(GpuError::Codec)?;
     let raw_blocks = cache.raw.len() / (2 * BLOCK_TOKENS * shape.head_dim);
-    if pages > u32::MAX as usize
-        || bf16_pages > u32::MAX as usize
-        || raw_blocks >= u32::MAX as usize
-        || shape.batch > u16::MAX as usize
-        || shape.kv_heads > u16::MAX as usize
-        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
-    {
-        return Err(kvcodec_gpu::Error::Unsupported {
-            what: "problem size",
-            why: format!(
-                "{pages} pages, {bf16_pages} BF16 pages, {raw_blocks} raw blocks, batch {}, {} pages per row",
-                shape.batch, problem.max_pages
-            ),
-        }
-        .into());
-    }
+    // A directory entry names raw block r as r + 1: that must fit a u32 too.
+    let pools = [("pages", pages), ("BF16 pages", bf16_pages), ("raw blocks + 1", raw_blocks + 1)];
+    check_launch_limits(shape, problem.max_pages, &pools)?;
     let lengths =
         [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
     kvcodec_attention::gpu::check_launch_lengths(shape, problem.max_pages, lengths)?;

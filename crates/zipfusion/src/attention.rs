@@ -26,8 +26,8 @@ use std::fmt;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, shared_bytes};
-use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
+use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, check_launch_limits, shared_bytes};
+use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::format::{ALIGN, PageShape, Variant};
@@ -303,21 +303,7 @@ pub fn decode_device_fused(
     let bf16_pages =
         partial_pages(shape, cache.partial_k.len(), cache.partial_v.len()).map_err(GpuError::Codec)?;
     let slots = cache.slots.len() / stride;
-    if slots > u32::MAX as usize
-        || bf16_pages > u32::MAX as usize
-        || shape.batch > u16::MAX as usize
-        || shape.kv_heads > u16::MAX as usize
-        || problem.max_pages > u32::MAX as usize / PAGE_TOKENS
-    {
-        return Err(kvcodec_gpu::Error::Unsupported {
-            what: "problem size",
-            why: format!(
-                "{slots} slots, {bf16_pages} BF16 pages, batch {}, {} pages per row",
-                shape.batch, problem.max_pages
-            ),
-        }
-        .into());
-    }
+    check_launch_limits(shape, problem.max_pages, &[("slots", slots), ("BF16 pages", bf16_pages)])?;
     let lengths =
         [problem.q.len(), problem.block_table.len(), problem.context_lens.len(), out.len(), lse.len()];
     kvcodec_attention::gpu::check_launch_lengths(shape, problem.max_pages, lengths)?;
