@@ -12,8 +12,8 @@
 // Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
 // restores the coded ones (the restore of docs/perf/gaac-gpu.md, version 2: a cp.async
 // ring of slots per warp, the addend image, the common path in registers), through a
-// shared-memory tile into [16, D] rows; each warp takes a contiguous range of blocks, then
-// chunks from a work counter (GaacBlockQueue, decoder version 3). gaac_decode_finish
+// shared-memory tile into [16, D] rows; each warp takes runs of blocks from a work counter
+// (GaacBlockQueue, decoder version 4). gaac_decode_finish
 // copies the raw blocks and the tails and checks the bases, the paddings and the raw count
 // (spec 7.1 rows 13-17). A problem leaves a GAAC_DECODE_* code in the status word; the
 // host then reruns the CPU decoder for the exact error.
@@ -475,24 +475,40 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
     return __any_sync(GAAC_WARP_MASK, any != 0);
 }
 
-// Blocks per chunk of the decoder's work counter, and the share of a warp's equal part of
-// the blocks that it takes as one contiguous range before it turns to the counter
-// (docs/perf/gaac-gpu.md, "Decoder version 3").
-#define GAAC_DECODE_CHUNK 2u
-#define GAAC_DECODE_STATIC_NUM 3u
-#define GAAC_DECODE_STATIC_DEN 4u
+// The decoder's work queue (docs/perf/gaac-gpu.md, "Decoder version 4"): each warp first
+// takes GAAC_DECODE_STATIC_NUM / GAAC_DECODE_STATIC_DEN of an equal share of the blocks as
+// one contiguous range, then runs of blocks from a work counter. A run is at most
+// GAAC_DECODE_CHUNK blocks; with GAAC_DECODE_GUIDE > 0 it shrinks with the blocks left
+// (left / (GUIDE warps), at least 1: guided self-scheduling). Measured on the H200: no
+// static range and fixed runs of 8 (the defaults) beat static shares of 1/2, 3/4 and 7/8,
+// runs of 2 and 4, and guided runs (GUIDE 2, CHUNK 16).
+#define GAAC_DECODE_CHUNK 8u
+#define GAAC_DECODE_GUIDE 0u
+#define GAAC_DECODE_STATIC_NUM 0u
+#define GAAC_DECODE_STATIC_DEN 2u
 #define GAAC_NO_BLOCK 0xffffffffu
 
-// The blocks one decoder warp takes, in its order: a contiguous static range (3/4 of an
-// equal share: the head's bases stay loaded), then chunks of GAAC_DECODE_CHUNK blocks
-// handed out by a work counter, so that a warp whose blocks cost more (V against K, raw
-// blocks) does not set the kernel's end. Lane 0 requests the next chunk a chunk ahead, so
-// the atomic's latency is hidden behind the current one.
+// The blocks one decoder warp takes, in its order: a contiguous static range (the head's
+// bases stay loaded), then runs handed out by a work counter (in blocks past the static
+// ranges), so that a warp whose blocks cost more (V against K, raw blocks) does not set
+// the kernel's end. Lane 0 requests the next run a run ahead, so the atomic's latency is
+// hidden behind the current one.
 struct GaacBlockQueue {
     unsigned next, end;      // the current run [next, end)
     unsigned dynamic_first;  // the first block the counter hands out
-    unsigned grabbed;        // lane 0: the counter value of the next chunk
-    unsigned* work;
+    unsigned guide;          // GUIDE x warps
+    unsigned grabbed;        // lane 0: the counter value of the next run
+    unsigned grabbed_len;    // lane 0: its length
+    unsigned* work;          // counts blocks past dynamic_first; below 2^32 (B + warps CHUNK)
+    __device__ void grab(unsigned blocks, unsigned seen) {
+        unsigned len = GAAC_DECODE_CHUNK;
+        if (GAAC_DECODE_GUIDE > 0) {
+            const unsigned left = blocks - dynamic_first - min(seen, blocks - dynamic_first);
+            len = max(1u, min(len, left / guide));
+        }
+        grabbed = atomicAdd(work, len);
+        grabbed_len = len;
+    }
     __device__ void start(unsigned blocks, unsigned* work_counter, int lane) {
         const unsigned warps = gridDim.x * (blockDim.x / GAAC_LANES);
         const unsigned me = blockIdx.x * (blockDim.x / GAAC_LANES) + threadIdx.x / GAAC_LANES;
@@ -500,21 +516,48 @@ struct GaacBlockQueue {
         next = me * share;
         end = next + share;
         dynamic_first = warps * share;
+        guide = GAAC_DECODE_GUIDE * warps;
         work = work_counter;
-        grabbed = lane == 0 ? atomicAdd(work, 1u) : 0u;
+        grabbed = grabbed_len = 0;
+        if (lane == 0) grab(blocks, 0);
     }
     // The next block, or GAAC_NO_BLOCK once every block is taken (a warp-uniform call).
     __device__ unsigned pop(unsigned blocks, int lane) {
         if (next == end) {
             const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
-            if (c >= (blocks - dynamic_first + GAAC_DECODE_CHUNK - 1) / GAAC_DECODE_CHUNK) return GAAC_NO_BLOCK;
-            next = dynamic_first + c * GAAC_DECODE_CHUNK;
-            end = min(next + GAAC_DECODE_CHUNK, blocks);
-            if (lane == 0) grabbed = atomicAdd(work, 1u);
+            if (c >= blocks - dynamic_first) return GAAC_NO_BLOCK;
+            next = dynamic_first + c;
+            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : GAAC_DECODE_CHUNK,
+                             blocks - next);
+            if (lane == 0) grab(blocks, c);
         }
         return next++;
     }
 };
+
+// Words of a head's D bases each lane of a decoder warp prefetches (lane l holds words
+// l, l + 32, ...: D/4 words in all).
+template <int D>
+struct GaacHeadWords {
+    static constexpr int W = (D / 4 + GAAC_LANES - 1) / GAAC_LANES;
+};
+
+// gaac_load_head with the head's bases already in registers (`words`, as GaacHeadWords
+// lays them out, prefetched a block ahead): they go to `base` first, and gaac_load_head
+// reads them back from there. Call with the whole warp.
+template <int D>
+__device__ __forceinline__ void gaac_decode_head(const uint32_t (&words)[GaacHeadWords<D>::W], uint8_t* base,
+                                                 uint8_t* wstart, bool is_v,
+                                                 uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane) {
+    __syncwarp();  // no lane still reads the previous head's bases
+#pragma unroll
+    for (int w = 0; w < GaacHeadWords<D>::W; ++w) {
+        const int k = lane + GAAC_LANES * w;
+        if (k < D / 4) reinterpret_cast<uint32_t*>(base)[k] = words[w];
+    }
+    // Each lane reads back (and rewrites) only the words it stored.
+    gaac_load_head<D>(base, base, wstart, is_v, base_words, lane);
+}
 
 // Checks and decodes the blocks a GaacBlockQueue gives this warp: coded blocks into `out`;
 // raw ones are checked and counted in counters[0] (gaac_decode_finish copies them);
@@ -525,6 +568,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                                   unsigned* __restrict__ status) {
     using G = GaacGeometry<D>;
     using T = GaacTile<D>;
+    using HW = GaacHeadWords<D>;
     extern __shared__ __align__(16) uint8_t gaac_smem[];
     const int lane = threadIdx.x & 31;
     const unsigned cap = g.capacity;
@@ -536,47 +580,61 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     uint16_t* tile = reinterpret_cast<uint16_t*>(ring + GAAC_DECODE_STAGES * cap);
     const uint32_t ring_at = (uint32_t)__cvta_generic_to_shared(ring);
     const uint8_t* statuses = container + g.statuses;
+    const uint8_t* bases = container + GAAC_HEADER_LEN;
     // The slot ring of gaac_restore.cu with two stages: the next block's slot is in flight
-    // (and its status byte loaded) while one is restored.
+    // (and its status byte and, on a new head, its bases loaded) while one is restored.
     static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
     GaacBlockQueue queue;
     queue.start(g.blocks, counters + 1, lane);
-    unsigned next_block;
-    uint32_t next_status = 0;
+    GaacCursor fetch;  // the place of the block last issued
+    unsigned fetched = GAAC_NO_BLOCK, fetched_head = GAAC_NO_BLOCK;
+    // The next block: its index, head, first word, status and (when next_new_head) bases.
+    unsigned next_block = GAAC_NO_BLOCK, next_head = 0;
+    unsigned long long next_first = 0;
+    uint32_t next_status = 0, next_words[HW::W];
+    bool next_new_head = false, next_is_v = false;
     auto issue = [&](int stage) {
-        next_block = queue.pop(g.blocks, lane);
-        if (next_block != GAAC_NO_BLOCK) {
-            const uint8_t* fetch = container + g.slots + (unsigned long long)next_block * cap + 16 * lane;
+        const unsigned k = queue.pop(g.blocks, lane);
+        next_block = GAAC_NO_BLOCK;
+        if (k != GAAC_NO_BLOCK) {
+            if (fetched != GAAC_NO_BLOCK && k == fetched + 1) fetch.next(g);
+            else fetch.start(g, k);
+            fetched = k;
+            next_block = k;
+            next_head = fetch.head_index;
+            next_first = fetch.first_word(g, D);
+            next_is_v = fetch.tensor & 1u;
+            const uint8_t* src = container + g.slots + (unsigned long long)next_block * cap + 16 * lane;
             const uint32_t dst = ring_at + cap * stage + 16 * lane;
 #pragma unroll
-            for (int k = 0; k < MAX_COPIES; ++k) {
-                if (16 * (lane + GAAC_LANES * k) < cap) gaac_cp_async16(dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
+            for (int c = 0; c < MAX_COPIES; ++c) {
+                if (16 * (lane + GAAC_LANES * c) < cap) gaac_cp_async16(dst + 16 * GAAC_LANES * c, src + 16 * GAAC_LANES * c);
             }
             next_status = statuses[next_block];  // used a block later
+            next_new_head = next_head != fetched_head;
+            if (next_new_head) {
+                const uint32_t* hb = reinterpret_cast<const uint32_t*>(bases + (size_t)next_head * D);
+#pragma unroll
+                for (int w = 0; w < HW::W; ++w) {
+                    const int at = lane + GAAC_LANES * w;
+                    next_words[w] = at < D / 4 ? __ldg(hb + at) : 0u;
+                }
+                fetched_head = next_head;
+            }
         }
         gaac_cp_async_commit();
     };
     issue(0);
-    GaacCursor cur;
-    unsigned previous = GAAC_NO_BLOCK, loaded = GAAC_NO_BLOCK;  // the last block; the head whose bases are loaded
-    bool is_v = false;
     uint32_t base_words[G::TILES];
     int stage = 0;
     for (;;) {
         const unsigned i = next_block;
         const uint32_t block_status = next_status;
+        const unsigned long long first = next_first;
+        const bool is_v = next_is_v;
         if (i == GAAC_NO_BLOCK) break;
-        // The block's place: by counting within a run, by division when a run starts.
-        if (previous != GAAC_NO_BLOCK && i == previous + 1) cur.next(g);
-        else cur.start(g, i);
-        previous = i;
-        if (cur.head_index != loaded) {
-            is_v = cur.tensor & 1u;
-            gaac_load_head<D>(container + GAAC_HEADER_LEN + (size_t)cur.head_index * D, base, wstart, is_v, base_words,
-                              lane);
-            loaded = cur.head_index;
-        }
+        if (next_new_head) gaac_decode_head<D>(next_words, base, wstart, is_v, base_words, lane);
         gaac_cp_async_wait<GAAC_DECODE_STAGES - 2>();
         __syncwarp();  // block i is in shared memory for every lane; block i - 1 is done
         issue(stage ^ 1);
@@ -620,7 +678,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                     });
                 }
                 __syncwarp();
-                uint16_t* dst = out + cur.first_word(g, D);
+                uint16_t* dst = out + first;
 #pragma unroll
                 for (int k = 0; k < 2 * D / GAAC_LANES; ++k) {
                     const int u = GAAC_LANES * k + lane, r = u / T::GROUPS_PER_ROW, c = u % T::GROUPS_PER_ROW;

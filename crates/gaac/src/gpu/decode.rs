@@ -34,8 +34,8 @@ pub struct CacheDecoder {
     raw_list: CudaSlice<u32>,
     listed: u32,
     /// The decode kernel's counters, zeroed before each decode: the raw blocks it saw
-    /// (which `gaac_decode_finish` compares with R) and its work counter (the next chunk
-    /// of blocks a warp takes once its own range is done).
+    /// (which `gaac_decode_finish` compares with R) and its work counter (the blocks
+    /// handed out so far, in runs of 8, to the warps).
     counters: CudaSlice<u32>,
     status: DeviceStatus,
     sums: Option<AdlerSums>,

@@ -14,9 +14,9 @@
 //! length stays on the device until [`CacheEncoder::encoded_len`] reads it. Decoding is
 //! `gaac_decode_d<D>` (checks each block's status byte and bytes, spec §7.2, and restores
 //! the coded ones through a per-warp `cp.async` ring of slots, the restore of
-//! `docs/perf/gaac-gpu.md`; each warp a contiguous range of blocks, then chunks from a
-//! work counter) and `gaac_decode_finish` (raw blocks, tails, and the checks of
-//! the bases, paddings and raw count); a problem leaves a [`DECODE_STATUS`] code that
+//! `docs/perf/gaac-gpu.md`; each warp takes runs of blocks from a work counter) and
+//! `gaac_decode_finish` (raw blocks, tails, and the checks of the bases, paddings and raw
+//! count); a problem leaves a [`DECODE_STATUS`] code that
 //! [`CacheDecoder::finish`] turns into the CPU decoder's exact error.
 //!
 //! **Sealing** ([`seal_blocks_device`]): the paged cache's step, one 16-token block of
