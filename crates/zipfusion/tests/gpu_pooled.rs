@@ -5,7 +5,9 @@
 //! where the pool moves it; pages the pool keeps BF16 stay in their open slot), moves
 //! pages (a kept page is compressed by its move), releases a sequence and admits another
 //! into the room. The device pool's page table follows the recorded changes
-//! (`DevicePool::update_table`). The fused kernel reading the arena through that table
+//! (`DevicePool::update_table`); its arena gets the host arena's bytes in one copy (the
+//! pool replay's device moves copy a stand-in of the compressed length, not ZipFusion
+//! pages). The fused kernel reading the arena through that table
 //! must give the BF16 twin's bits on the decoded copy, and so must the pooled twin on a
 //! BF16 pool of the copy; hostile table words and ids are flagged, never read (run under
 //! compute-sanitizer memcheck on the device). GPU tests skip without a GPU unless
