@@ -12,5 +12,5 @@
 
 // Device status values: a flag per problem (atomicOr).
 #define ATTENTION_STATUS_BAD_CONTEXT 1u                  // a context length of 0 or longer than its block-table row
-#define ATTENTION_STATUS_BAD_PAGE 2u                     // a block-table entry past the cache's pages
+#define ATTENTION_STATUS_BAD_PAGE 2u                     // a block-table entry past the cache's pages, or a pooled page id whose page-table word names no readable page
 #define ATTENTION_STATUS_BAD_METADATA 4u                 // a compressed page whose metadata would read outside its slot or holds a block byte its format does not allow (fused kernels)

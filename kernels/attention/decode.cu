@@ -22,3 +22,22 @@
 KV_ATTENTION_DECODE_BF16(64)
 KV_ATTENTION_DECODE_BF16(128)
 KV_ATTENTION_DECODE_BF16(256)
+
+// The twin over a pool-managed cache (pooled.cuh): block tables of page ids, read through
+// the pool's page table into its arena; every page BF16.
+#include "pooled.cuh"
+
+#define KV_ATTENTION_DECODE_BF16_POOLED(D)                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS) attention_decode_bf16_pooled_d##D(                 \
+        const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                             \
+        const unsigned long long* page_table, uint32_t table_len, const uint32_t* block_table,               \
+        const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \
+        uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group, float scale_log2) {         \
+        const Bf16PoolLoader<D> loader{{arena, arena_bytes, page_table, table_len}, kv_heads};               \
+        decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages,  \
+                        kv_heads, group, scale_log2);                                                        \
+    }
+
+KV_ATTENTION_DECODE_BF16_POOLED(64)
+KV_ATTENTION_DECODE_BF16_POOLED(128)
+KV_ATTENTION_DECODE_BF16_POOLED(256)

@@ -13,11 +13,13 @@
 // ZipFusion keeps it) and goes through the twin's staging and ldmatrix path. BF16 KV is
 // never written to global memory.
 //
-// Block-table entries of full pages index the slots; the entry of a partial last page
+// Block-table entries of full pages index the slots (the pooled kernels at the end read
+// page ids through a pool's page table instead: ZfPoolLoader); the entry of a partial last page
 // indexes the BF16 pages. Page ids past either pool and metadata that would read outside
 // the slot or holds a block byte the variant does not allow are flagged in the status word
 // and the page is skipped, as the twin does with bad page ids.
 #include "../attention/decode.cuh"
+#include "../attention/pooled.cuh"
 #include "zipfusion_format.gen.cuh"
 
 namespace {
@@ -127,6 +129,107 @@ template <int D, bool ZERO_AWARE> struct ZfFragments {
     }
 };
 
+// An entry of kind compressed with no blocks (a page past the warp's range: never staged).
+template <int D> __device__ __forceinline__ ZfEntry<D> zf_empty_entry(uint32_t id) {
+    ZfEntry<D> e;
+    e.id = id;
+    e.offset = 0;
+    e.info = ZF_ENTRY_COMPRESSED;
+#pragma unroll
+    for (int w = 0; w < ZfEntry<D>::WORDS; ++w) e.k_meta[w] = e.v_meta[w] = 0;
+    return e;
+}
+
+template <bool ZERO_AWARE> __device__ __forceinline__ bool zf_valid_byte(uint32_t m) {
+    if (m == ZIPFUSION_RAW_BLOCK_BYTE) return true;
+    if (!ZERO_AWARE && (m & ZIPFUSION_ZERO_AWARE_FLAG)) return false;
+    return (m & 0x7fu) <= ZIPFUSION_MAX_HALF_BASE;
+}
+
+// Reads kv_head's two metadata entries (spec 5.1) of the compressed page at `page`, of
+// which `limit` bytes may be read, into `e`, and checks what the kernel relies on: every
+// block byte allowed, the V entry right after the K blocks, 16-byte alignment and the
+// whole span inside the limit (else e.info is the BAD_METADATA flag).
+template <int D, bool ZERO_AWARE>
+__device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned long long limit, uint32_t kv_head,
+                                                 ZfEntry<D>& e) {
+    constexpr int NB = D / ZIPFUSION_BLOCK_CHANNELS;
+    using Entry = ZfEntry<D>;
+    if ((unsigned long long)(kv_head + 1) * zf_head_metadata<D>() > limit) {
+        e.info = ATTENTION_STATUS_BAD_METADATA;
+        return;
+    }
+    const uint4* meta = reinterpret_cast<const uint4*>(page + (size_t)kv_head * zf_head_metadata<D>());
+    uint32_t v_offset;
+    if constexpr (zf_head_metadata<D>() == 16) {
+        // Two 8-byte entries: offset, NB block bytes, padding.
+        const uint4 m = meta[0];
+        constexpr uint32_t mask = NB >= 4 ? 0xffffffffu : (1u << (8 * NB)) - 1;
+        e.offset = m.x;
+        e.k_meta[0] = m.y & mask;
+        v_offset = m.z;
+        e.v_meta[Entry::WORDS - 1] = m.w & mask;
+    } else {
+        static_assert(zf_head_metadata<D>() == 16 || (zf_head_metadata<D>() == 32 && NB == 8),
+                      "16-byte entries hold 8 block bytes");
+        const uint4 m0 = meta[0], m1 = meta[1];
+        e.offset = m0.x;
+        e.k_meta[0] = m0.y;
+        e.k_meta[Entry::WORDS - 1] = m0.z;
+        v_offset = m1.x;
+        e.v_meta[0] = m1.y;
+        e.v_meta[Entry::WORDS - 1] = m1.z;
+    }
+    bool ok = true;
+    uint32_t k_len = 0, v_len = 0;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+        const uint32_t km = zf_byte(e.k_meta, j), vm = zf_byte(e.v_meta, j);
+        ok = ok && zf_valid_byte<ZERO_AWARE>(km) && zf_valid_byte<ZERO_AWARE>(vm);
+        k_len += km == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+        v_len += vm == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
+    }
+    ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
+         (unsigned long long)e.offset + k_len + v_len <= limit;
+    e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
+}
+
+// Queues a checked compressed entry's span (its K and V blocks, one contiguous run, spec
+// 5.2) from the page at `page` into `stage`, still compressed.
+template <int D>
+__device__ __forceinline__ void zf_stage_span(const uint8_t* page, const ZfEntry<D>& e, uint16_t* stage, int lane) {
+    const uint8_t* span = page + e.offset;
+    uint8_t* to = reinterpret_cast<uint8_t*>(stage);
+    const uint32_t units = zf_k_units(e.info) + zf_v_units(e.info);
+    for (uint32_t u = lane; u < units; u += 32) copy_async_16_line(to + 16 * u, span + 16 * u);
+}
+
+// The fragments of a staged entry: the twin's ldmatrix path for a BF16 page, the restore
+// of the compressed span otherwise.
+template <int D, bool ZERO_AWARE, class F>
+__device__ __forceinline__ void zf_compute(const ZfEntry<D>& e, uint32_t stage, const Bf16Lanes<D>& lanes, F&& f) {
+    if (zf_kind(e.info) == ZF_ENTRY_BF16) {
+        f(Bf16Fragments<D>(stage, lanes));
+    } else {
+        const int lane = threadIdx.x & 31;
+        f(ZfFragments<D, ZERO_AWARE>{stage, stage + 16 * zf_k_units(e.info), e, lane});
+    }
+}
+
+// Broadcasts lane `from`'s entry to the warp.
+template <int D> __device__ __forceinline__ ZfEntry<D> zf_broadcast(const ZfEntry<D>& e, int from) {
+    ZfEntry<D> r;
+    r.id = __shfl_sync(0xffffffffu, e.id, from);
+    r.offset = __shfl_sync(0xffffffffu, e.offset, from);
+    r.info = __shfl_sync(0xffffffffu, e.info, from);
+#pragma unroll
+    for (int w = 0; w < ZfEntry<D>::WORDS; ++w) {
+        r.k_meta[w] = __shfl_sync(0xffffffffu, e.k_meta[w], from);
+        r.v_meta[w] = __shfl_sync(0xffffffffu, e.v_meta[w], from);
+    }
+    return r;
+}
+
 // The loader of full pages in fixed slots (`slot_stride` bytes, a multiple of 16, from
 // `slots`) and partial last pages in BF16 pages ([num_bf16, PAGE_TOKENS, kv_heads, D]).
 template <int D, bool ZERO_AWARE> struct ZfLoader {
@@ -143,25 +246,9 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
     // A head's span (at most 2 NB raw blocks) fits the twin's staging slot of a page.
     static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= 2 * PAGE_TOKENS * staged_row<D>() * 2, "span fits a slot");
 
-    static __device__ __forceinline__ bool valid_byte(uint32_t m) {
-        if (m == ZIPFUSION_RAW_BLOCK_BYTE) return true;
-        if (!ZERO_AWARE && (m & ZIPFUSION_ZERO_AWARE_FLAG)) return false;
-        return (m & 0x7fu) <= ZIPFUSION_MAX_HALF_BASE;
-    }
-
-    // Reads the head's two metadata entries (spec 5.1) and checks what the kernel relies
-    // on: every block byte allowed, the V entry right after the K blocks, 16-byte alignment
-    // and the whole span inside the slot.
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
-        Entry e;
-        e.id = id;
-        e.offset = 0;
-#pragma unroll
-        for (int w = 0; w < Entry::WORDS; ++w) e.k_meta[w] = e.v_meta[w] = 0;
-        if (!live) {
-            e.info = ZF_ENTRY_COMPRESSED;
-            return e;
-        }
+        Entry e = zf_empty_entry<D>(id);
+        if (!live) return e;
         if (partial) {
             e.info = id < num_bf16 ? ZF_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
             return e;
@@ -170,55 +257,11 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
             e.info = ATTENTION_STATUS_BAD_PAGE;
             return e;
         }
-        const uint4* meta =
-            reinterpret_cast<const uint4*>(slots + id * slot_stride + (size_t)kv_head * zf_head_metadata<D>());
-        uint32_t v_offset;
-        if constexpr (zf_head_metadata<D>() == 16) {
-            // Two 8-byte entries: offset, NB block bytes, padding.
-            const uint4 m = meta[0];
-            constexpr uint32_t mask = NB >= 4 ? 0xffffffffu : (1u << (8 * NB)) - 1;
-            e.offset = m.x;
-            e.k_meta[0] = m.y & mask;
-            v_offset = m.z;
-            e.v_meta[Entry::WORDS - 1] = m.w & mask;
-        } else {
-            static_assert(zf_head_metadata<D>() == 16 || (zf_head_metadata<D>() == 32 && NB == 8),
-                          "16-byte entries hold 8 block bytes");
-            const uint4 m0 = meta[0], m1 = meta[1];
-            e.offset = m0.x;
-            e.k_meta[0] = m0.y;
-            e.k_meta[Entry::WORDS - 1] = m0.z;
-            v_offset = m1.x;
-            e.v_meta[0] = m1.y;
-            e.v_meta[Entry::WORDS - 1] = m1.z;
-        }
-        bool ok = true;
-        uint32_t k_len = 0, v_len = 0;
-#pragma unroll
-        for (int j = 0; j < NB; ++j) {
-            const uint32_t km = zf_byte(e.k_meta, j), vm = zf_byte(e.v_meta, j);
-            ok = ok && valid_byte(km) && valid_byte(vm);
-            k_len += km == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
-            v_len += vm == ZIPFUSION_RAW_BLOCK_BYTE ? ZIPFUSION_RAW_BLOCK_LEN : ZIPFUSION_CODED_BLOCK_LEN;
-        }
-        ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
-             (unsigned long long)e.offset + k_len + v_len <= slot_stride;
-        e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
+        zf_read_metadata<D, ZERO_AWARE>(slots + id * slot_stride, slot_stride, kv_head, e);
         return e;
     }
 
-    static __device__ __forceinline__ Entry broadcast(const Entry& e, int from) {
-        Entry r;
-        r.id = __shfl_sync(0xffffffffu, e.id, from);
-        r.offset = __shfl_sync(0xffffffffu, e.offset, from);
-        r.info = __shfl_sync(0xffffffffu, e.info, from);
-#pragma unroll
-        for (int w = 0; w < Entry::WORDS; ++w) {
-            r.k_meta[w] = __shfl_sync(0xffffffffu, e.k_meta[w], from);
-            r.v_meta[w] = __shfl_sync(0xffffffffu, e.v_meta[w], from);
-        }
-        return r;
-    }
+    static __device__ __forceinline__ Entry broadcast(const Entry& e, int from) { return zf_broadcast<D>(e, from); }
 
     __device__ __forceinline__ bool issue(const Entry& e, uint32_t p, uint32_t len, uint16_t* stage, uint32_t kv_head,
                                           uint32_t kv_heads, int lane, uint32_t* status) const {
@@ -233,21 +276,77 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
             return false;
         }
         // The head's K and V blocks are one contiguous span (spec 5.2): staged as is.
-        const uint8_t* span = slots + e.id * slot_stride + e.offset;
-        uint8_t* to = reinterpret_cast<uint8_t*>(stage);
-        const uint32_t units = zf_k_units(e.info) + zf_v_units(e.info);
-        for (uint32_t u = lane; u < units; u += 32) copy_async_16_line(to + 16 * u, span + 16 * u);
+        zf_stage_span<D>(slots + e.id * slot_stride, e, stage, lane);
         return true;
     }
 
     template <class F>
     __device__ __forceinline__ void compute(const Entry& e, uint32_t stage, const Bf16Lanes<D>& lanes, F&& f) const {
-        if (zf_kind(e.info) == ZF_ENTRY_BF16) {
-            f(Bf16Fragments<D>(stage, lanes));
+        zf_compute<D, ZERO_AWARE>(e, stage, lanes, f);
+    }
+};
+
+// The loader of a pool-managed cache (pooled.cuh): each page id's word in the pool's
+// page table gives its arena offset and whether it is compressed. A compressed page is
+// read as a slot is, with the span limited to the largest page of the shape
+// (`max_page_bytes`) and to the arena's end; a BF16 page (K rows, then V rows) goes
+// through the twin's staging. An id past the table or with no live page, a misaligned
+// offset, a BF16 page past the arena, a compressed page as a sequence's unfilled last
+// page (the pool compresses only full pages) are flagged BAD_PAGE; metadata as the slot
+// loader checks it.
+template <int D> struct ZfPoolEntry {
+    ZfEntry<D> zf;
+    unsigned long long at;  // the page's arena offset
+};
+
+template <int D, bool ZERO_AWARE> struct ZfPoolLoader {
+    PoolView pool;
+    unsigned long long max_page_bytes;
+    uint32_t kv_heads;
+
+    using Entry = ZfPoolEntry<D>;
+
+    __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
+        Entry e{zf_empty_entry<D>(id), 0};
+        if (!live) return e;
+        const unsigned long long w = pool.word(id);
+        e.at = w >> 1;
+        if (w == POOL_INVALID_WORD) {
+            e.zf.info = ATTENTION_STATUS_BAD_PAGE;
+        } else if (!(w & POOL_COMPRESSED_BIT)) {
+            e.zf.info = pool.holds(e.at, pool_bf16_page_bytes<D>(kv_heads)) ? ZF_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
+        } else if (partial || !pool.holds(e.at, 0)) {
+            e.zf.info = ATTENTION_STATUS_BAD_PAGE;
         } else {
-            const int lane = threadIdx.x & 31;
-            f(ZfFragments<D, ZERO_AWARE>{stage, stage + 16 * zf_k_units(e.info), e, lane});
+            const unsigned long long room = pool.arena_bytes - e.at;
+            zf_read_metadata<D, ZERO_AWARE>(pool.arena + e.at, room < max_page_bytes ? room : max_page_bytes, kv_head,
+                                            e.zf);
         }
+        return e;
+    }
+
+    static __device__ __forceinline__ Entry broadcast(const Entry& e, int from) {
+        return Entry{zf_broadcast<D>(e.zf, from), __shfl_sync(0xffffffffu, e.at, from)};
+    }
+
+    __device__ __forceinline__ bool issue(const Entry& e, uint32_t p, uint32_t len, uint16_t* stage, uint32_t kv_head,
+                                          uint32_t kv_heads_, int lane, uint32_t* status) const {
+        const uint32_t kind = zf_kind(e.zf.info);
+        if (kind == ZF_ENTRY_BF16) {
+            stage_pooled_bf16_page<D>(pool.arena + e.at, p * PAGE_TOKENS, len, stage, kv_head, kv_heads_, lane);
+            return true;
+        }
+        if (kind != ZF_ENTRY_COMPRESSED) {
+            if (lane == 0) atomicOr(status, kind);
+            return false;
+        }
+        zf_stage_span<D>(pool.arena + e.at, e.zf, stage, lane);
+        return true;
+    }
+
+    template <class F>
+    __device__ __forceinline__ void compute(const Entry& e, uint32_t stage, const Bf16Lanes<D>& lanes, F&& f) const {
+        zf_compute<D, ZERO_AWARE>(e.zf, stage, lanes, f);
     }
 };
 
@@ -272,3 +371,24 @@ ZF_ATTENTION_KERNEL(256, false, zipfusion_attention_base_d256)
 ZF_ATTENTION_KERNEL(64, true, zipfusion_attention_zero_aware_d64)
 ZF_ATTENTION_KERNEL(128, true, zipfusion_attention_zero_aware_d128)
 ZF_ATTENTION_KERNEL(256, true, zipfusion_attention_zero_aware_d256)
+
+// The fused kernel over a pool-managed cache (ZfPoolLoader): block tables of page ids.
+#define ZF_ATTENTION_POOLED_KERNEL(D, ZERO_AWARE, NAME)                                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS) NAME(                                                 \
+        const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                               \
+        const unsigned long long* page_table, uint32_t table_len, unsigned long long max_page_bytes,           \
+        const uint32_t* block_table, const uint32_t* context_lens, uint16_t* out, float* lse, float* partial,  \
+        uint32_t* tickets, uint32_t* status, uint32_t max_pages, uint32_t kv_heads, uint32_t group,            \
+        float scale_log2) {                                                                                     \
+        const ZfPoolLoader<D, ZERO_AWARE> loader{{arena, arena_bytes, page_table, table_len}, max_page_bytes,  \
+                                                 kv_heads};                                                     \
+        decode_paged<D>(loader, q, block_table, context_lens, out, lse, partial, tickets, status, max_pages,    \
+                        kv_heads, group, scale_log2);                                                           \
+    }
+
+ZF_ATTENTION_POOLED_KERNEL(64, false, zipfusion_attention_pooled_base_d64)
+ZF_ATTENTION_POOLED_KERNEL(128, false, zipfusion_attention_pooled_base_d128)
+ZF_ATTENTION_POOLED_KERNEL(256, false, zipfusion_attention_pooled_base_d256)
+ZF_ATTENTION_POOLED_KERNEL(64, true, zipfusion_attention_pooled_zero_aware_d64)
+ZF_ATTENTION_POOLED_KERNEL(128, true, zipfusion_attention_pooled_zero_aware_d128)
+ZF_ATTENTION_POOLED_KERNEL(256, true, zipfusion_attention_pooled_zero_aware_d256)

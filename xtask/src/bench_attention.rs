@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use cudarc::driver::{CudaSlice, sys};
 use kvcodec_attention::gpu::{DecodeWorkspace, DeviceProblem, decode_device};
+use kvcodec_attention::pooled::{DevicePooledKv, DevicePooledProblem};
 use kvcodec_attention::{DecodeShape, PAGE_TOKENS};
 use kvcodec_gpu::GpuContext;
 use zipfusion::attention::{DeviceZfPagedKv, DeviceZfProblem, decode_device_fused};
@@ -63,6 +64,15 @@ pub(crate) struct AttentionArgs {
     /// Write the cells as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also time the pooled kernels (issue 19, `kvcodec_attention::pooled`): the twin and
+    /// ZipFusion's fused kernel (base) reading the same pages through a pool's page table,
+    /// beside the slot-indexed ones ([`measure_pooled`]).
+    #[arg(long)]
+    pooled: bool,
+    /// Leave out the GAAC fused kernel (its calibration and sealing take most of a cell's
+    /// set-up time).
+    #[arg(long)]
+    no_gaac: bool,
     /// Write the SVG plot of the speedups over the best peer here
     /// ([`crate::attention_plot`]).
     #[arg(long)]
@@ -100,6 +110,29 @@ pub(crate) struct Cell {
     /// The GAAC fused kernel on the same pages sealed (variant `gaac`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) gaac: Option<FusedCell>,
+    /// The pooled kernels (`--pooled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pooled: Option<PooledCell>,
+}
+
+/// The pooled kernels in one cell (`--pooled`): the same pages and block table (page ids),
+/// read through a pool's page table.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+pub(crate) struct PooledCell {
+    /// Median µs of the twin over BF16 pages in the pool's open slots.
+    pub(crate) twin_us: f64,
+    /// Whether its out and lse are the slot-indexed twin's bits.
+    pub(crate) twin_identical: bool,
+    /// Median µs of ZipFusion's fused kernel (base) over compressed pages packed in
+    /// request segments.
+    pub(crate) zf_us: f64,
+    /// Whether its out and lse are the twin's bits.
+    pub(crate) zf_identical: bool,
+    /// Arena bytes of the compressed pages' segments (class rounding and segment tails
+    /// included).
+    pub(crate) zf_arena_bytes: u64,
+    /// Segments (chunks) the compressed pages take.
+    pub(crate) zf_segments: usize,
 }
 
 /// The ZipFusion fused kernel in one cell.
@@ -242,6 +275,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     &v_source,
                     &mut flush,
                     args.runs as usize,
+                    Kernels { pooled: args.pooled, gaac: !args.no_gaac },
                 )
                 .with_context(|| format!("{shape_name} B={batch} S={context}"))?;
                 let peer =
@@ -254,6 +288,24 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
                     ..cell
                 };
                 outln!("{}", table_row(&cell))?;
+                if let Some(p) = &cell.pooled {
+                    let zf_slot = cell.fused.first().map_or(f64::NAN, |f| f.us);
+                    outln!(
+                        "{:<10} {:>3} {:>7}   pooled: twin {:.1} us ({:+.1}% vs slot-indexed, bits {}) | ZF {:.1} us \
+                         ({:+.1}% vs slot-indexed, bits {}; {} segments, {:.1} MB)",
+                        "",
+                        cell.batch,
+                        cell.context,
+                        p.twin_us,
+                        (p.twin_us / cell.twin_us - 1.0) * 100.0,
+                        if p.twin_identical { "same" } else { "DIFF" },
+                        p.zf_us,
+                        (p.zf_us / zf_slot - 1.0) * 100.0,
+                        if p.zf_identical { "same" } else { "DIFF" },
+                        p.zf_segments,
+                        p.zf_arena_bytes as f64 / 1e6
+                    )?;
+                }
                 cells.push(cell);
             }
         }
@@ -362,6 +414,13 @@ fn tile(gpu: &GpuContext, src: &CudaSlice<u16>, dst: &mut CudaSlice<u16>) -> any
     Ok(())
 }
 
+/// Which kernels a cell times besides the twin and ZipFusion's slot-indexed ones.
+#[derive(Clone, Copy)]
+struct Kernels {
+    pooled: bool,
+    gaac: bool,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn measure(
     gpu: &GpuContext,
@@ -372,6 +431,7 @@ fn measure(
     v_source: &CudaSlice<u16>,
     flush: &mut CudaSlice<u8>,
     runs: usize,
+    kernels: Kernels,
 ) -> anyhow::Result<Cell> {
     let pages_per_seq = context.div_ceil(PAGE_TOKENS);
     let pages = shape.batch * pages_per_seq;
@@ -439,6 +499,7 @@ fn measure(
     // ZipFusion: the same pages compressed on the device into fixed slots (every page is
     // full at these contexts; a partial last page would stay BF16), the same block table.
     let mut fused = Vec::new();
+    let mut pooled = None;
     if context.is_multiple_of(PAGE_TOKENS) {
         let page_shape = zipfusion::PageShape::new(shape.kv_heads, shape.head_dim)?;
         let stride = page_shape.max_page_len().next_multiple_of(16);
@@ -498,9 +559,31 @@ fn measure(
                 ratio: (4 * n) as f64 / compressed as f64,
                 identical,
             });
+            if kernels.pooled && variant == zipfusion::Variant::Base {
+                let same = |out: &CudaSlice<u16>, lse: &CudaSlice<f32>| -> anyhow::Result<bool> {
+                    Ok(gpu.download(out, shape.q_values())? == twin_out
+                        && gpu
+                            .download(lse, shape.batch * shape.q_heads)?
+                            .iter()
+                            .zip(&twin_lse)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()))
+                };
+                let mut run = |launch: &mut dyn FnMut() -> anyhow::Result<()>| time(launch);
+                let placed = PooledInputs {
+                    kv: &kv,
+                    slots: &slots,
+                    slot_stride: stride,
+                    page_lens: &page_lens,
+                    order: &order,
+                    pages_per_seq,
+                    problem: &problem,
+                };
+                pooled =
+                    Some(measure_pooled(gpu, &placed, &mut workspace, &mut out, &mut lse, &mut run, &same)?);
+            }
         }
     }
-    let gaac = if context.is_multiple_of(PAGE_TOKENS) {
+    let gaac = if kernels.gaac && context.is_multiple_of(PAGE_TOKENS) {
         let mut run = |launch: &mut dyn FnMut() -> anyhow::Result<()>| time(launch);
         Some(measure_gaac(
             gpu,
@@ -534,6 +617,7 @@ fn measure(
         flashinfer_tc_us: None,
         fused,
         gaac,
+        pooled,
     })
 }
 
@@ -572,17 +656,7 @@ fn measure_gaac(
     // page, and the slots come out as the cache's [pages, 2, H, C].
     let per_block: Vec<u8> = std::iter::repeat_n(&layer_bases[..], pages).flatten().copied().collect();
     let per_block = gpu.upload(&per_block)?;
-    let page_values = shape.page_values();
-    let mut tails = gpu.zeros::<u16>(2 * n)?;
-    for p in 0..pages {
-        for (kind, from) in [p * page_values, n + p * page_values].into_iter().enumerate() {
-            let to = (2 * p + kind) * page_values;
-            gpu.stream().memcpy_dtod(
-                &kv.slice(from..from + page_values),
-                &mut tails.slice_mut(to..to + page_values),
-            )?;
-        }
-    }
+    let tails = interleave(gpu, kv, pages, shape.page_values())?;
     let blocks = 2 * pages * heads;
     let sealer = gaac::gpu::Sealer::new(
         gpu,
@@ -658,6 +732,176 @@ fn measure_gaac(
 }
 
 /// Times a launch closure (the cell's method: flush, hold, events, median).
+/// `kv` (every page's K, then every page's V, `page_values` words each) with each page's
+/// K and V side by side: page `p` at `2 p page_values` words, K then V (the layout of a
+/// BF16 page in a pool's open slot, and the GAAC sealer's tensors).
+fn interleave(
+    gpu: &GpuContext,
+    kv: &CudaSlice<u16>,
+    pages: usize,
+    page_values: usize,
+) -> anyhow::Result<CudaSlice<u16>> {
+    let n = pages * page_values;
+    let mut out = gpu.zeros::<u16>(2 * n)?;
+    for p in 0..pages {
+        for (kind, from) in [p * page_values, n + p * page_values].into_iter().enumerate() {
+            let to = (2 * p + kind) * page_values;
+            gpu.stream()
+                .memcpy_dtod(&kv.slice(from..from + page_values), &mut out.slice_mut(to..to + page_values))?;
+        }
+    }
+    Ok(out)
+}
+
+/// What [`measure_pooled`] places in a pool: the cell's pages and their ZipFusion (base)
+/// compression.
+struct PooledInputs<'a> {
+    /// Every page's K, then every page's V.
+    kv: &'a CudaSlice<u16>,
+    /// The compressed pages in fixed slots of `slot_stride` bytes.
+    slots: &'a CudaSlice<u8>,
+    slot_stride: usize,
+    /// Each page's compressed length.
+    page_lens: &'a [u32],
+    /// The block table (sequence-major): the page ids.
+    order: &'a [u32],
+    pages_per_seq: usize,
+    /// The slot-indexed twin's problem (query, block table, lengths, scale).
+    problem: &'a DeviceProblem<'a>,
+}
+
+/// Bytes of a pool chunk in the pooled bench: a request segment (docs/perf/pool.md).
+const POOL_CHUNK_BYTES: usize = 2 << 20;
+/// ZipFusion's size-class step in the pool (as `cargo xtask simulate`).
+const POOL_CLASS_STEP: u32 = 512;
+
+/// The pooled kernels on the cell's pages, placed as the pool places them: page id `p`
+/// (the slot-indexed twin's page `p`, so the block table is the same) BF16 in open slot
+/// `p` of the twin's arena, K then V; compressed, each sequence's pages in token order
+/// packed into its segments (2 MiB chunks, extents of the pool's size classes, 512 bytes
+/// apart: `kvcodec_pool::SizeClasses::stepped`), the segments in a random order in the
+/// arena (chunks freed and reused by other requests). Every page is compressed (a page
+/// whose compressed length passes the largest class takes its length rounded to 16).
+/// Returns the cell; `same` says whether out and lse are the twin's.
+fn measure_pooled(
+    gpu: &GpuContext,
+    placed: &PooledInputs<'_>,
+    workspace: &mut DecodeWorkspace,
+    out: &mut CudaSlice<u16>,
+    lse: &mut CudaSlice<f32>,
+    time: &mut Timer<'_>,
+    same: &SameBits<'_>,
+) -> anyhow::Result<PooledCell> {
+    let problem = placed.problem;
+    let shape = problem.shape;
+    let page_values = shape.page_values();
+    let pages = placed.page_lens.len();
+    let page_bytes = kvcodec_attention::pooled::bf16_page_bytes(shape);
+    // The twin: open slots, page id p in slot p.
+    let (twin_us, twin_identical) = {
+        let words = interleave(gpu, placed.kv, pages, page_values)?;
+        // SAFETY: a view of the same allocation as bytes: u8 has no invalid values and
+        // alignment 1, and 2 * words.len() bytes is exactly its length.
+        let arena_view =
+            unsafe { words.transmute::<u8>(2 * words.len()) }.context("the BF16 arena as bytes")?;
+        let arena_words: Vec<u64> = (0..pages as u64).map(|p| (p * page_bytes as u64) << 1).collect();
+        let table = gpu.upload(&arena_words)?;
+        let device_problem = DevicePooledProblem {
+            shape,
+            q: problem.q.slice(..),
+            cache: DevicePooledKv { arena: arena_view, table: table.slice(..) },
+            block_table: problem.block_table.slice(..),
+            max_pages: problem.max_pages,
+            context_lens: problem.context_lens.slice(..),
+            scale: problem.scale,
+        };
+        let us = time(&mut || {
+            Ok(kvcodec_attention::pooled::decode_device_pooled(
+                gpu,
+                workspace,
+                &device_problem,
+                &mut out.slice_mut(..),
+                &mut lse.slice_mut(..),
+            )?)
+        })?;
+        workspace.check(gpu)?;
+        (us, same(out, lse)?)
+    };
+
+    // ZipFusion: each sequence's pages packed in its segments.
+    let page_shape = zipfusion::PageShape::new(shape.kv_heads, shape.head_dim)?;
+    let classes = kvcodec_pool::SizeClasses::stepped(
+        page_shape.min_page_len() as u32,
+        page_bytes as u32,
+        POOL_CLASS_STEP,
+    )?;
+    let mut offsets = vec![0u64; pages];
+    let mut segments = 0usize;
+    for row in placed.order.chunks(placed.pages_per_seq) {
+        let mut used = POOL_CHUNK_BYTES; // no segment yet
+        for &page in row {
+            let len = placed.page_lens[page as usize];
+            let extent = classes.fit(len).map_or(len.next_multiple_of(16), |c| classes.bytes()[c]) as usize;
+            if used + extent > POOL_CHUNK_BYTES {
+                segments += 1;
+                used = 0;
+            }
+            offsets[page as usize] = ((segments - 1) * POOL_CHUNK_BYTES + used) as u64;
+            used += extent;
+        }
+    }
+    let mut rng = xorshift(0x5e9);
+    let mut chunk_of: Vec<u64> = (0..segments as u64).collect();
+    for i in (1..chunk_of.len()).rev() {
+        chunk_of.swap(i, rng() as usize % (i + 1));
+    }
+    let chunk = POOL_CHUNK_BYTES as u64;
+    let mut arena = gpu.zeros::<u8>(segments * POOL_CHUNK_BYTES)?;
+    let mut table_words = vec![0u64; pages];
+    for p in 0..pages {
+        let at = chunk_of[(offsets[p] / chunk) as usize] * chunk + offsets[p] % chunk;
+        let len = placed.page_lens[p] as usize;
+        let from = p * placed.slot_stride;
+        gpu.stream().memcpy_dtod(
+            &placed.slots.slice(from..from + len),
+            &mut arena.slice_mut(at as usize..at as usize + len),
+        )?;
+        table_words[p] = (at << 1) | 1;
+    }
+    let table = gpu.upload(&table_words)?;
+    let device_problem = DevicePooledProblem {
+        shape,
+        q: problem.q.slice(..),
+        cache: DevicePooledKv { arena: arena.slice(..), table: table.slice(..) },
+        block_table: problem.block_table.slice(..),
+        max_pages: problem.max_pages,
+        context_lens: problem.context_lens.slice(..),
+        scale: problem.scale,
+    };
+    let zf_us = time(&mut || {
+        Ok(zipfusion::attention::decode_device_pooled(
+            gpu,
+            workspace,
+            zipfusion::Variant::Base,
+            &device_problem,
+            &mut out.slice_mut(..),
+            &mut lse.slice_mut(..),
+        )?)
+    })?;
+    workspace.check(gpu)?;
+    Ok(PooledCell {
+        twin_us,
+        twin_identical,
+        zf_us,
+        zf_identical: same(out, lse)?,
+        zf_arena_bytes: (segments * POOL_CHUNK_BYTES) as u64,
+        zf_segments: segments,
+    })
+}
+
+/// Whether an out and lse on the device are the twin's bits.
+type SameBits<'a> = dyn Fn(&CudaSlice<u16>, &CudaSlice<f32>) -> anyhow::Result<bool> + 'a;
+
 type Timer<'a> = dyn FnMut(&mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> + 'a;
 
 /// xorshift32 for the page permutation and the queries.

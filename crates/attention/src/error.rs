@@ -67,10 +67,58 @@ pub enum AttentionError {
         /// Pages in the cache.
         pages: usize,
     },
+    /// A page id a sequence reads through a pool's page table does not name a readable
+    /// page ([`crate::pooled`]).
+    #[error("sequence {sequence}, logical page {logical}: page id {page}: {fault}")]
+    PoolPage {
+        /// The sequence's index in the batch.
+        sequence: usize,
+        /// The logical page (token / PAGE_TOKENS).
+        logical: usize,
+        /// The page id the block table names.
+        page: u32,
+        /// Why it cannot be read.
+        fault: PoolFault,
+    },
     /// The softmax scale is not a finite positive number.
     #[error("softmax scale {scale} is not finite and positive")]
     Scale {
         /// The scale given.
         scale: f32,
     },
+}
+
+/// Why a page table word of a pooled cache cannot be read ([`crate::pooled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolFault {
+    /// The page id is past the page table.
+    #[error("the page table holds {ids} words")]
+    IdPastTable {
+        /// Words in the page table.
+        ids: usize,
+    },
+    /// The id's word is [`crate::pooled::INVALID_WORD`]: no live page.
+    #[error("no live page (the word is all ones)")]
+    NotLive,
+    /// The word's arena offset is not a multiple of [`crate::pooled::ALIGN`].
+    #[error("arena offset {offset} is not a multiple of 16")]
+    Misaligned {
+        /// The offset, in bytes.
+        offset: u64,
+    },
+    /// The page would read past the arena.
+    #[error("{bytes} bytes at arena offset {offset} pass the arena's {arena} bytes")]
+    PastArena {
+        /// The offset, in bytes.
+        offset: u64,
+        /// The bytes the page takes (a BF16 page), or the least a compressed page reads.
+        bytes: u64,
+        /// The arena's length, in bytes.
+        arena: u64,
+    },
+    /// A compressed page where only a BF16 page can be read: by the BF16 twin, or as a
+    /// sequence's unfilled last page (the pool compresses only full pages).
+    #[error("a compressed page where a BF16 page is read")]
+    Compressed,
 }

@@ -33,6 +33,12 @@ pub enum AttentionKernel {
     DecodeBf16D128,
     /// BF16 pages, head_dim 256.
     DecodeBf16D256,
+    /// BF16 pages of a pool-managed cache ([`crate::pooled`]), head_dim 64.
+    DecodeBf16PooledD64,
+    /// As [`AttentionKernel::DecodeBf16PooledD64`], head_dim 128.
+    DecodeBf16PooledD128,
+    /// As [`AttentionKernel::DecodeBf16PooledD64`], head_dim 256.
+    DecodeBf16PooledD256,
 }
 
 impl Kernel for AttentionKernel {
@@ -44,6 +50,9 @@ impl Kernel for AttentionKernel {
             AttentionKernel::DecodeBf16D64 => "attention_decode_bf16_d64",
             AttentionKernel::DecodeBf16D128 => "attention_decode_bf16_d128",
             AttentionKernel::DecodeBf16D256 => "attention_decode_bf16_d256",
+            AttentionKernel::DecodeBf16PooledD64 => "attention_decode_bf16_pooled_d64",
+            AttentionKernel::DecodeBf16PooledD128 => "attention_decode_bf16_pooled_d128",
+            AttentionKernel::DecodeBf16PooledD256 => "attention_decode_bf16_pooled_d256",
         }
     }
 }
@@ -84,7 +93,12 @@ pub const STATUS: StatusCodes = StatusCodes {
             name: "BAD_CONTEXT",
             meaning: "a context length of 0 or longer than its block-table row",
         },
-        StatusValue { value: 2, name: "BAD_PAGE", meaning: "a block-table entry past the cache's pages" },
+        StatusValue {
+            value: 2,
+            name: "BAD_PAGE",
+            meaning: "a block-table entry past the cache's pages, or a pooled page id whose page-table word names no \
+                      readable page",
+        },
         StatusValue {
             value: 4,
             name: "BAD_METADATA",
@@ -195,7 +209,7 @@ impl DecodeWorkspace {
     /// the occupancy query.
     pub fn new(gpu: &GpuContext, shape: DecodeShape, max_pages: usize) -> Result<Self, GpuError> {
         shape.validate().map_err(GpuError::Codec)?;
-        let f = kernel_function(gpu, shape.head_dim)?;
+        let f = kernel_function(gpu, shape.head_dim, false)?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(
                 (WARPS * 32) as u32,
@@ -336,12 +350,20 @@ pub fn check_launch_limits(
 }
 
 /// The twin's function for `head_dim` (one of [`crate::HEAD_DIMS`], validated before),
-/// allowed the dynamic shared memory it launches with.
-fn kernel_function(gpu: &GpuContext, head_dim: usize) -> Result<cudarc::driver::CudaFunction, GpuError> {
-    let kernel = match head_dim {
-        64 => AttentionKernel::DecodeBf16D64,
-        128 => AttentionKernel::DecodeBf16D128,
-        256 => AttentionKernel::DecodeBf16D256,
+/// slot-indexed or `pooled` ([`crate::pooled`]), allowed the dynamic shared memory it
+/// launches with.
+pub(crate) fn kernel_function(
+    gpu: &GpuContext,
+    head_dim: usize,
+    pooled: bool,
+) -> Result<cudarc::driver::CudaFunction, GpuError> {
+    let kernel = match (head_dim, pooled) {
+        (64, false) => AttentionKernel::DecodeBf16D64,
+        (128, false) => AttentionKernel::DecodeBf16D128,
+        (256, false) => AttentionKernel::DecodeBf16D256,
+        (64, true) => AttentionKernel::DecodeBf16PooledD64,
+        (128, true) => AttentionKernel::DecodeBf16PooledD128,
+        (256, true) => AttentionKernel::DecodeBf16PooledD256,
         _ => return Err(GpuError::Codec(AttentionError::HeadDim { head_dim })),
     };
     let f = gpu.function(kernel)?;
@@ -430,7 +452,7 @@ pub fn decode_device(
     if shape.batch == 0 {
         return Ok(());
     }
-    let f = kernel_function(gpu, shape.head_dim)?;
+    let f = kernel_function(gpu, shape.head_dim, false)?;
     let smem = shared_bytes(shape.head_dim) as u32;
     let plan = workspace.plan;
     let (num_pages, max_pages) = (pages as u32, problem.max_pages as u32);

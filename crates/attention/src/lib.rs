@@ -33,9 +33,10 @@
 mod error;
 pub mod fused;
 pub mod gpu;
+pub mod pooled;
 mod problem;
 mod reference;
 
-pub use error::AttentionError;
+pub use error::{AttentionError, PoolFault};
 pub use problem::{BlockTables, DecodeProblem, DecodeShape, HEAD_DIMS, MAX_GROUP, PAGE_TOKENS, PagedKv};
 pub use reference::{Attention, decode_cpu, reference, relative_l2_error};

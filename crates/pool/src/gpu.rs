@@ -206,6 +206,13 @@ impl DevicePool {
         &self.arena
     }
 
+    /// The arena, writable: where a serving stack writes the KV of new pages and its
+    /// codec's compressed pages, at the offsets the pool gives, in stream order
+    /// (the attention kernels read it through [`DevicePool::table`]).
+    pub fn arena_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.arena
+    }
+
     /// The page table, one word per page id ([`crate::PageEntry::device_word`]).
     pub fn table(&self) -> &CudaSlice<u64> {
         &self.table

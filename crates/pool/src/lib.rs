@@ -78,7 +78,9 @@
 //! before that epoch's attention: invalidate released id blocks, scatter the changed
 //! words, run the page copies. [`Pool::complete`] is fed by a per-step CUDA event,
 //! queried. [`gpu::replay_on_device`] replays a whole [`trace`] and checks every page and
-//! every table word against this model (issue 19).
+//! every table word against this model (issue 19). The decode-attention kernels read
+//! through this table (`kvcodec_attention::pooled`, `zipfusion::attention::decode_device_pooled`:
+//! block tables of page ids, BF16 or compressed per page by bit 0).
 //!
 //! ```
 //! use kvcodec_pool::{CompressOutcome, Pool, PoolConfig, SizeClasses};

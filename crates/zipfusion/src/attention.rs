@@ -17,6 +17,12 @@
 //! slot ids for its full pages and, when its context is not a multiple of 16, a BF16 page
 //! id for the last one.
 //!
+//! **A pool-managed cache** ([`kvcodec_attention::pooled`], issue 19): block tables of
+//! page ids read through the pool's page table; a compressed page is this crate's page at
+//! its arena offset (packed in its sequence's segment), a BF16 page (open, or kept
+//! uncompressed by the pool) is K rows then V rows at its offset, chosen per page by the
+//! word's flag ([`decode_device_pooled`], [`decode_pooled_to_vec`]). Same body, same bits.
+//!
 //! [`decode_cpu`] is the CPU path for small problems (decode the pages, then
 //! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
 //! [`decode_fused_to_vec`] is the host convenience.
@@ -27,6 +33,7 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, check_launch_limits, shared_bytes};
+use kvcodec_attention::pooled::{DevicePooledProblem, PooledProblem, check_pooled_launch, run_pooled};
 use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
@@ -45,6 +52,9 @@ pub struct FusedKernel {
     /// 64, 128 or 256 (`decode_device_fused` validates it before naming a kernel; any
     /// other value names the 256 instance).
     pub head_dim: usize,
+    /// The kernel over a pool-managed cache ([`decode_device_pooled`]) rather than fixed
+    /// slots.
+    pub pooled: bool,
 }
 
 impl Kernel for FusedKernel {
@@ -52,13 +62,19 @@ impl Kernel for FusedKernel {
         &MODULE
     }
     fn symbol(self) -> &'static str {
-        match (self.variant, self.head_dim) {
-            (Variant::Base, 64) => "zipfusion_attention_base_d64",
-            (Variant::Base, 128) => "zipfusion_attention_base_d128",
-            (Variant::Base, _) => "zipfusion_attention_base_d256",
-            (Variant::ZeroAware, 64) => "zipfusion_attention_zero_aware_d64",
-            (Variant::ZeroAware, 128) => "zipfusion_attention_zero_aware_d128",
-            (Variant::ZeroAware, _) => "zipfusion_attention_zero_aware_d256",
+        match (self.variant, self.head_dim, self.pooled) {
+            (Variant::Base, 64, false) => "zipfusion_attention_base_d64",
+            (Variant::Base, 128, false) => "zipfusion_attention_base_d128",
+            (Variant::Base, _, false) => "zipfusion_attention_base_d256",
+            (Variant::ZeroAware, 64, false) => "zipfusion_attention_zero_aware_d64",
+            (Variant::ZeroAware, 128, false) => "zipfusion_attention_zero_aware_d128",
+            (Variant::ZeroAware, _, false) => "zipfusion_attention_zero_aware_d256",
+            (Variant::Base, 64, true) => "zipfusion_attention_pooled_base_d64",
+            (Variant::Base, 128, true) => "zipfusion_attention_pooled_base_d128",
+            (Variant::Base, _, true) => "zipfusion_attention_pooled_base_d256",
+            (Variant::ZeroAware, 64, true) => "zipfusion_attention_pooled_zero_aware_d64",
+            (Variant::ZeroAware, 128, true) => "zipfusion_attention_pooled_zero_aware_d128",
+            (Variant::ZeroAware, _, true) => "zipfusion_attention_pooled_zero_aware_d256",
         }
     }
 }
@@ -110,7 +126,7 @@ pub enum FusedError {
         sequence: usize,
         /// Its logical page.
         logical: usize,
-        /// The slot.
+        /// The slot (a pooled cache's page id).
         slot: u32,
         /// Why.
         source: crate::Error,
@@ -319,7 +335,7 @@ pub fn decode_device_fused(
     if shape.batch == 0 {
         return Ok(());
     }
-    let f = gpu.function(FusedKernel { variant: cache.variant, head_dim: shape.head_dim })?;
+    let f = gpu.function(FusedKernel { variant: cache.variant, head_dim: shape.head_dim, pooled: false })?;
     let smem = shared_bytes(shape.head_dim);
     f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(kvcodec_gpu::Error::Cuda)?;
@@ -419,4 +435,130 @@ pub fn decode_fused_to_vec(
         return Err(lift(e));
     }
     Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}
+
+/// The smallest ZipFusion page of `shape` in bytes (its metadata and every block coded):
+/// what a compressed page of a pooled cache must at least hold inside the arena.
+fn min_page(shape: DecodeShape) -> Result<usize, FusedError> {
+    shape.validate()?;
+    let page_shape = PageShape::new(shape.kv_heads, shape.head_dim).map_err(|source| FusedError::Page {
+        sequence: 0,
+        logical: 0,
+        slot: 0,
+        source,
+    })?;
+    Ok(page_shape.min_page_len())
+}
+
+/// The BF16 copy the twin reads of a pooled cache ([`PooledProblem::decoded_copy`]):
+/// compressed pages decoded by the CPU decoder (its checks: [`crate::page_info`], from
+/// the page's offset to the arena's end), BF16 pages copied.
+///
+/// # Errors
+/// [`FusedError::Problem`] for the problem and its page ids
+/// ([`PooledProblem::validate`]); [`FusedError::Page`] (`slot`: the page id) for a
+/// compressed page that does not decode.
+pub fn pooled_decoded_copy(problem: &PooledProblem<'_>, variant: Variant) -> Result<DecodedCopy, FusedError> {
+    let min = min_page(problem.shape)?;
+    let page_shape = PageShape::new(problem.shape.kv_heads, problem.shape.head_dim)
+        .map_err(|source| FusedError::Page { sequence: 0, logical: 0, slot: 0, source })?;
+    problem.decoded_copy(Some(min), |sequence, logical, page, bytes, k, v| {
+        let page_error = |source| FusedError::Page { sequence, logical, slot: page, source };
+        let info = crate::page_info(bytes, page_shape, variant).map_err(page_error)?;
+        crate::decode_page_into(&bytes[..info.len], page_shape, variant, k, v).map_err(page_error)
+    })
+}
+
+/// Queues the fused decode attention over a pool-managed cache on `gpu`'s stream without
+/// synchronising (`kernels/zipfusion/attention.cu`, `ZfPoolLoader`): each page id's word
+/// in `problem.cache.table` gives its arena offset and format; a compressed page is read
+/// as [`decode_device_fused`] reads a slot (its span bounded by the largest page of the
+/// shape and the arena's end), a BF16 page (K rows then V rows) as the twin reads its
+/// pages. `out` and `lse` are bit-identical to [`kvcodec_attention::gpu::decode_device`]
+/// on the decoded copy ([`pooled_decoded_copy`]) with a workspace of the same plan.
+/// [`DecodeWorkspace::check`] reports `BAD_PAGE` for a page id past the table, a word
+/// with no live page, a misaligned offset, a page past the arena or a compressed page as
+/// a sequence's unfilled last page, and `BAD_METADATA` as [`decode_device_fused`] does;
+/// those pages are skipped. Page bodies are not checked on the device (as
+/// [`decode_device_fused`]).
+///
+/// # Errors
+/// As [`kvcodec_attention::pooled::decode_device_pooled`].
+pub fn decode_device_pooled(
+    gpu: &GpuContext,
+    workspace: &mut DecodeWorkspace,
+    variant: Variant,
+    problem: &DevicePooledProblem<'_>,
+    out: &mut CudaViewMut<'_, u16>,
+    lse: &mut CudaViewMut<'_, f32>,
+) -> Result<(), kvcodec_attention::gpu::GpuError> {
+    let Some(config) = check_pooled_launch(gpu, workspace, problem, out.len(), lse.len())? else {
+        return Ok(());
+    };
+    let shape = problem.shape;
+    let max_page = PageShape::new(shape.kv_heads, shape.head_dim)
+        .map_err(|e| kvcodec_gpu::Error::Unsupported { what: "page shape", why: e.to_string() })?
+        .max_page_len() as u64;
+    let f = gpu.function(FusedKernel { variant, head_dim: shape.head_dim, pooled: true })?;
+    f.set_attribute(
+        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        shared_bytes(shape.head_dim) as i32,
+    )
+    .map_err(kvcodec_gpu::Error::Cuda)?;
+    let (arena_bytes, table_len) = (problem.cache.arena.len() as u64, problem.cache.table.len() as u32);
+    let (max_pages, kv_heads, group) =
+        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
+    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
+    let (partial, tickets, status) = workspace.launch_buffers();
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch
+        .arg(&problem.q)
+        .arg(&problem.cache.arena)
+        .arg(&arena_bytes)
+        .arg(&problem.cache.table)
+        .arg(&table_len)
+        .arg(&max_page)
+        .arg(&problem.block_table)
+        .arg(&problem.context_lens)
+        .arg(out)
+        .arg(lse)
+        .arg(partial)
+        .arg(tickets)
+        .arg(status)
+        .arg(&max_pages)
+        .arg(&kv_heads)
+        .arg(&group)
+        .arg(&scale_log2);
+    // SAFETY: the signature matches ZF_ATTENTION_POOLED_KERNEL's. The kernel reads q
+    // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
+    // table words of ids below table_len, and in the arena only: BF16 pages whose aligned
+    // offset and page bytes lie inside arena_bytes, a compressed page's head metadata and
+    // the span its metadata places within min(max_page, arena_bytes - offset) (checked
+    // per page in the kernel), and context_lens [batch]; it writes out and lse of the
+    // shape's sizes and the workspace made for this shape and row length (checked by
+    // check_pooled_launch, with the lengths and alignment); the dynamic shared memory is
+    // the twin's, allowed by the attribute just set.
+    unsafe { launch.launch(config) }?;
+    Ok(())
+}
+
+/// Fused decode attention over a host pooled problem on the GPU: checks it
+/// ([`PooledProblem::validate`], compressed pages at least the smallest page) and every
+/// compressed page it reads with the CPU's page checks ([`pooled_decoded_copy`]), then
+/// uploads, launches [`decode_device_pooled`] with a fresh workspace and downloads
+/// (synchronises).
+///
+/// # Errors
+/// [`FusedError`]s as [`kvcodec_gpu::GpuError::Codec`]; GPU errors.
+pub fn decode_pooled_to_vec(
+    gpu: &GpuContext,
+    variant: Variant,
+    problem: &PooledProblem<'_>,
+) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
+    use kvcodec_gpu::GpuError;
+    pooled_decoded_copy(problem, variant).map_err(GpuError::Codec)?;
+    run_pooled(gpu, problem, |workspace, device, out, lse| {
+        decode_device_pooled(gpu, workspace, variant, device, out, lse)
+    })
+    .map_err(fused::lift::<FusedError>)
 }
