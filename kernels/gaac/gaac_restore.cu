@@ -18,10 +18,12 @@
 //    warp scan of its 4-bit and raw counts locates its 4th-bit bytes and raw highs, and
 //    the lane overwrites the image bytes of its own nonzero groups (about one group in
 //    nine, so the lanes' loops run about twice per block, all lanes at once).
-// 2. The common path, the same for every value whatever its tag: per tile a lane takes
-//    its sign+mantissa word and its addend word, selects bit k of its four fields out of
-//    the three 3-bit-plane words into byte lanes (two bit selects, one shift, one mask),
-//    adds the addends, and joins exponents and sign+mantissa bytes four at a time.
+// 2. The common path, the same for every value whatever its tag: per slab a lane
+//    pre-rotates its three 3-bit-plane words into five words in which any tile's three
+//    field bits lie side by side; per tile it takes its sign+mantissa word and its addend
+//    word, masks the tile's fields out of one rotated word, shifts and adds the addends in
+//    one high multiply-add (FMA pipe), and joins exponents and sign+mantissa bytes four at
+//    a time (restore.cuh, gaac_restore_staged).
 //
 // The checksum: the sum, modulo 2^32, of every restored pair word (fragment values 2i
 // and 2i + 1 of a block as the low and high half of one u32) of coded blocks, and of
@@ -53,7 +55,11 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
                                    const uint8_t* __restrict__ bases, uint32_t* __restrict__ checksum) {
     using G = GaacGeometry<D>;
     extern __shared__ __align__(16) uint8_t gaac_restore_smem[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // The lane index behind an opaque move: read once and kept, not recomputed from the
+    // thread index at each use inside the block loop.
+    int lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const int warp = threadIdx.x >> 5;
     const uint32_t cap = (uint32_t)capacity;
     uint8_t* own = gaac_restore_smem + gaac_restore_warp_bytes(D, capacity) * warp;
     uint32_t* image = reinterpret_cast<uint32_t*>(own);
@@ -65,25 +71,34 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
     const unsigned long long warps = (unsigned long long)gridDim.x * GAAC_RESTORE_WARPS;
     const unsigned long long me = (unsigned long long)blockIdx.x * GAAC_RESTORE_WARPS + warp;
     const unsigned long long begin = blocks * me / warps, end = blocks * (me + 1) / warps;
-    // Block i's stage is (i - begin) mod STAGES; an empty group keeps the waits uniform.
-    // `fetch` is the slot of the next block to copy; a slot is at most P + 10 D bytes.
+    // The loop counts in 32 bits (a warp's range is far below 2^32 blocks), so that no
+    // 64-bit compare or add is left in it.
+    const uint32_t count = (uint32_t)(end - begin);
+    // Block k's stage is k mod STAGES; an empty group keeps the waits uniform. `fetch` is
+    // the slot of the next block to copy; a slot is at most P + 10 D bytes. The stage a
+    // copy fills and the stage a block is read from are pointers rotated by one slot per
+    // block (no stage product per block).
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
     const uint8_t* fetch = slots + begin * capacity + 16 * lane;
-    unsigned long long fetched = begin;
-    auto issue = [&](int stage) {
-        if (fetched < end) {
-            const uint32_t dst = ring_at + cap * stage + 16 * lane;
+    uint32_t fetched = 0;
+    uint32_t issue_dst = ring_at + 16 * lane;  // the stage the next copy fills
+    const uint32_t ring_end = ring_at + cap * GAAC_RESTORE_STAGES;
+    auto issue = [&]() {
+        if (fetched < count) {
 #pragma unroll
             for (int k = 0; k < MAX_COPIES; ++k) {
-                if (16 * (lane + GAAC_LANES * k) < cap) gaac_cp_async16(dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
+                if (16 * (lane + GAAC_LANES * k) < cap)
+                    gaac_cp_async16(issue_dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
             }
         }
         gaac_cp_async_commit();
         ++fetched;
         fetch += capacity;
+        issue_dst += cap;
+        if (issue_dst >= ring_end) issue_dst -= cap * GAAC_RESTORE_STAGES;
     };
 #pragma unroll
-    for (int s = 0; s < GAAC_RESTORE_STAGES - 1; ++s) issue(s);
+    for (int s = 0; s < GAAC_RESTORE_STAGES - 1; ++s) issue();
 
     // The block's place in its copy, within its head, and its (layer, kind, head),
     // advanced by counting: no 64-bit division per block.
@@ -93,16 +108,17 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
     uint32_t loaded = 0xffffffffu;  // the head whose bases the warp holds
     bool is_v = false;
     uint32_t base_words[G::TILES];
-    uint32_t status_next = begin < end ? statuses[local] : 0u;
+    uint32_t status_next = count ? statuses[local] : 0u;
     uint32_t sum = 0;
-    int stage = 0;
-    for (unsigned long long i = begin; i < end; ++i) {
+    const uint8_t* blk = ring;  // the stage of block k
+    const uint8_t* const ring_last = ring + cap * (GAAC_RESTORE_STAGES - 1);
+    for (uint32_t k = 0; k < count; ++k) {
         const uint32_t status = status_next;
         uint32_t next_local = local + 1, next_in_head = in_head + 1, next_head = head_index;
         if (next_in_head == per_head) next_in_head = 0, ++next_head;
         if (next_local == per_copy) next_local = 0, next_in_head = 0, next_head = 0;
         // Read a whole block ahead: its latency is hidden behind this block.
-        if (i + 1 < end) status_next = statuses[next_local];
+        if (k + 1 < count) status_next = statuses[next_local];
         if (head_index != loaded) {
             // Once per (layer, kind, head): the fused kernel's CTA owns one head.
             is_v = (head_index / (uint32_t)kv_heads) & 1u;
@@ -110,20 +126,19 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
             loaded = head_index;
         }
         gaac_cp_async_wait<GAAC_RESTORE_STAGES - 2>();
-        __syncwarp();  // block i is in shared memory for every lane; block i - 1 is done
-        issue(stage == 0 ? GAAC_RESTORE_STAGES - 1 : stage - 1);  // block i + STAGES - 1
+        __syncwarp();  // block k is in shared memory for every lane; block k - 1 is done
+        issue();       // block k + STAGES - 1, into block k - 1's stage
         if (status == GAAC_STATUS_RAW) {
             const uint32_t* words =
                 reinterpret_cast<const uint32_t*>(overflow + raw_index[local] * 2ull * G::N);
-            for (int k = lane; k < G::N / 2; k += GAAC_LANES) sum += words[k];
+            for (int w = lane; w < G::N / 2; w += GAAC_LANES) sum += words[w];
         } else {
-            const uint8_t* blk = ring + cap * stage;
             const auto add = [&](int, uint2 words) { sum += words.x + words.y; };
             if (is_v) gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, add);
             else gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, add);
         }
         __syncwarp();  // every lane is done with the image and the stage
-        stage = stage == GAAC_RESTORE_STAGES - 1 ? 0 : stage + 1;
+        blk = blk == ring_last ? ring : blk + cap;
         local = next_local, in_head = next_in_head, head_index = next_head;
     }
     gaac_cp_async_wait<0>();
@@ -139,8 +154,8 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
 // of one container's `blocks_per_copy` slots laid end to end (statuses, raw indices and
 // bases are those of one copy; raw_index[b] is the block's place in the overflow
 // section, or -1).
-#define GAAC_RESTORE_ENTRY(D)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(GAAC_RESTORE_WARPS * 32)                                           \
+#define GAAC_RESTORE_ENTRY(D, CTAS)                                                                                \
+    extern "C" __global__ void __launch_bounds__(GAAC_RESTORE_WARPS * 32, CTAS)                                    \
         gaac_restore_sum_d##D(const uint8_t* slots, unsigned long long capacity, unsigned long long blocks,        \
                               unsigned long long blocks_per_copy, int blocks_per_head, int kv_heads,               \
                               const uint8_t* statuses, const int64_t* raw_index, const uint8_t* overflow,          \
@@ -149,5 +164,8 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
                               raw_index, overflow, bases, checksum);                                               \
     }
 
-GAAC_RESTORE_ENTRY(64)
-GAAC_RESTORE_ENTRY(128)
+// CTAs per SM the registers must allow: shared memory fits 5 at D = 64 (44.9 KB per CTA at
+// the default capacity) and 2 at D = 128; without the bound ptxas may take more than
+// 65,536 / (256 x 5) registers at D = 64 and lose the fifth CTA.
+GAAC_RESTORE_ENTRY(64, 5)
+GAAC_RESTORE_ENTRY(128, 2)

@@ -50,6 +50,35 @@ __device__ __forceinline__ uint32_t gaac_select_lop3(uint32_t a, uint32_t b, uin
     return r;
 }
 
+// One step of an inclusive warp scan: `x` plus lane (l - o)'s `x` where that lane exists.
+// The shuffle's own "source lane valid" predicate guards the add: one predicated add per
+// step instead of a compare-and-select on the lane index and an add.
+__device__ __forceinline__ uint32_t gaac_scan_step(uint32_t x, int o) {
+    asm("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
+        "shfl.sync.up.b32 t|p, %0, %1, 0, 0xffffffff;\n\t"
+        "@p add.u32 %0, %0, t;\n\t}"
+        : "+r"(x)
+        : "r"(o));
+    return x;
+}
+
+// 2^(32 - s) for s = 1..7 (entry 0 unused): the multipliers of gaac_shr_add. In constant
+// memory, not immediates: ptxas turns a high multiply by an immediate power of two back
+// into a shift on the ALU pipe, but takes these as uniform-register operands.
+static __constant__ uint32_t gaac_shr_multipliers[8] = {0u,          0x80000000u, 0x40000000u, 0x20000000u,
+                                                        0x10000000u, 0x08000000u, 0x04000000u, 0x02000000u};
+
+// (x >> s) + y as the high word of x * 2^(32 - s) plus y: one IMAD.HI on the FMA pipe
+// instead of a shift (or LEA.HI) on the ALU pipe, the block restore's busiest pipe
+// (docs/perf/gaac-gpu.md, "Restore version 3"). Exact for every x, y (mod 2^32); `s` in
+// 0..7 is a constant wherever this is inlined into unrolled code.
+__device__ __forceinline__ uint32_t gaac_shr_add(uint32_t x, int s, uint32_t y) {
+    if (s == 0) return x + y;
+    uint32_t r;
+    asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(gaac_shr_multipliers[s]), "r"(y));
+    return r;
+}
+
 // Four exponents and four sign+mantissa bytes (byte i = value i) -> four BF16 words as
 // two u32 (value 0 in the low half of .x), as kv_join_quad, but with each byte built by
 // one bit select: the bits a shift brings in from the neighbouring byte are the ones the
@@ -57,6 +86,17 @@ __device__ __forceinline__ uint32_t gaac_select_lop3(uint32_t a, uint32_t b, uin
 __device__ __forceinline__ uint2 gaac_join_quad(uint32_t e4, uint32_t sf4) {
     const uint32_t hi = gaac_select_lop3(e4 >> 1, sf4, 0x80808080u);
     const uint32_t lo = gaac_select_lop3(e4 << 7, sf4, 0x7f7f7f7fu);
+    return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
+}
+
+// gaac_join_quad with both shifts on the FMA pipe (e4 >> 1 as a high multiply, e4 << 7 as
+// a multiply): the same words. For the block restore (gaac_restore_staged), bound by
+// instruction issue with its ALU pipe the busiest; the fused attention keeps
+// gaac_join_quad, with which it was measured faster (docs/perf/gaac-gpu.md, "Version 3
+// measured").
+__device__ __forceinline__ uint2 gaac_join_quad_fma(uint32_t e4, uint32_t sf4) {
+    const uint32_t hi = gaac_select_lop3(gaac_shr_add(e4, 1, 0u), sf4, 0x80808080u);
+    const uint32_t lo = gaac_select_lop3(e4 * 128u, sf4, 0x7f7f7f7fu);
     return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
 }
 
@@ -84,6 +124,45 @@ __device__ __forceinline__ uint32_t gaac_tile_field(int m, uint32_t w0, uint32_t
         const uint32_t x = gaac_select(gaac_select(w0r, w1r, 0x01010101u << (m - 1)), w2, 0x01010101u << m);
         return (x >> (m - 2)) & 0x07070707u;
     }
+}
+
+// Bits p of every byte whose plane is `i` in the pre-rotation `j` (p - j = i mod 3).
+__host__ __device__ constexpr uint32_t gaac_rotation_mask(int j, int i) {
+    uint32_t m = 0;
+    for (int p = 0; p < 8; ++p) {
+        if (((p - j) % 3 + 3) % 3 == i) m |= 0x01010101u << p;
+    }
+    return m;
+}
+
+// The three plane words of a slab (spec §3.2), pre-rotated once per slab so that tile m's
+// three field bits lie side by side in one word (one mask per tile instead of three):
+// `y[j]` holds at bit p of each byte plane (p - j) mod 3's bit p - ((p - j) mod 3), from
+// the left-shifted words (tiles m <= 5 use y[m mod 3], bits m .. m + 2); `z[j]` the same
+// from w0 >> 2, w1 >> 1, w2 (tiles 6, 7 use z[(m - 2) mod 3], bits m - 2 .. m).
+struct GaacSlabWords {
+    uint32_t y[3], z[3];
+};
+
+__device__ __forceinline__ GaacSlabWords gaac_slab_words(uint32_t w0, uint32_t w1, uint32_t w2) {
+    GaacSlabWords r;
+    const uint32_t w1s = w1 << 1, w2s = w2 << 2, w0r = w0 >> 2, w1r = w1 >> 1;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+        r.y[j] = gaac_select_lop3(gaac_select_lop3(w0, w1s, gaac_rotation_mask(j, 1)), w2s, gaac_rotation_mask(j, 2));
+        r.z[j] = gaac_select_lop3(gaac_select_lop3(w0r, w1r, gaac_rotation_mask(j, 1)), w2, gaac_rotation_mask(j, 2));
+    }
+    return r;
+}
+
+// Tile m's (0..7) four exponents of this lane: byte r = field (bits m of the three plane
+// words' byte r, spec §3.2) + byte r of `addend`. One mask, then the shift and the add as
+// one high multiply-add on the FMA pipe. A valid base keeps every byte of field + addend
+// within 255 (spec §3.3): no carry between byte lanes. `m` is a constant wherever this is
+// inlined into unrolled code; the pre-rotations no tile reads are then dead code.
+__device__ __forceinline__ uint32_t gaac_tile_exponents(const GaacSlabWords& w, int m, uint32_t addend) {
+    if (m <= 5) return gaac_shr_add(w.y[m % 3] & (0x07070707u << m), m, addend);
+    return gaac_shr_add(w.z[(m - 2) % 3] & (0x07070707u << (m - 2)), m - 2, addend);
 }
 
 // The tags of the groups lane `lane` owns (D/16 groups, half a token: spec 3.3), one
@@ -136,8 +215,11 @@ __device__ __forceinline__ void gaac_load_head(const uint8_t* hb, uint8_t* base,
 // nothing, and a block longer than `limit` bytes patches nothing (its 4th bits and raw
 // highs would lie past the slot: the caller flags it). No pointer here is __restrict__: other lanes write the image between this
 // lane's stores and loads, and a restrict-qualified image lets the compiler forward this
-// lane's own stores past the __syncwarp. Call with the whole warp.
-template <bool IS_V, int D>
+// lane's own stores past the __syncwarp. Call with the whole warp. PREDICATED_SCAN: the
+// scan's adds guarded by the shuffle's own predicate (gaac_scan_step, fewer instructions,
+// the block restore's choice) or by a lane compare and a select (as the fused attention was
+// measured faster with; docs/perf/gaac-gpu.md, "Version 3 measured").
+template <bool IS_V, int D, bool PREDICATED_SCAN = false>
 __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
                                                      uint32_t limit, int lane) {
     using G = GaacGeometry<D>;
@@ -149,8 +231,12 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
     uint32_t scan = counts;
 #pragma unroll
     for (int o = 1; o < GAAC_LANES; o <<= 1) {
-        const uint32_t v = __shfl_up_sync(0xffffffffu, scan, o);
-        if (lane >= o) scan += v;
+        if constexpr (PREDICATED_SCAN) {
+            scan = gaac_scan_step(scan, o);
+        } else {
+            const uint32_t v = __shfl_up_sync(0xffffffffu, scan, o);
+            if (lane >= o) scan += v;
+        }
     }
     const uint32_t before = scan - counts;
     // Raw highs start after every 4th-bit byte (spec §3.5).
@@ -212,7 +298,10 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
 // tile t's four values of this lane (fragment order, spec 3.1) as two u32, value 0 in
 // the low half of .x. `image` is the warp's addend image ([TILES][32] words), `wstart` the
 // head's window starts (D bytes, spec §2.2), `base_words[t]` the lane's addend word of
-// tile t for 3-bit groups (gaac_patch_image adds the other groups').
+// tile t for 3-bit groups (gaac_patch_image adds the other groups'). The fields come from
+// the slab's pre-rotated plane words (gaac_slab_words) and the shifts run on the FMA pipe
+// (gaac_shr_add, gaac_join_quad_fma): fewer ALU instructions per tile than
+// gaac_restore_tile's, for a loop whose ALU pipe was the busiest.
 template <bool IS_V, int D, class Sink>
 __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
                                                     const uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane,
@@ -220,28 +309,17 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
     using G = GaacGeometry<D>;
 #pragma unroll
     for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
-    gaac_patch_image<IS_V, D>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
+    gaac_patch_image<IS_V, D, true>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
 #pragma unroll
     for (int s = 0; s < G::SLABS; ++s) {
         const uint32_t* plane = reinterpret_cast<const uint32_t*>(blk + G::PLANE3_AT + GAAC_SLAB_BYTES * s) + lane;
-        const uint32_t w0 = plane[0], w1 = plane[GAAC_LANES], w2 = plane[2 * GAAC_LANES];
-        const uint32_t w1s = w1 << 1, w2s = w2 << 2, w0r = w0 >> 2, w1r = w1 >> 1;
+        const GaacSlabWords w = gaac_slab_words(plane[0], plane[GAAC_LANES], plane[2 * GAAC_LANES]);
         const uint32_t* sm = reinterpret_cast<const uint32_t*>(blk + G::SM_AT) + GAAC_LANES * GAAC_SLAB_TILES * s + lane;
         const uint32_t* add = image + GAAC_LANES * GAAC_SLAB_TILES * s + lane;
-        uint32_t f[GAAC_SLAB_TILES];
-        f[0] = gaac_tile_field(0, w0, w1s, w2s, w0r, w1r, w2);
-        f[1] = gaac_tile_field(1, w0, w1s, w2s, w0r, w1r, w2);
-        f[2] = gaac_tile_field(2, w0, w1s, w2s, w0r, w1r, w2);
-        f[3] = gaac_tile_field(3, w0, w1s, w2s, w0r, w1r, w2);
-        f[4] = gaac_tile_field(4, w0, w1s, w2s, w0r, w1r, w2);
-        f[5] = gaac_tile_field(5, w0, w1s, w2s, w0r, w1r, w2);
-        f[6] = gaac_tile_field(6, w0, w1s, w2s, w0r, w1r, w2);
-        f[7] = gaac_tile_field(7, w0, w1s, w2s, w0r, w1r, w2);
 #pragma unroll
         for (int m = 0; m < GAAC_SLAB_TILES; ++m) {
-            // A valid base keeps every byte of field + addend within 255 (spec §3.3): no
-            // carry between byte lanes.
-            sink(GAAC_SLAB_TILES * s + m, gaac_join_quad(f[m] + add[GAAC_LANES * m], sm[GAAC_LANES * m]));
+            sink(GAAC_SLAB_TILES * s + m,
+                 gaac_join_quad_fma(gaac_tile_exponents(w, m, add[GAAC_LANES * m]), sm[GAAC_LANES * m]));
         }
     }
 }
