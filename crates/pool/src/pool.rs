@@ -279,9 +279,10 @@ struct Seq {
     lay: Vec<SeqLayer>,
     /// Its id blocks; the last one hands out the next id.
     blocks: Vec<u32>,
-    /// Its pages in slab slots (open, or kept BF16), in no order: page `p` is at
+    /// Its pages in slab slots (open, or kept BF16) with their chunk and slot (the
+    /// release frees them without reading the page table), in no order: page `p` is at
     /// `slab_pos[p]`; a page leaving its slab is swap-removed (O(1)).
-    in_slab: Vec<PageId>,
+    in_slab: Vec<(PageId, ChunkId, u32)>,
     /// Its segments, all layers: freed whole at release.
     segments: Vec<ChunkId>,
 }
@@ -701,6 +702,13 @@ impl Pool {
         let si = self.seq_index(seq);
         if let Ok(si) = si {
             self.touch_row(si);
+            if self.alloc_row_spares(si, pages) {
+                let recording = self.trace.is_some() || self.changes.is_some();
+                for layer in (0..layers).filter(|_| recording) {
+                    self.after_alloc(seq, layer, &Ok(pages[layer as usize]));
+                }
+                return Ok(());
+            }
         }
         for layer in 0..layers {
             let r = si.clone().and_then(|si| self.alloc_at(si, layer));
@@ -708,6 +716,46 @@ impl Pool {
             pages[layer as usize] = r?;
         }
         Ok(())
+    }
+
+    /// The decode step's common row, in one pass: every layer of `store[si]` has its
+    /// spare slot ready and its last id block room for the row. Then each layer's
+    /// [`Pool::alloc_at`] would take the spare, consume a reservation if any, and the
+    /// next id; this does exactly that (no slab, no capacity test) and returns `true`;
+    /// otherwise it changes nothing and returns `false`.
+    fn alloc_row_spares(&mut self, si: usize, pages: &mut [PageId]) -> bool {
+        let completed = self.completed;
+        let s = &mut self.store[si];
+        let Some(&block) = s.blocks.last() else { return false };
+        let used = self.block_used[block as usize];
+        let n = s.lay.len() as u32;
+        if used + n > ID_BLOCK
+            || !s.lay.iter().all(|sl| sl.spare_chunk != NONE && sl.spare_epoch <= completed)
+        {
+            return false;
+        }
+        let first = block * ID_BLOCK + used;
+        self.block_used[block as usize] = used + n;
+        let (seq, open_bytes) = (s.id, self.open_bytes);
+        let ids = first as usize..(first + n) as usize;
+        let rows = s.lay.iter_mut().zip(&mut self.reserved).zip(&mut self.entries[ids.clone()]);
+        for (layer, (((sl, total), entry), (pos, page))) in
+            rows.zip(self.slab_pos[ids].iter_mut().zip(pages.iter_mut())).enumerate()
+        {
+            let (chunk, slot) = (sl.spare_chunk, sl.spare_slot);
+            sl.spare_chunk = NONE;
+            if sl.reserve > 0 {
+                sl.reserve -= 1;
+                *total -= 1;
+            }
+            let location = Location { chunk, offset: slot * open_bytes, slot_bytes: open_bytes };
+            *entry = PageEntry { seq, layer: layer as u32, location, format: PageFormat::Open };
+            *page = first + layer as u32;
+            *pos = s.in_slab.len() as u32;
+            s.in_slab.push((*page, chunk, slot));
+        }
+        self.admit.clear();
+        true
     }
 
     /// A prefill's pages of one layer: for each `bytes[i]`, a new page of `seq` in
@@ -824,7 +872,7 @@ impl Pool {
         self.block_used[block as usize] += 1;
         self.entries[page as usize] = PageEntry { seq, layer, location, format: PageFormat::Open };
         self.slab_pos[page as usize] = s.in_slab.len() as u32;
-        s.in_slab.push(page);
+        s.in_slab.push((page, chunk, slot));
         Ok(page)
     }
 
@@ -1009,11 +1057,11 @@ impl Pool {
             };
             let pos = self.slab_pos[page as usize] as usize;
             s.in_slab.swap_remove(pos);
-            if let Some(&moved) = s.in_slab.get(pos) {
+            if let Some(&(moved, _, _)) = s.in_slab.get(pos) {
                 self.slab_pos[moved as usize] = pos as u32;
             }
             if retire {
-                self.retire_slot(from);
+                self.retire_slot(from.chunk, from.offset / from.slot_bytes);
             }
         }
         let content = e.format.content_bytes().expect("callers refuse open pages");
@@ -1047,18 +1095,14 @@ impl Pool {
         for (l, sl) in s.lay.iter().enumerate() {
             self.reserved[l] -= sl.reserve;
             if sl.spare_chunk != NONE {
-                self.retire_slot(Location {
-                    chunk: sl.spare_chunk,
-                    offset: sl.spare_slot * self.open_bytes,
-                    slot_bytes: self.open_bytes,
-                });
+                self.retire_slot(sl.spare_chunk, sl.spare_slot);
             }
             if sl.current != NONE {
                 self.chunks[sl.current as usize].used = sl.used;
             }
         }
-        for &p in &s.in_slab {
-            self.retire_slot(self.entries[p as usize].location);
+        for &(_, chunk, slot) in &s.in_slab {
+            self.retire_slot(chunk, slot);
         }
         for &c in &s.segments {
             self.chunk_class[c as usize] = RETIRED;
@@ -1256,26 +1300,24 @@ impl Pool {
         self.partial_push(c);
     }
 
-    /// A live slab slot stops being live; it becomes reusable when the open epoch
-    /// completes.
-    /// Slots retired in one epoch join the queue's last entry when it is of the same
+    /// Slab slot `slot` of chunk `at_chunk` stops being live; it becomes reusable when
+    /// the open epoch completes. Slots retired in one epoch join the queue's last entry when it is of the same
     /// slab word (a prefill's compressions free their slots in order).
-    fn retire_slot(&mut self, at: Location) {
-        let slot = at.offset / at.slot_bytes;
+    fn retire_slot(&mut self, at_chunk: ChunkId, slot: u32) {
         let (word, bit) = (slot / 64, 1u64 << (slot % 64));
-        let ch = &mut self.chunks[at.chunk as usize];
+        let ch = &mut self.chunks[at_chunk as usize];
         ch.live -= 1;
         ch.pending += 1;
         self.pending_count += 1;
         let epoch = self.submitted + 1;
         if let Some(Pending { epoch: e, what: Retired::Slots { chunk, word: w, mask } }) =
             self.pending.back_mut()
-            && (*e, *chunk, *w) == (epoch, at.chunk, word)
+            && (*e, *chunk, *w) == (epoch, at_chunk, word)
         {
             *mask |= bit;
             return;
         }
-        self.pending.push_back(Pending { epoch, what: Retired::Slots { chunk: at.chunk, word, mask: bit } });
+        self.pending.push_back(Pending { epoch, what: Retired::Slots { chunk: at_chunk, word, mask: bit } });
     }
 
     /// Pending slab slots (`mask` of word `word`) become free; an empty slab goes home.
