@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bf16_field::KvKind;
-use kvcodec_pool::{Epoch, Move, PageId, Pool, PoolConfig, SizeClasses};
+use kvcodec_pool::{CompressOutcome, Epoch, Move, PageId, Pool, PoolConfig, SizeClasses};
 
 /// Llama-3.1-8B: layers, KV heads, head_dim.
 const LAYERS: u32 = 32;
@@ -427,6 +427,9 @@ struct Running {
     generated: u64,
     /// The open page of each layer.
     open: Vec<PageId>,
+    /// Whether the pages of `open` are full and compressed already (a prompt that ends
+    /// on a page boundary): the next row starts without compressing them.
+    open_done: bool,
 }
 
 /// The result of one run.
@@ -492,6 +495,12 @@ struct Server<'a> {
     compressed: u64,
     /// Bytes the device reads and writes this step for compression and moves.
     device_bytes: f64,
+    /// Rows allocated by decode steps (a request's token starting a page in every layer).
+    rows: u64,
+    /// Scratch of the row and prefill calls: page ids, compressed sizes, outcomes.
+    ids: Vec<PageId>,
+    sizes_buf: Vec<u32>,
+    outcomes: Vec<CompressOutcome>,
 }
 
 impl<'a> Server<'a> {
@@ -508,6 +517,10 @@ impl<'a> Server<'a> {
             kept: 0,
             compressed: 0,
             device_bytes: 0.0,
+            rows: 0,
+            ids: Vec::new(),
+            sizes_buf: Vec::new(),
+            outcomes: Vec::new(),
         }
     }
 
@@ -521,16 +534,17 @@ impl<'a> Server<'a> {
         }
     }
 
-    fn compress(&mut self, id: u64, page_index: u64, layer: u32, page: PageId) -> anyhow::Result<()> {
-        let bytes = self.page_bytes(id, page_index, layer);
-        match self.pool.compress(page, bytes)? {
-            kvcodec_pool::CompressOutcome::Moved(m) => {
-                self.compressed += 1;
-                self.count_move(&m);
+    /// Counts the outcomes in `self.outcomes[..n]` (moves' device bytes, pages kept).
+    fn count_outcomes(&mut self, n: usize) {
+        for i in 0..n {
+            match self.outcomes[i] {
+                CompressOutcome::Moved(m) => {
+                    self.compressed += 1;
+                    self.count_move(&m);
+                }
+                CompressOutcome::Kept => self.kept += 1,
             }
-            kvcodec_pool::CompressOutcome::Kept => self.kept += 1,
         }
-        Ok(())
     }
 
     fn count_move(&mut self, m: &Move) {
@@ -576,20 +590,32 @@ impl<'a> Server<'a> {
         let id = self.next_id;
         self.next_id += 1;
         self.pool.reserve(id, pages)?;
-        let prompt_pages = prompt.div_ceil(PAGE_TOKENS);
+        // Per layer, one call: every full prompt page allocated and compressed as written,
+        // then the partial last page open.
+        let full = (prompt / PAGE_TOKENS) as usize;
+        let tail = !prompt.is_multiple_of(PAGE_TOKENS);
+        anyhow::ensure!(full > 0 || tail, "a prompt of at least one token");
         let mut open = Vec::with_capacity(LAYERS as usize);
+        self.ids.resize(full + usize::from(tail), 0);
+        self.outcomes.resize(full, CompressOutcome::Kept);
         for layer in 0..LAYERS {
-            let mut last = None;
-            for p in 0..prompt_pages {
-                let page = self.pool.alloc(id, layer)?;
-                if (p + 1) * PAGE_TOKENS <= prompt {
-                    self.compress(id, p, layer, page)?;
-                }
-                last = Some(page);
+            self.sizes_buf.clear();
+            for p in 0..full as u64 {
+                self.sizes_buf.push(self.page_bytes(id, p, layer));
             }
-            open.push(last.context("a prompt of at least one token")?);
+            self.pool.prefill_layer(id, layer, &self.sizes_buf, tail, &mut self.ids, &mut self.outcomes)?;
+            self.count_outcomes(full);
+            open.push(*self.ids.last().expect("at least one page"));
         }
-        self.running.push(Running { id, request: (prompt, output), prompt, output, generated: 0, open });
+        self.running.push(Running {
+            id,
+            request: (prompt, output),
+            prompt,
+            output,
+            generated: 0,
+            open,
+            open_done: !tail,
+        });
         Ok(true)
     }
 
@@ -597,7 +623,7 @@ impl<'a> Server<'a> {
     /// beyond every reservation (the pool's exact admission query).
     fn can_grow(&self, i: usize) -> bool {
         let id = self.running[i].id;
-        self.pool.reserved(id).is_some_and(|r| r.iter().all(|&k| k > 0)) || self.pool.admissible_pages() >= 1
+        self.pool.min_reserved(id).is_some_and(|k| k > 0) || self.pool.admissible_pages() >= 1
     }
 
     /// Preempts the youngest running request (vLLM's recompute): its pages and
@@ -638,17 +664,23 @@ impl<'a> Server<'a> {
             }
             if t.is_multiple_of(PAGE_TOKENS) {
                 // The token starts a new page in every layer (room checked above: the
-                // allocations first, so a compression cannot take it), and the previous
-                // page filled and compresses (unless the prompt's last page already did).
-                let mut prev = Vec::with_capacity(LAYERS as usize);
-                for layer in 0..LAYERS {
-                    prev.push(self.running[i].open[layer as usize]);
-                    self.running[i].open[layer as usize] = self.pool.alloc(id, layer)?;
-                }
-                for (layer, prev) in (0..LAYERS).zip(prev) {
-                    if self.pool.entry(prev).is_some_and(|e| e.format == kvcodec_pool::PageFormat::Open) {
-                        self.compress(id, t / PAGE_TOKENS - 1, layer, prev)?;
+                // row's allocations first, so a compression cannot take it), and the
+                // previous row filled and compresses (unless the prompt's last page
+                // already did): two row calls.
+                let r = &mut self.running[i];
+                std::mem::swap(&mut r.open, &mut self.ids);
+                r.open.resize(LAYERS as usize, 0);
+                self.pool.alloc_row(id, &mut self.running[i].open)?;
+                self.rows += 1;
+                if !std::mem::replace(&mut self.running[i].open_done, false) {
+                    self.sizes_buf.clear();
+                    for layer in 0..LAYERS {
+                        self.sizes_buf.push(self.page_bytes(id, t / PAGE_TOKENS - 1, layer));
                     }
+                    self.outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
+                    self.ids.truncate(LAYERS as usize);
+                    self.pool.compress_pages(&self.ids, &self.sizes_buf, &mut self.outcomes)?;
+                    self.count_outcomes(LAYERS as usize);
                 }
             }
             self.running[i].generated += 1;
@@ -704,6 +736,23 @@ struct AllocatorTime {
     finish_steps: u64,
     /// Pages compressed in the run, prefills included.
     compressed: u64,
+    /// Means over all steps of the step's parts, µs: `complete` of the previous step,
+    /// the admission query, the decode (rows allocated and compressed, releases), and
+    /// the reclamation of a finished request (the `complete` of its release's epoch).
+    complete_us: f64,
+    admission_us: f64,
+    decode_us: f64,
+    reclaim_us: f64,
+    /// Steps by kind, (count, mean µs, p50 µs): a request finished; else some request's
+    /// token started a page (rows allocated and compressed); else neither.
+    finish: (usize, f64, f64),
+    rows: (usize, f64, f64),
+    idle: (usize, f64, f64),
+    /// Rows allocated by the decode steps.
+    row_count: u64,
+    /// A replacement's admission (reserve + prefill of its 8192-token prompt: 16896
+    /// pages allocated and compressed), µs each, outside the decode step: (count, mean).
+    prefill: (usize, f64),
 }
 
 struct Sim<'a> {
@@ -823,16 +872,25 @@ impl Sim<'_> {
             s.pool.complete(epoch)?;
         }
         let (mut times, mut steady) = (Vec::new(), Vec::new());
+        let (mut parts, mut kinds) = ([0.0f64; 4], [Vec::new(), Vec::new(), Vec::new()]);
+        let (mut prefills, rows0) = (Vec::new(), s.rows);
+        let us_since = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
         for _ in 0..STEPS {
+            let rows = s.rows;
             let t0 = Instant::now();
             s.pool.complete(epoch)?; // the device is one step behind
+            let t1 = Instant::now();
             let admissible = s.pool.admissible_pages();
+            let t2 = Instant::now();
             s.decode()?;
             epoch += 1;
             s.pool.submit(epoch)?;
-            let elapsed = t0.elapsed();
+            let t3 = Instant::now();
             std::hint::black_box(admissible);
-            let mut us = elapsed.as_secs_f64() * 1e6;
+            for (part, (a, b)) in parts.iter_mut().zip([(t0, t1), (t1, t2), (t2, t3)]) {
+                *part += (b - a).as_secs_f64() * 1e6;
+            }
+            let mut us = (t3 - t0).as_secs_f64() * 1e6;
             // A finished request is replaced (prefill untimed) once its room is back; the
             // reclamation of its slots (the `complete` of the epoch that freed them) is
             // allocator work of this step, and timed.
@@ -840,20 +898,30 @@ impl Sim<'_> {
             if finished {
                 epoch += 1;
                 s.pool.submit(epoch)?;
-                let t1 = Instant::now();
+                let t4 = Instant::now();
                 s.pool.complete(epoch)?;
-                us += t1.elapsed().as_secs_f64() * 1e6;
+                let reclaim = us_since(t4);
+                parts[3] += reclaim;
+                us += reclaim;
             }
             times.push(us);
             if !finished {
                 steady.push(us);
             }
+            kinds[if finished {
+                0
+            } else if s.rows > rows {
+                1
+            } else {
+                2
+            }]
+            .push(us);
             if finished {
                 while s.running.len() < TIMED_BATCH {
-                    anyhow::ensure!(
-                        s.try_admit(prompt, output)?,
-                        "a finished request's room is back after its epoch"
-                    );
+                    let t5 = Instant::now();
+                    let admitted = s.try_admit(prompt, output)?;
+                    prefills.push(us_since(t5));
+                    anyhow::ensure!(admitted, "a finished request's room is back after its epoch");
                     epoch += 1;
                     s.pool.submit(epoch)?;
                     s.pool.complete(epoch)?;
@@ -862,6 +930,12 @@ impl Sim<'_> {
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         let (all_mean, steady_mean) = (mean(&times), mean(&steady));
+        let per_step = |x: f64| x / STEPS as f64;
+        let kind = |k: &[f64]| {
+            let mut v = k.to_vec();
+            v.sort_by(f64::total_cmp);
+            (v.len(), mean(&v), v.get(v.len() / 2).copied().unwrap_or(0.0))
+        };
         times.sort_by(f64::total_cmp);
         let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
         Ok(AllocatorTime {
@@ -871,6 +945,15 @@ impl Sim<'_> {
             steady_mean,
             finish_steps: (times.len() - steady.len()) as u64,
             compressed: s.compressed,
+            complete_us: per_step(parts[0]),
+            admission_us: per_step(parts[1]),
+            decode_us: per_step(parts[2]),
+            reclaim_us: per_step(parts[3]),
+            finish: kind(&kinds[0]),
+            rows: kind(&kinds[1]),
+            idle: kind(&kinds[2]),
+            row_count: s.rows - rows0,
+            prefill: (prefills.len(), mean(&prefills)),
         })
     }
 }
@@ -1016,6 +1099,26 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         at.p99,
         at.steady_mean
     )?;
+    outln!(
+        "  parts, mean us per step: complete {:.2}, admission query {:.2}, decode (rows, releases) {:.2}, reclamation {:.2}; steps (count x mean / p50 us) with a finish {} x {:.2} / {:.2}, with rows {} x {:.2} / {:.2} ({} rows of {LAYERS} pages), other {} x {:.2} / {:.2}; outside the step: admission with prefill ({} pages) {} x {:.1} us",
+        at.complete_us,
+        at.admission_us,
+        at.decode_us,
+        at.reclaim_us,
+        at.finish.0,
+        at.finish.1,
+        at.finish.2,
+        at.rows.0,
+        at.rows.1,
+        at.rows.2,
+        at.row_count,
+        at.idle.0,
+        at.idle.1,
+        at.idle.2,
+        u64::from(LAYERS) * (STREAMS[0].requests[0].0.div_ceil(PAGE_TOKENS)),
+        at.prefill.0,
+        at.prefill.1,
+    )?;
 
     if let Some(path) = &args.trace {
         let (_, lines) =
@@ -1094,7 +1197,11 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             "gaac": {"smollm_fit": gaac.smollm_share, "llama_page_ratio": gaac.mean_ratio},
             "runs": results,
             "device_replay": device_json,
-            "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps},
+            "allocator_us_per_step": {"batch": TIMED_BATCH, "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps,
+                "parts": {"complete": at.complete_us, "admission": at.admission_us, "decode": at.decode_us, "reclaim": at.reclaim_us},
+                "finish_steps_mean": at.finish.1, "finish_steps_p50": at.finish.2, "row_steps": at.rows.0, "row_steps_mean": at.rows.1, "row_steps_p50": at.rows.2,
+                "rows": at.row_count, "other_steps": at.idle.0, "other_steps_mean": at.idle.1, "other_steps_p50": at.idle.2,
+                "admissions": at.prefill.0, "admission_prefill_us": at.prefill.1},
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("--json {}", crate::shown(path)))?;

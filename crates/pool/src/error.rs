@@ -108,6 +108,17 @@ pub enum Error {
         /// Pages per layer that fit.
         admissible: u64,
     },
+    /// A row or batch operation given slices of different lengths, or a row that is not
+    /// one page per layer.
+    #[error("{what}: {got} entries where {expected} are needed")]
+    LengthMismatch {
+        /// The argument.
+        what: &'static str,
+        /// Its length.
+        got: usize,
+        /// The length needed.
+        expected: usize,
+    },
     /// `submit` with an epoch not after the last one submitted.
     #[error("epoch {epoch} submitted after epoch {last}: epochs must increase")]
     SubmitOrder {

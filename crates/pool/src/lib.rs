@@ -53,6 +53,12 @@
 //!   slot and is exact: that many pages can be reserved and allocated, one more cannot.
 //!   Compression never takes a fresh chunk that a reservation needs: a page that cannot
 //!   move stays BF16 ([`CompressOutcome::Kept`]).
+//! * **Row operations.** A decode step appends one token to every layer of a request, so
+//!   a scheduler's calls are per request: [`Pool::alloc_row`] (a new open page in every
+//!   layer), [`Pool::compress_pages`] (the pages the last token filled) and, for a
+//!   prompt, [`Pool::prefill_layer`]. Each is the loop of the single calls (the same
+//!   pages, trace lines and [`Change`]s) with one lookup of the sequence, whose
+//!   per-layer state is one array (docs/perf/pool.md, "Version 4").
 //!
 //! # Size classes and the two clients
 //! * **ZipFusion** pages are `M + 768 e + 1024 (nb - e)` bytes for `e` coded blocks of `nb`

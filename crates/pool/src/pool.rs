@@ -245,39 +245,57 @@ struct LayerState {
     partial: Vec<ChunkId>,
     /// Empty private chunks of this layer.
     empty_private: Vec<ChunkId>,
-    /// Free open-class slots in this layer's slabs.
-    open_free: u64,
-    /// Pages reserved for the running sequences' growth.
-    reserved: u64,
 }
 
-#[derive(Clone, Debug)]
+/// A sequence's state in one layer (32 bytes: a row operation reads a sequence's layers
+/// as one array, two layers a cache line).
+#[derive(Clone, Copy, Debug)]
+struct SeqLayer {
+    /// Pages still reserved.
+    reserve: u64,
+    /// The segment new compressed pages go to (NONE before the first).
+    current: ChunkId,
+    /// Its bytes handed out.
+    used: u32,
+    /// An open slot its last compressed page left (NONE when none): its next page in
+    /// this layer takes it instead of a slab slot once `spare_epoch` completed (decode
+    /// alternates two slots per layer and touches no slab).
+    spare_chunk: ChunkId,
+    /// The spare's slot in `spare_chunk`.
+    spare_slot: u32,
+    /// The epoch after whose completion the spare may be written again.
+    spare_epoch: Epoch,
+}
+
+const FRESH_LAYER: SeqLayer =
+    SeqLayer { reserve: 0, current: NONE, used: 0, spare_chunk: NONE, spare_slot: 0, spare_epoch: 0 };
+
+/// A running sequence. Kept in [`Pool`]'s `store` by index (the map gives the index):
+/// a released sequence's entry, its vectors' capacity with it, serves the next one.
+#[derive(Clone, Debug, Default)]
 struct Seq {
-    pages: Vec<PageId>,
-    reserve: Vec<u64>,
+    id: SeqId,
+    /// Per layer.
+    lay: Vec<SeqLayer>,
     /// Its id blocks; the last one hands out the next id.
     blocks: Vec<u32>,
-    /// Pages allocated in slab slots (open, or kept BF16), some of which have moved
-    /// since: at release the ones still in a slab free their slots. Pruned when it grows
-    /// past twice `in_slab_live` (amortised O(1) per page).
-    in_slab: Vec<PageId>,
-    /// Its pages in slab slots now.
-    in_slab_live: usize,
+    /// Its pages in slab slots (open, or kept BF16) with their chunk and slot (the
+    /// release frees them without reading the page table), in no order: page `p` is at
+    /// `slab_pos[p]`; a page leaving its slab is swap-removed (O(1)).
+    in_slab: Vec<(PageId, ChunkId, u32)>,
     /// Its segments, all layers: freed whole at release.
     segments: Vec<ChunkId>,
-    /// Per layer, the segment new compressed pages go to (NONE before the first) and its
-    /// bytes handed out.
-    current: Vec<(ChunkId, u32)>,
-    /// Per layer, an open slot its last compressed page left (chunk NONE when none),
-    /// and the epoch after whose completion it may be written again: its next page in
-    /// that layer takes it instead of a slab slot (decode alternates two slots per
-    /// layer and touches no slab).
-    spare: Vec<(ChunkId, u32, Epoch)>,
 }
 
 #[derive(Clone, Debug)]
 enum Retired {
-    Slot(ChunkId, u32),
+    /// Slots of one slab word (`mask` bits of word `word`) freed in one epoch: the
+    /// slots a prefill's compressions leave come back a word at a time.
+    Slots {
+        chunk: ChunkId,
+        word: u32,
+        mask: u64,
+    },
     Segments(Vec<ChunkId>),
     Blocks(Vec<u32>),
 }
@@ -337,10 +355,24 @@ pub struct Pool {
     shared_free: Vec<ChunkId>,
     /// The page table, by id.
     entries: Vec<PageEntry>,
+    /// By id: a page's index in its sequence's `in_slab` while it sits in a slab slot.
+    slab_pos: Vec<u32>,
+    /// Per layer: pages reserved for the running sequences' growth.
+    reserved: Vec<u64>,
+    /// Per layer: its free open slots plus its empty private chunks' open slots (what
+    /// the admission test reads, kept compact beside `reserved`).
+    room: Vec<u64>,
     /// Per id block: ids handed out (0 when free).
     block_used: Vec<u32>,
     free_blocks: Vec<u32>,
-    seqs: HashMap<SeqId, Seq, SeqHash>,
+    /// Sequence id -> index in `store`.
+    seqs: HashMap<SeqId, u32, SeqHash>,
+    store: Vec<Seq>,
+    /// Indices of `store` free for the next sequence.
+    free_seqs: Vec<u32>,
+    /// [`Pool::admissible_pages`] as last computed, or `UNKNOWN` after a change of the
+    /// counts it reads.
+    admit: AdmitCache,
     pending: VecDeque<Pending>,
     pending_count: u64,
     reclaimed: u64,
@@ -397,9 +429,15 @@ impl Pool {
             layers,
             shared_free,
             entries: Vec::new(),
+            slab_pos: Vec::new(),
+            reserved: vec![0; cfg.layers as usize],
+            room: vec![u64::from(cfg.private_chunks) * u64::from(open_spc); cfg.layers as usize],
             block_used: Vec::new(),
             free_blocks: Vec::new(),
             seqs: HashMap::default(),
+            store: Vec::new(),
+            free_seqs: Vec::new(),
+            admit: AdmitCache::default(),
             pending: VecDeque::new(),
             pending_count: 0,
             reclaimed: 0,
@@ -444,12 +482,15 @@ impl Pool {
             return Err(Error::CompleteOrder { epoch, completed: self.completed, submitted: self.submitted });
         }
         self.completed = epoch;
+        if self.pending.front().is_some_and(|p| p.epoch <= epoch) {
+            self.admit.clear();
+        }
         while self.pending.front().is_some_and(|p| p.epoch <= epoch) {
             let p = self.pending.pop_front().expect("front checked");
             match p.what {
-                Retired::Slot(chunk, slot) => {
-                    self.pending_count -= 1;
-                    self.release_slot(chunk, slot);
+                Retired::Slots { chunk, word, mask } => {
+                    self.pending_count -= u64::from(mask.count_ones());
+                    self.release_slots(chunk, word, mask);
                 }
                 Retired::Segments(list) => {
                     self.pending_count -= list.len() as u64;
@@ -458,7 +499,9 @@ impl Pool {
                     for c in list {
                         self.chunk_class[c as usize] = NONE;
                         if c < private {
-                            self.layers[(c / self.cfg.private_chunks) as usize].empty_private.push(c);
+                            let l = (c / self.cfg.private_chunks) as usize;
+                            self.layers[l].empty_private.push(c);
+                            self.room[l] += self.open_spc;
                         } else {
                             self.shared_free.push(c);
                         }
@@ -496,10 +539,10 @@ impl Pool {
         }
         shared -= adj.shared_loss;
         let mut needed = 0u64;
-        for (i, l) in self.layers.iter().enumerate() {
+        for (i, (&room, &reserved)) in self.room.iter().zip(&self.reserved).enumerate() {
             let (extra, loss) = if i == adj.layer { (adj.extra_need, adj.own_loss) } else { (0, 0) };
-            let need = l.reserved + n + extra;
-            let own = (l.open_free + l.empty_private.len() as u64 * spc).saturating_sub(loss);
+            let need = reserved + n + extra;
+            let own = room.saturating_sub(loss);
             if need > own {
                 needed += (need - own).div_ceil(spc);
                 if needed > shared {
@@ -515,19 +558,43 @@ impl Pool {
     /// reserved or allocated (seed 002: "the allocator computes how many new pages fit
     /// across all layers, and the scheduler admits requests based on that number").
     /// Pending slots (reads in flight) do not count. Exact: `n + 1` would not fit.
+    ///
+    /// Cached: a query with no change of the counts it reads since the last one (a decode
+    /// step in which no request starts a page or finishes) costs a load.
     pub fn admissible_pages(&self) -> u64 {
-        let (mut lo, mut hi) = (0u64, self.layers.iter().map(|l| l.open_free).max().unwrap_or(0));
-        hi += (self.cfg.private_chunks as u64 + self.shared_free.len() as u64) * self.open_spc + 1;
-        // Invariant: fits(lo); !fits(hi).
+        if let Some(n) = self.admit.get() {
+            return n;
+        }
+        // Each layer's slack: its free open slots and empty private chunks' slots beyond
+        // its reservations. `n` pages fit when the layers' shortfalls, in chunks, fit in
+        // the free shared chunks (`fits`, without the adjustments).
+        let spc = self.open_spc as i64;
+        let shared = self.shared_free.len() as i64;
+        let slack: Vec<i64> =
+            self.room.iter().zip(&self.reserved).map(|(&o, &r)| o as i64 - r as i64).collect();
+        // Invariant: fits(lo) (the reservations fit), !fits(hi) (the layer of most slack
+        // would need one more shared chunk than there are).
+        let mut lo = slack.iter().copied().min().unwrap_or(0).max(0);
+        let mut hi = slack.iter().copied().max().unwrap_or(0).max(0) + shared * spc + 1;
+        // A shortfall in chunks, `ceil(d / spc)`, by a multiply (`m = ceil(2^64 / spc)`:
+        // exact for dividends and divisor below 2^32; a division costs ~20x more).
+        let m = u64::MAX / spc as u64 + 1;
+        let small = (hi - lo.min(0) + spc) < 1 << 32;
+        let chunks = |d: i64| {
+            let n = (d + spc - 1) as u64;
+            if small { ((u128::from(n) * u128::from(m)) >> 64) as i64 } else { (n / spc as u64) as i64 }
+        };
+        let fits = |n: i64| slack.iter().map(|&s| chunks((n - s).max(0))).sum::<i64>() <= shared;
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if self.fits(mid, Adjust::default()) {
+            if fits(mid) {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        lo
+        self.admit.set(lo as u64);
+        lo as u64
     }
 
     /// How many new requests of `prompt_tokens + output_tokens` tokens fit, each counted
@@ -545,21 +612,15 @@ impl Pool {
     /// [`Error::ReservationTooLarge`] when more than [`Pool::admissible_pages`].
     pub fn reserve(&mut self, seq: SeqId, pages: u64) -> Result<()> {
         let r = if self.fits(pages, Adjust::default()) {
-            let layers = self.layers.len();
-            let s = self.seqs.entry(seq).or_insert_with(|| Seq {
-                pages: Vec::new(),
-                reserve: vec![0; layers],
-                blocks: Vec::new(),
-                in_slab: Vec::new(),
-                in_slab_live: 0,
-                segments: Vec::new(),
-                current: vec![(NONE, 0); layers],
-                spare: vec![(NONE, 0, 0); layers],
-            });
-            for (l, r) in self.layers.iter_mut().zip(&mut s.reserve) {
-                l.reserved += pages;
-                *r += pages;
+            let si = match self.seqs.get(&seq) {
+                Some(&si) => si as usize,
+                None => self.new_seq(seq),
+            };
+            for (total, sl) in self.reserved.iter_mut().zip(&mut self.store[si].lay) {
+                *total += pages;
+                sl.reserve += pages;
             }
+            self.admit.clear();
             Ok(())
         } else {
             Err(Error::ReservationTooLarge { requested: pages, admissible: self.admissible_pages() })
@@ -568,9 +629,41 @@ impl Pool {
         r
     }
 
+    /// A fresh entry of `store` for `seq` (a released one's when there is one).
+    fn new_seq(&mut self, seq: SeqId) -> usize {
+        let layers = self.cfg.layers as usize;
+        let si = match self.free_seqs.pop() {
+            Some(si) => si as usize,
+            None => {
+                self.store.push(Seq::default());
+                self.store.len() - 1
+            }
+        };
+        let s = &mut self.store[si];
+        s.id = seq;
+        s.lay.clear();
+        s.lay.resize(layers, FRESH_LAYER);
+        self.seqs.insert(seq, si as u32);
+        si
+    }
+
+    /// The index of `seq` in `store`.
+    fn seq_index(&self, seq: SeqId) -> Result<usize> {
+        self.seqs.get(&seq).map(|&si| si as usize).ok_or(Error::UnknownSeq { seq })
+    }
+
     /// Pages per layer still reserved for `seq`, or `None` for an unknown sequence.
-    pub fn reserved(&self, seq: SeqId) -> Option<&[u64]> {
-        self.seqs.get(&seq).map(|s| &s.reserve[..])
+    pub fn reserved(&self, seq: SeqId) -> Option<Vec<u64>> {
+        let si = self.seq_index(seq).ok()?;
+        Some(self.store[si].lay.iter().map(|l| l.reserve).collect())
+    }
+
+    /// The fewest pages still reserved for `seq` in any layer (a row of
+    /// [`Pool::alloc_row`] is covered by its reservation when this is at least 1), or
+    /// `None` for an unknown sequence.
+    pub fn min_reserved(&self, seq: SeqId) -> Option<u64> {
+        let si = self.seq_index(seq).ok()?;
+        self.store[si].lay.iter().map(|l| l.reserve).min()
     }
 
     // ----- pages -------------------------------------------------------------------
@@ -583,41 +676,180 @@ impl Pool {
     /// [`Error::UnknownSeq`] (reserve first, even 0 pages), [`Error::LayerOutOfRange`],
     /// [`Error::NoCapacity`] without a reservation and without room.
     pub fn alloc(&mut self, seq: SeqId, layer: u32) -> Result<PageId> {
-        let r = self.alloc_inner(seq, layer);
-        self.log(|pool| {
-            format!("alloc {seq} {layer} => {}", ok_or(&r, |&p| format!("{p} {}", pool.loc_text(p))))
-        });
-        if let (&Ok(page), Some(c)) = (&r, self.changes.as_mut()) {
-            c.push(Change::Alloc { page, at: self.entries[page as usize].location });
-        }
+        let r = self.check_layer(layer).and_then(|()| self.seq_index(seq));
+        let r = r.and_then(|si| self.alloc_at(si, layer));
+        self.after_alloc(seq, layer, &r);
         r
     }
 
-    fn alloc_inner(&mut self, seq: SeqId, layer: u32) -> Result<PageId> {
-        self.check_layer(layer)?;
+    /// A decode step's row: one new open page of `seq` in every layer, layer 0 first,
+    /// written to `pages[layer]` (`pages.len()` must be the layer count). The same as
+    /// [`Pool::alloc`] for each layer in turn (the same pages, trace lines and
+    /// [`Change`]s) with one lookup of the sequence, whose per-layer state is one array:
+    /// what a serving stack's scheduler calls when a request's next token starts a page.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] (nothing allocated), [`Error::UnknownSeq`], or a layer's
+    /// [`Error::NoCapacity`]: the row stops there, the pages of the layers before it stay
+    /// allocated (as with the loop of [`Pool::alloc`]). A caller that checked
+    /// [`Pool::min_reserved`] `>= 1` or [`Pool::admissible_pages`] `>= 1` first never
+    /// sees it.
+    pub fn alloc_row(&mut self, seq: SeqId, pages: &mut [PageId]) -> Result<()> {
+        let layers = self.cfg.layers;
+        if pages.len() != layers as usize {
+            return Err(Error::LengthMismatch { what: "pages", got: pages.len(), expected: layers as usize });
+        }
+        let si = self.seq_index(seq);
+        if let Ok(si) = si {
+            self.touch_row(si);
+            if self.alloc_row_spares(si, pages) {
+                let recording = self.trace.is_some() || self.changes.is_some();
+                for layer in (0..layers).filter(|_| recording) {
+                    self.after_alloc(seq, layer, &Ok(pages[layer as usize]));
+                }
+                return Ok(());
+            }
+        }
+        for layer in 0..layers {
+            let r = si.clone().and_then(|si| self.alloc_at(si, layer));
+            self.after_alloc(seq, layer, &r);
+            pages[layer as usize] = r?;
+        }
+        Ok(())
+    }
+
+    /// The decode step's common row, in one pass: every layer of `store[si]` has its
+    /// spare slot ready and its last id block room for the row. Then each layer's
+    /// [`Pool::alloc_at`] would take the spare, consume a reservation if any, and the
+    /// next id; this does exactly that (no slab, no capacity test) and returns `true`;
+    /// otherwise it changes nothing and returns `false`.
+    fn alloc_row_spares(&mut self, si: usize, pages: &mut [PageId]) -> bool {
+        let completed = self.completed;
+        let s = &mut self.store[si];
+        let Some(&block) = s.blocks.last() else { return false };
+        let used = self.block_used[block as usize];
+        let n = s.lay.len() as u32;
+        if used + n > ID_BLOCK
+            || !s.lay.iter().all(|sl| sl.spare_chunk != NONE && sl.spare_epoch <= completed)
+        {
+            return false;
+        }
+        let first = block * ID_BLOCK + used;
+        self.block_used[block as usize] = used + n;
+        let (seq, open_bytes) = (s.id, self.open_bytes);
+        let ids = first as usize..(first + n) as usize;
+        let rows = s.lay.iter_mut().zip(&mut self.reserved).zip(&mut self.entries[ids.clone()]);
+        for (layer, (((sl, total), entry), (pos, page))) in
+            rows.zip(self.slab_pos[ids].iter_mut().zip(pages.iter_mut())).enumerate()
+        {
+            let (chunk, slot) = (sl.spare_chunk, sl.spare_slot);
+            sl.spare_chunk = NONE;
+            if sl.reserve > 0 {
+                sl.reserve -= 1;
+                *total -= 1;
+            }
+            let location = Location { chunk, offset: slot * open_bytes, slot_bytes: open_bytes };
+            *entry = PageEntry { seq, layer: layer as u32, location, format: PageFormat::Open };
+            *page = first + layer as u32;
+            *pos = s.in_slab.len() as u32;
+            s.in_slab.push((*page, chunk, slot));
+        }
+        self.admit.clear();
+        true
+    }
+
+    /// A prefill's pages of one layer: for each `bytes[i]`, a new page of `seq` in
+    /// `layer` ([`Pool::alloc`]) that fills and compresses to `bytes[i]` at once
+    /// ([`Pool::compress`]); then, with `open_tail`, one more open page (the prompt's
+    /// partial last page). Ids go to `pages` (`bytes.len() + open_tail` of them), outcomes
+    /// to `out` (`bytes.len()`). The same pages, trace lines and [`Change`]s as that loop
+    /// of calls, with one lookup of the sequence.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] (nothing done); else as [`Pool::alloc`] and
+    /// [`Pool::compress`]: it stops at the first error, what was done before stays.
+    pub fn prefill_layer(
+        &mut self,
+        seq: SeqId,
+        layer: u32,
+        bytes: &[u32],
+        open_tail: bool,
+        pages: &mut [PageId],
+        out: &mut [CompressOutcome],
+    ) -> Result<()> {
+        let n = bytes.len() + usize::from(open_tail);
+        if pages.len() != n {
+            return Err(Error::LengthMismatch { what: "pages", got: pages.len(), expected: n });
+        }
+        if out.len() != bytes.len() {
+            return Err(Error::LengthMismatch { what: "out", got: out.len(), expected: bytes.len() });
+        }
+        let si = self.check_layer(layer).and_then(|()| self.seq_index(seq));
+        let mut last = si.as_ref().ok().map(|&si| (seq, si));
+        for (i, page) in pages.iter_mut().enumerate() {
+            let r = si.clone().and_then(|si| self.alloc_at(si, layer));
+            self.after_alloc(seq, layer, &r);
+            *page = r?;
+            if let Some(&b) = bytes.get(i) {
+                let r = self.compress_inner(*page, b, &mut last);
+                self.after_compress(*page, b, &r);
+                out[i] = r?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads one word of each cache line a row of `store[si]` will touch (its layers'
+    /// state, the page table entries and slab positions of the ids it will take, the
+    /// layers' reservation counts) in one tight loop, so that their misses overlap
+    /// instead of coming one at a time inside the row's work.
+    fn touch_row(&self, si: usize) {
+        let s = &self.store[si];
+        let mut acc = touch(&s.lay, |l| l.spare_chunk) ^ touch(&self.reserved, |&r| r as u32);
+        if let Some(&b) = s.blocks.last() {
+            let (first, n) = (b * ID_BLOCK + self.block_used[b as usize], self.cfg.layers);
+            if self.block_used[b as usize] + n <= ID_BLOCK {
+                let ids = first as usize..(first + n) as usize;
+                acc ^= touch(&self.entries[ids.clone()], |e| e.layer) ^ touch(&self.slab_pos[ids], |&p| p);
+            }
+        }
+        std::hint::black_box(acc);
+    }
+
+    fn after_alloc(&mut self, seq: SeqId, layer: u32, r: &Result<PageId>) {
+        self.log(|pool| {
+            format!("alloc {seq} {layer} => {}", ok_or(r, |&p| format!("{p} {}", pool.loc_text(p))))
+        });
+        if let (&Ok(page), Some(c)) = (r, self.changes.as_mut()) {
+            c.push(Change::Alloc { page, at: self.entries[page as usize].location });
+        }
+    }
+
+    fn alloc_at(&mut self, si: usize, layer: u32) -> Result<PageId> {
         let l = layer as usize;
-        let s = self.seqs.get(&seq).ok_or(Error::UnknownSeq { seq })?;
-        let reserved = s.reserve[l] > 0;
+        let sl = self.store[si].lay[l];
+        let reserved = sl.reserve > 0;
         // The sequence's spare slot of this layer, once no read of its old page can be in
         // flight, is room it already holds.
-        let (spare_chunk, spare_slot, spare_epoch) = s.spare[l];
-        let spare = spare_chunk != NONE && spare_epoch <= self.completed;
+        let spare = sl.spare_chunk != NONE && sl.spare_epoch <= self.completed;
         if !spare && !reserved && !self.fits(0, Adjust { layer: l, extra_need: 1, ..Adjust::default() }) {
             return Err(Error::NoCapacity { layer });
         }
         let (chunk, slot) = if spare {
-            (spare_chunk, spare_slot)
+            (sl.spare_chunk, sl.spare_slot)
         } else {
             self.take_slot(l).ok_or(Error::NoCapacity { layer })?
         };
         let location = Location { chunk, offset: slot * self.open_bytes, slot_bytes: self.open_bytes };
-        let s = self.seqs.get_mut(&seq).expect("checked above");
+        let s = &mut self.store[si];
+        let seq = s.id;
         if spare {
-            s.spare[l].0 = NONE;
+            s.lay[l].spare_chunk = NONE;
         }
         if reserved {
-            s.reserve[l] -= 1;
-            self.layers[l].reserved -= 1;
+            s.lay[l].reserve -= 1;
+            self.reserved[l] -= 1;
+            self.admit.clear();
         }
         // The next id of the sequence's last block, or a new block.
         let block = match s.blocks.last() {
@@ -629,6 +861,7 @@ impl Pool {
                     let ids = self.entries.len() + ID_BLOCK as usize;
                     let blank = PageEntry { seq: 0, layer: 0, location, format: PageFormat::Open };
                     self.entries.resize(ids, blank);
+                    self.slab_pos.resize(ids, NONE);
                     b
                 });
                 s.blocks.push(b);
@@ -638,9 +871,8 @@ impl Pool {
         let page = block * ID_BLOCK + self.block_used[block as usize];
         self.block_used[block as usize] += 1;
         self.entries[page as usize] = PageEntry { seq, layer, location, format: PageFormat::Open };
-        s.in_slab.push(page);
-        s.in_slab_live += 1;
-        s.pages.push(page);
+        self.slab_pos[page as usize] = s.in_slab.len() as u32;
+        s.in_slab.push((page, chunk, slot));
         Ok(page)
     }
 
@@ -653,23 +885,70 @@ impl Pool {
     /// # Errors
     /// [`Error::UnknownPage`], [`Error::NotOpen`].
     pub fn compress(&mut self, page: PageId, compressed_bytes: u32) -> Result<CompressOutcome> {
-        let r = self.compress_inner(page, compressed_bytes);
+        let r = self.compress_inner(page, compressed_bytes, &mut None);
+        self.after_compress(page, compressed_bytes, &r);
+        r
+    }
+
+    /// [`Pool::compress`] of `pages[i]` to `bytes[i]` for each `i` in order, outcomes in
+    /// `out[i]`: a decode step's row (the pages a request's last token filled, one per
+    /// layer) or a prefill's pages. The same pages, trace lines and [`Change`]s as the
+    /// loop, with one lookup of the sequence per run of pages of one sequence.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] (nothing done) unless the three lengths agree; else
+    /// as [`Pool::compress`]: it stops at the first error, the pages before it stay
+    /// compressed.
+    pub fn compress_pages(
+        &mut self,
+        pages: &[PageId],
+        bytes: &[u32],
+        out: &mut [CompressOutcome],
+    ) -> Result<()> {
+        for (what, got) in [("bytes", bytes.len()), ("out", out.len())] {
+            if got != pages.len() {
+                return Err(Error::LengthMismatch { what, got, expected: pages.len() });
+            }
+        }
+        // The pages' entries and slab positions, loaded together first (see `touch_row`).
+        let mut acc = 0;
+        for &p in pages {
+            if let (Some(e), Some(&pos)) = (self.entries.get(p as usize), self.slab_pos.get(p as usize)) {
+                acc ^= e.layer ^ pos;
+            }
+        }
+        std::hint::black_box(acc);
+        let mut last = None;
+        for ((&page, &b), o) in pages.iter().zip(bytes).zip(out) {
+            let r = self.compress_inner(page, b, &mut last);
+            self.after_compress(page, b, &r);
+            *o = r?;
+        }
+        Ok(())
+    }
+
+    fn after_compress(&mut self, page: PageId, compressed_bytes: u32, r: &Result<CompressOutcome>) {
         self.log(|_| {
             format!(
                 "compress {page} {compressed_bytes} => {}",
-                ok_or(&r, |o| match o {
+                ok_or(r, |o| match o {
                     CompressOutcome::Moved(m) => format!("moved {}", loc_text(m.to)),
                     CompressOutcome::Kept => "kept".into(),
                 })
             )
         });
-        if let (&Ok(CompressOutcome::Moved(m)), Some(c)) = (&r, self.changes.as_mut()) {
+        if let (&Ok(CompressOutcome::Moved(m)), Some(c)) = (r, self.changes.as_mut()) {
             c.push(Change::Move(m));
         }
-        r
     }
 
-    fn compress_inner(&mut self, page: PageId, compressed_bytes: u32) -> Result<CompressOutcome> {
+    /// `last`: the sequence and store index of the previous page of a batch.
+    fn compress_inner(
+        &mut self,
+        page: PageId,
+        compressed_bytes: u32,
+        last: &mut Option<(SeqId, usize)>,
+    ) -> Result<CompressOutcome> {
         let entry = self.entry(page).ok_or(Error::UnknownPage { page })?;
         if entry.format != PageFormat::Open {
             return Err(Error::NotOpen { page });
@@ -679,7 +958,15 @@ impl Pool {
         if class == self.open {
             return Ok(CompressOutcome::Kept);
         }
-        match self.relocate(page, class, NONE) {
+        let si = match *last {
+            Some((seq, si)) if seq == entry.seq => si,
+            _ => {
+                let si = self.seq_index(entry.seq).expect("a live page's sequence");
+                *last = Some((entry.seq, si));
+                si
+            }
+        };
+        match self.relocate(si, page, class, NONE, true) {
             Some(m) => Ok(CompressOutcome::Moved(m)),
             None => Ok(CompressOutcome::Kept),
         }
@@ -708,20 +995,32 @@ impl Pool {
         let entry = self.entry(page).ok_or(Error::UnknownPage { page })?;
         let content = entry.format.content_bytes().ok_or(Error::OpenPage { page })?;
         let class = self.cfg.classes.fit(content).unwrap_or(self.open);
-        self.relocate(page, class, entry.location.chunk).ok_or(Error::NoCapacity { layer: entry.layer })
+        let si = self.seq_index(entry.seq).expect("a live page's sequence");
+        let slab = self.chunk_class[entry.location.chunk as usize] != SEGMENT;
+        self.relocate(si, page, class, entry.location.chunk, slab)
+            .ok_or(Error::NoCapacity { layer: entry.layer })
     }
 
-    /// Moves full page `page` to a `class` extent of its sequence's segment (not in chunk
-    /// `avoid`): `None` when no segment room can be had.
-    fn relocate(&mut self, page: PageId, class: usize, avoid: ChunkId) -> Option<Move> {
+    /// Moves full page `page` (of sequence `store[si]`) to a `class` extent of its
+    /// sequence's segment (not in chunk `avoid`): `None` when no segment room can be had.
+    /// `from_slab`: whether the page sits in a slab slot (an open page always does).
+    fn relocate(
+        &mut self,
+        si: usize,
+        page: PageId,
+        class: usize,
+        avoid: ChunkId,
+        from_slab: bool,
+    ) -> Option<Move> {
         let e = self.entries[page as usize];
         let l = e.layer as usize;
         let bytes = self.cfg.classes.bytes()[class];
-        let (current, used) = self.seqs.get(&e.seq).expect("a live page's sequence").current[l];
+        let sl = self.store[si].lay[l];
+        let (current, used) = (sl.current, sl.used);
         let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
         if fresh && avoid == NONE {
             // A compression: a tail too short to fill a fresh segment enough stays BF16.
-            let still = self.seqs[&e.seq].reserve[l] + 1;
+            let still = sl.reserve + 1;
             if still * u64::from(bytes) * 100 < self.cfg.chunk_bytes * u64::from(self.cfg.tail_fill_percent) {
                 return None;
             }
@@ -739,30 +1038,30 @@ impl Pool {
             (current, used)
         };
         let epoch = self.submitted + 1;
-        let s = self.seqs.get_mut(&e.seq).expect("a live page's sequence");
+        let s = &mut self.store[si];
         if fresh {
             s.segments.push(chunk);
         }
-        s.current[l] = (chunk, offset + bytes);
+        let sl = &mut s.lay[l];
+        (sl.current, sl.used) = (chunk, offset + bytes);
         // The old slot: a slab slot becomes the sequence's spare (or is freed for the open
         // epoch when it has one); a segment's stays a hole until the release.
         let from = e.location;
-        if self.chunk_class[from.chunk as usize] != SEGMENT {
-            s.in_slab_live -= 1;
-            let prune = s.in_slab.len() > 2 * s.in_slab_live + 64;
-            let retire = if s.spare[l].0 == NONE {
-                s.spare[l] = (from.chunk, from.offset / from.slot_bytes, epoch);
+        if from_slab {
+            let retire = if sl.spare_chunk == NONE {
+                (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) =
+                    (from.chunk, from.offset / from.slot_bytes, epoch);
                 false
             } else {
                 true
             };
-            if prune {
-                let mut list = std::mem::take(&mut s.in_slab);
-                list.retain(|&p| self.in_slab(p));
-                self.seqs.get_mut(&e.seq).expect("a live page's sequence").in_slab = list;
+            let pos = self.slab_pos[page as usize] as usize;
+            s.in_slab.swap_remove(pos);
+            if let Some(&(moved, _, _)) = s.in_slab.get(pos) {
+                self.slab_pos[moved as usize] = pos as u32;
             }
             if retire {
-                self.retire_slot(from);
+                self.retire_slot(from.chunk, from.offset / from.slot_bytes);
             }
         }
         let content = e.format.content_bytes().expect("callers refuse open pages");
@@ -773,12 +1072,6 @@ impl Pool {
         };
         self.entries[page as usize] = PageEntry { location: to(chunk, offset, bytes), format, ..e };
         Some(Move { page, from, to: to(chunk, offset, bytes), bytes: copied, compress })
-    }
-
-    /// Whether a live page sits in a slab slot (not in a segment).
-    fn in_slab(&self, page: PageId) -> bool {
-        let c = self.entries[page as usize].location.chunk;
-        self.chunk_class[c as usize] != SEGMENT
     }
 
     /// Frees every page of `seq` (finished, or evicted by the scheduler to make room)
@@ -795,43 +1088,43 @@ impl Pool {
     }
 
     fn release_inner(&mut self, seq: SeqId) -> Result<usize> {
-        let s = self.seqs.remove(&seq).ok_or(Error::UnknownSeq { seq })?;
-        for (l, r) in self.layers.iter_mut().zip(&s.reserve) {
-            l.reserved -= r;
-        }
-        for &p in &s.in_slab {
-            if self.in_slab(p) {
-                self.retire_slot(self.entries[p as usize].location);
+        let si = self.seqs.remove(&seq).ok_or(Error::UnknownSeq { seq })? as usize;
+        self.free_seqs.push(si as u32);
+        self.admit.clear();
+        let mut s = std::mem::take(&mut self.store[si]);
+        for (l, sl) in s.lay.iter().enumerate() {
+            self.reserved[l] -= sl.reserve;
+            if sl.spare_chunk != NONE {
+                self.retire_slot(sl.spare_chunk, sl.spare_slot);
+            }
+            if sl.current != NONE {
+                self.chunks[sl.current as usize].used = sl.used;
             }
         }
-        for &(chunk, slot, _) in &s.spare {
-            if chunk != NONE {
-                self.retire_slot(Location {
-                    chunk,
-                    offset: slot * self.open_bytes,
-                    slot_bytes: self.open_bytes,
-                });
-            }
-        }
-        for &(c, used) in &s.current {
-            if c != NONE {
-                self.chunks[c as usize].used = used;
-            }
+        for &(_, chunk, slot) in &s.in_slab {
+            self.retire_slot(chunk, slot);
         }
         for &c in &s.segments {
             self.chunk_class[c as usize] = RETIRED;
         }
+        let mut pages = 0;
         for &b in &s.blocks {
+            let used = self.block_used[b as usize];
             if let Some(c) = self.changes.as_mut() {
-                c.push(Change::FreeBlock { block: b, pages: self.block_used[b as usize] });
+                c.push(Change::FreeBlock { block: b, pages: used });
             }
+            pages += used as usize;
             self.block_used[b as usize] = 0;
         }
         let epoch = self.submitted + 1;
         self.pending_count += (s.segments.len() + s.blocks.len()) as u64;
-        self.pending.push_back(Pending { epoch, what: Retired::Segments(s.segments) });
-        self.pending.push_back(Pending { epoch, what: Retired::Blocks(s.blocks) });
-        Ok(s.pages.len())
+        let (segments, blocks) = (std::mem::take(&mut s.segments), std::mem::take(&mut s.blocks));
+        self.pending.push_back(Pending { epoch, what: Retired::Segments(segments) });
+        self.pending.push_back(Pending { epoch, what: Retired::Blocks(blocks) });
+        // The entry keeps its vectors' capacity for the next sequence.
+        s.in_slab.clear();
+        self.store[si] = s;
+        Ok(pages)
     }
 
     // ----- the page table and reports -----------------------------------------------
@@ -858,14 +1151,22 @@ impl Pool {
         self.block_used.len() as u32 * ID_BLOCK
     }
 
-    /// The pages of `seq` in allocation order (all layers), or `None` when unknown.
-    pub fn seq_pages(&self, seq: SeqId) -> Option<&[PageId]> {
-        self.seqs.get(&seq).map(|s| &s.pages[..])
+    /// The pages of `seq` in allocation order (all layers: the ids of its id blocks in
+    /// order), or `None` when unknown.
+    pub fn seq_pages(&self, seq: SeqId) -> Option<Vec<PageId>> {
+        let si = self.seq_index(seq).ok()?;
+        Some(self.block_pages(&self.store[si].blocks).collect())
+    }
+
+    /// The ids in use of id blocks `blocks`, in order.
+    fn block_pages<'a>(&'a self, blocks: &'a [u32]) -> impl Iterator<Item = PageId> + 'a {
+        blocks.iter().flat_map(|&b| b * ID_BLOCK..b * ID_BLOCK + self.block_used[b as usize])
     }
 
     /// The segments `seq` owns (all layers, in the order taken), or `None` when unknown.
     pub fn seq_segments(&self, seq: SeqId) -> Option<&[ChunkId]> {
-        self.seqs.get(&seq).map(|s| &s.segments[..])
+        let si = self.seq_index(seq).ok()?;
+        Some(&self.store[si].segments[..])
     }
 
     /// Chunk `chunk`'s state, or `None` past the last chunk.
@@ -886,19 +1187,17 @@ impl Pool {
         match tag {
             NONE => {}
             SEGMENT => {
-                let s = &self.seqs[&c.owner];
-                let here = |p: &&PageId| self.entries[**p as usize].location.chunk == chunk;
-                info.live = s.pages.iter().filter(here).count() as u32;
+                let s = &self.store[self.seqs[&c.owner] as usize];
+                let here = |p: &PageId| self.entries[*p as usize].location.chunk == chunk;
+                info.live = self.block_pages(&s.blocks).filter(here).count() as u32;
                 info.owner = Some(c.owner);
-                info.used_bytes = match s.current[c.layer as usize] {
-                    (current, used) if current == chunk => used,
-                    _ => c.used,
-                };
+                let sl = s.lay[c.layer as usize];
+                info.used_bytes = if sl.current == chunk { sl.used } else { c.used };
             }
             RETIRED => (info.pending, info.used_bytes) = (1, c.used),
             class => {
-                let spares =
-                    self.seqs.values().flat_map(|s| &s.spare).filter(|sp| sp.0 == chunk).count() as u32;
+                let running = self.seqs.values().map(|&si| &self.store[si as usize]);
+                let spares = running.flat_map(|s| &s.lay).filter(|sl| sl.spare_chunk == chunk).count() as u32;
                 (info.class, info.slots, info.live, info.spare, info.pending) =
                     (Some(class as usize), c.slots, c.live - spares, spares, c.pending)
             }
@@ -951,7 +1250,13 @@ impl Pool {
                 return None;
             }
         }
-        if private { self.layers[l].empty_private.pop() } else { self.shared_free.pop() }
+        self.admit.clear();
+        if private {
+            self.room[l] -= self.open_spc;
+            self.layers[l].empty_private.pop()
+        } else {
+            self.shared_free.pop()
+        }
     }
 
     /// A free open-class slot in layer `l`: from a partial slab, else a fresh chunk
@@ -973,7 +1278,8 @@ impl Pool {
         let ch = &mut self.chunks[chunk as usize];
         ch.live += 1;
         let full = ch.free_count() == 0;
-        self.layers[l].open_free -= 1;
+        self.room[l] -= 1;
+        self.admit.clear();
         if full {
             self.partial_remove(chunk);
         }
@@ -990,44 +1296,57 @@ impl Pool {
             let below = slots.saturating_sub(w as u32 * 64);
             *word = if below >= 64 { u64::MAX } else { (1u64 << below) - 1 };
         }
-        self.layers[l].open_free += u64::from(slots);
+        self.room[l] += u64::from(slots);
         self.partial_push(c);
     }
 
-    /// A live slab slot stops being live; it becomes reusable when the open epoch
-    /// completes.
-    fn retire_slot(&mut self, at: Location) {
-        let slot = at.offset / at.slot_bytes;
-        let ch = &mut self.chunks[at.chunk as usize];
+    /// Slab slot `slot` of chunk `at_chunk` stops being live; it becomes reusable when
+    /// the open epoch completes. Slots retired in one epoch join the queue's last entry when it is of the same
+    /// slab word (a prefill's compressions free their slots in order).
+    fn retire_slot(&mut self, at_chunk: ChunkId, slot: u32) {
+        let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+        let ch = &mut self.chunks[at_chunk as usize];
         ch.live -= 1;
         ch.pending += 1;
         self.pending_count += 1;
-        self.pending.push_back(Pending { epoch: self.submitted + 1, what: Retired::Slot(at.chunk, slot) });
+        let epoch = self.submitted + 1;
+        if let Some(Pending { epoch: e, what: Retired::Slots { chunk, word: w, mask } }) =
+            self.pending.back_mut()
+            && (*e, *chunk, *w) == (epoch, at_chunk, word)
+        {
+            *mask |= bit;
+            return;
+        }
+        self.pending.push_back(Pending { epoch, what: Retired::Slots { chunk: at_chunk, word, mask: bit } });
     }
 
-    /// A pending slab slot becomes free; an empty slab goes home.
-    fn release_slot(&mut self, chunk: ChunkId, slot: u32) {
-        self.free_bits[chunk as usize * self.words + (slot / 64) as usize] |= 1 << (slot % 64);
+    /// Pending slab slots (`mask` of word `word`) become free; an empty slab goes home.
+    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64) {
+        let n = mask.count_ones();
+        self.free_bits[chunk as usize * self.words + word as usize] |= mask;
         let ch = &mut self.chunks[chunk as usize];
-        ch.pending -= 1;
+        ch.pending -= n;
         let l = ch.layer as usize;
         let was_full = ch.partial_pos == NONE;
         let empty = ch.live == 0 && ch.pending == 0;
-        self.layers[l].open_free += 1;
+        self.room[l] += u64::from(n);
         if was_full {
             self.partial_push(chunk);
         }
         if empty {
             self.partial_remove(chunk);
             let ch = &mut self.chunks[chunk as usize];
-            self.layers[l].open_free -= u64::from(ch.slots);
+            self.room[l] -= u64::from(ch.slots);
             ch.slots = 0;
             let home = ch.home;
             self.chunk_class[chunk as usize] = NONE;
             let base = chunk as usize * self.words;
             self.free_bits[base..base + self.words].fill(0);
             match home {
-                ChunkHome::Private(h) => self.layers[h as usize].empty_private.push(chunk),
+                ChunkHome::Private(h) => {
+                    self.layers[h as usize].empty_private.push(chunk);
+                    self.room[h as usize] += self.open_spc;
+                }
                 ChunkHome::Shared => self.shared_free.push(chunk),
             }
         }
@@ -1105,6 +1424,37 @@ impl Pool {
     }
 }
 
+/// The cached answer of [`Pool::admissible_pages`] (`u64::MAX`: not known). An atomic so
+/// that the query stays `&self` and the pool `Sync`; relaxed: the pool is used from one
+/// thread at a time (`&mut` for every change).
+#[derive(Debug)]
+struct AdmitCache(std::sync::atomic::AtomicU64);
+
+impl AdmitCache {
+    fn get(&self) -> Option<u64> {
+        let v = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (v != u64::MAX).then_some(v)
+    }
+    fn set(&self, v: u64) {
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn clear(&mut self) {
+        *self.0.get_mut() = u64::MAX;
+    }
+}
+
+impl Default for AdmitCache {
+    fn default() -> AdmitCache {
+        AdmitCache(std::sync::atomic::AtomicU64::new(u64::MAX))
+    }
+}
+
+impl Clone for AdmitCache {
+    fn clone(&self) -> AdmitCache {
+        AdmitCache(std::sync::atomic::AtomicU64::new(self.0.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+}
+
 /// The hasher of the sequence map: sequence ids are the caller's integers, usually
 /// dense; a multiply-xorshift (splitmix64's finaliser) spreads them in a few cycles,
 /// where the default SipHash costs tens of nanoseconds per lookup on the decode path.
@@ -1136,6 +1486,13 @@ impl std::hash::Hasher for SeqHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+}
+
+/// XOR of `f` of one element per 64-byte line of `v`: a row's lines loaded in one tight
+/// loop (their misses overlap; the work that follows finds them in cache).
+fn touch<T>(v: &[T], f: impl Fn(&T) -> u32) -> u32 {
+    let step = (64 / std::mem::size_of::<T>().max(1)).max(1);
+    v.iter().step_by(step).fold(0, |acc, x| acc ^ f(x))
 }
 
 /// The location `offset` bytes into `chunk`, `slot_bytes` long.

@@ -38,6 +38,13 @@ enum Op {
     GrowOrPreempt { seq: usize },
     /// Submit the next epoch, then complete up to `lag` epochs behind it.
     Step { lag: u64 },
+    /// Sequence `seq % live` takes a row (`Pool::alloc_row`) and compresses its open
+    /// pages (`Pool::compress_pages`, sizes from `bytes`), checked against the loops of
+    /// `Pool::alloc` and `Pool::compress` on a copy of the pool.
+    Row { seq: usize, bytes: u32 },
+    /// Sequence `seq % live` prefills `pages` pages of layer `layer % layers`
+    /// (`Pool::prefill_layer`, with an open tail or not), checked the same way.
+    Prefill { seq: usize, layer: u32, pages: usize, tail: bool, bytes: u32 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +56,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|seq| Op::Finish { seq }),
         2 => any::<usize>().prop_map(|seq| Op::GrowOrPreempt { seq }),
         3 => (0u64..3).prop_map(|lag| Op::Step { lag }),
+        2 => (any::<usize>(), 1u32..80).prop_map(|(seq, bytes)| Op::Row { seq, bytes }),
+        1 => (any::<usize>(), 0u32..4, 0usize..4, any::<bool>(), 1u32..80)
+            .prop_map(|(seq, layer, pages, tail, bytes)| Op::Prefill { seq, layer, pages, tail, bytes }),
     ]
 }
 
@@ -222,7 +232,7 @@ fn check(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
     prop_assert!(words.keys().all(|&p| (p as usize) < model.mirror.len()));
     // Reservations match the model.
     for (seq, r) in &model.reserve {
-        prop_assert_eq!(pool.reserved(*seq), Some(&r[..]));
+        prop_assert_eq!(pool.reserved(*seq), Some(r.clone()));
     }
     // Admission is exact: n pages reserve and allocate in every layer, n + 1 do not.
     let n = pool.admissible_pages();
@@ -266,39 +276,95 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
         Op::Append { seq, layer } if !seqs.is_empty() => {
             let (seq, layer) = (seqs[seq % seqs.len()], layer % layers);
             let reserved = model.reserve[&seq][layer as usize] > 0;
-            match pool.alloc(seq, layer) {
-                Ok(p) => {
-                    model.check_fresh(pool, pool.entry(p).unwrap().location)?;
-                    let early = model.freed_ids.iter().find(|&&(id, e)| id == p && e > pool.completed());
-                    prop_assert!(early.is_none(), "page id {} reused before its epoch completed", p);
-                    prop_assert!(
-                        model.pages.insert(p, (seq, layer, true)).is_none(),
-                        "page id {} reused live",
-                        p
-                    );
-                    if reserved {
-                        model.reserve.get_mut(&seq).unwrap()[layer as usize] -= 1;
-                    }
-                }
-                Err(e) => {
-                    prop_assert!(!reserved, "a reserved page failed: {:?}", e);
-                    prop_assert_eq!(e, Error::NoCapacity { layer });
-                }
-            }
+            let r = pool.alloc(seq, layer);
+            allocated(pool, model, seq, layer, reserved, r)?;
         }
         Op::Compress { page, bytes } => {
             let open: Vec<PageId> = model.pages.iter().filter(|(_, v)| v.2).map(|(&p, _)| p).collect();
             if let Some(&p) = open.get(page % open.len().max(1)) {
                 let before = pool.entry(p).unwrap().location;
-                if let CompressOutcome::Moved(m) = pool.compress(p, bytes).unwrap() {
-                    prop_assert_eq!(m.from, before);
-                    prop_assert!(m.to.slot_bytes >= bytes && m.to.slot_bytes < OPEN);
-                    prop_assert_eq!(pool.chunk_info(m.to.chunk).unwrap().owner, Some(model.pages[&p].0));
-                    model.check_fresh(pool, m.to)?;
-                    model.free(pool, before);
-                }
-                model.pages.get_mut(&p).unwrap().2 = false;
+                let outcome = pool.compress(p, bytes).unwrap();
+                compressed(pool, model, p, bytes, before, outcome)?;
             }
+        }
+        Op::Row { seq, bytes } if !seqs.is_empty() => {
+            let seq = seqs[seq % seqs.len()];
+            let open: Vec<PageId> =
+                model.pages.iter().filter(|(_, v)| v.0 == seq && v.2).map(|(&p, _)| p).collect();
+            let sizes: Vec<u32> = (0..open.len() as u32).map(|i| 1 + (bytes + 29 * i) % 79).collect();
+            // The reference: the loops of single calls on a copy.
+            let mut twin = pool.clone();
+            let mut expect = Vec::new();
+            for layer in 0..layers {
+                let r = twin.alloc(seq, layer);
+                let stop = r.is_err();
+                expect.push(r);
+                if stop {
+                    break;
+                }
+            }
+            let before: Vec<Location> = open.iter().map(|&p| twin.entry(p).unwrap().location).collect();
+            let full = expect.iter().all(Result::is_ok);
+            let outcomes: Vec<CompressOutcome> = if full {
+                open.iter().zip(&sizes).map(|(&p, &b)| twin.compress(p, b).unwrap()).collect()
+            } else {
+                Vec::new()
+            };
+            let mut ids = vec![0; layers as usize];
+            let r = pool.alloc_row(seq, &mut ids);
+            match expect.last() {
+                Some(Err(e)) => prop_assert_eq!(r, Err(e.clone())),
+                _ => prop_assert_eq!(r, Ok(())),
+            }
+            let reserved: Vec<bool> = model.reserve[&seq].iter().map(|&k| k > 0).collect();
+            for (layer, e) in expect.into_iter().enumerate() {
+                if let Ok(p) = e {
+                    prop_assert_eq!(ids[layer], p);
+                }
+                allocated(pool, model, seq, layer as u32, reserved[layer], e)?;
+            }
+            if full {
+                let mut got = vec![CompressOutcome::Kept; open.len()];
+                pool.compress_pages(&open, &sizes, &mut got).unwrap();
+                prop_assert_eq!(&got, &outcomes);
+                for (i, &p) in open.iter().enumerate() {
+                    compressed(pool, model, p, sizes[i], before[i], got[i])?;
+                }
+            }
+            same(pool, &mut twin)?;
+        }
+        Op::Prefill { seq, layer, pages, tail, bytes } if !seqs.is_empty() => {
+            let (seq, layer) = (seqs[seq % seqs.len()], layer % layers);
+            let sizes: Vec<u32> = (0..pages as u32).map(|i| 1 + (bytes + 37 * i) % 79).collect();
+            let mut twin = pool.clone();
+            let (mut expect, mut outcomes, mut before) = (Vec::new(), Vec::new(), Vec::new());
+            for i in 0..pages + usize::from(tail) {
+                let r = twin.alloc(seq, layer);
+                let page = r.clone();
+                expect.push(r);
+                let Ok(p) = page else { break };
+                if let Some(&b) = sizes.get(i) {
+                    before.push(twin.entry(p).unwrap().location);
+                    outcomes.push(twin.compress(p, b).unwrap());
+                }
+            }
+            let mut ids = vec![0; pages + usize::from(tail)];
+            let mut got = vec![CompressOutcome::Kept; pages];
+            let r = pool.prefill_layer(seq, layer, &sizes, tail, &mut ids, &mut got);
+            match expect.last() {
+                Some(Err(e)) => prop_assert_eq!(r, Err(e.clone())),
+                _ => prop_assert_eq!(r, Ok(())),
+            }
+            for (i, e) in expect.into_iter().enumerate() {
+                let reserved = model.reserve[&seq][layer as usize] > 0;
+                let page = e.clone();
+                allocated(pool, model, seq, layer, reserved, e)?;
+                if let (Ok(p), Some(&o)) = (page, outcomes.get(i)) {
+                    prop_assert_eq!((ids[i], got[i]), (p, o));
+                    compressed(pool, model, p, sizes[i], before[i], o)?;
+                }
+            }
+            same(pool, &mut twin)?;
         }
         Op::Move { page } => {
             let full: Vec<PageId> = model.pages.iter().filter(|(_, v)| !v.2).map(|(&p, _)| p).collect();
@@ -351,8 +417,75 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
             model.freed.retain(|&(_, _, e)| e > done);
             model.freed_ids.retain(|&(_, e)| e > done);
         }
-        Op::Append { .. } | Op::Finish { .. } | Op::GrowOrPreempt { .. } => {}
+        Op::Append { .. }
+        | Op::Finish { .. }
+        | Op::GrowOrPreempt { .. }
+        | Op::Row { .. }
+        | Op::Prefill { .. } => {}
     }
+    Ok(())
+}
+
+/// The model's side of an allocation of `seq` in `layer` (`reserved`: whether the model
+/// had a reservation there): a new page is fresh and its id not in use; a failure is a
+/// shortfall beyond the reservations.
+fn allocated(
+    pool: &Pool,
+    model: &mut Model,
+    seq: SeqId,
+    layer: u32,
+    reserved: bool,
+    r: Result<PageId, Error>,
+) -> Result<(), TestCaseError> {
+    match r {
+        Ok(p) => {
+            model.check_fresh(pool, pool.entry(p).unwrap().location)?;
+            let early = model.freed_ids.iter().find(|&&(id, e)| id == p && e > pool.completed());
+            prop_assert!(early.is_none(), "page id {} reused before its epoch completed", p);
+            prop_assert!(model.pages.insert(p, (seq, layer, true)).is_none(), "page id {} reused live", p);
+            if reserved {
+                model.reserve.get_mut(&seq).unwrap()[layer as usize] -= 1;
+            }
+        }
+        Err(e) => {
+            prop_assert!(!reserved, "a reserved page failed: {:?}", e);
+            prop_assert_eq!(e, Error::NoCapacity { layer });
+        }
+    }
+    Ok(())
+}
+
+/// The model's side of page `p`'s compression to `bytes` (it was at `before`).
+fn compressed(
+    pool: &Pool,
+    model: &mut Model,
+    p: PageId,
+    bytes: u32,
+    before: Location,
+    outcome: CompressOutcome,
+) -> Result<(), TestCaseError> {
+    if let CompressOutcome::Moved(m) = outcome {
+        prop_assert_eq!(m.from, before);
+        prop_assert!(m.to.slot_bytes >= bytes && m.to.slot_bytes < OPEN);
+        prop_assert_eq!(pool.chunk_info(m.to.chunk).unwrap().owner, Some(model.pages[&p].0));
+        model.check_fresh(pool, m.to)?;
+        model.free(pool, before);
+    }
+    model.pages.get_mut(&p).unwrap().2 = false;
+    Ok(())
+}
+
+/// A row or prefill call left `pool` as the loop of single calls left `twin`: the same
+/// page table, chunks, totals, admission, recorded changes and trace.
+fn same(pool: &Pool, twin: &mut Pool) -> Result<(), TestCaseError> {
+    prop_assert_eq!(pool.page_table().collect::<Vec<_>>(), twin.page_table().collect::<Vec<_>>());
+    for c in 0..pool.config().chunks() {
+        prop_assert_eq!(pool.chunk_info(c), twin.chunk_info(c));
+    }
+    prop_assert_eq!(pool.stats(), twin.stats());
+    prop_assert_eq!(pool.admissible_pages(), twin.admissible_pages());
+    prop_assert_eq!(pool.clone().take_changes(), twin.take_changes());
+    prop_assert_eq!(pool.clone().take_trace(), twin.take_trace());
     Ok(())
 }
 

@@ -124,7 +124,7 @@ fn admission_is_exact_and_counts_reservations() {
     }
     // A sequence past its reservation gets nothing more.
     assert_eq!(pool.alloc(2, 0), Err(Error::NoCapacity { layer: 0 }));
-    assert_eq!(pool.reserved(1), Some(&[0, 0, 0][..]));
+    assert_eq!(pool.reserved(1), Some(vec![0, 0, 0]));
 }
 
 #[test]
