@@ -750,7 +750,7 @@ struct AllocatorTime {
     idle: (usize, f64, f64),
     /// Rows allocated by the decode steps.
     row_count: u64,
-    /// A replacement's admission (reserve + prefill of its 8192-token prompt: 16896
+    /// A replacement's admission (reserve + prefill of its 8192-token prompt: 16384
     /// pages allocated and compressed), µs each, outside the decode step: (count, mean).
     prefill: (usize, f64),
 }

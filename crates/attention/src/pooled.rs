@@ -260,7 +260,8 @@ pub struct DevicePooledProblem<'a> {
 
 /// What a pooled launch passes besides its kernel's own parameters, after the checks every
 /// pooled launcher shares: the workspace's shape, row length and scale, launch limits
-/// (page ids within `u32`), buffer lengths, 16-byte alignment of `q` and the arena.
+/// (page ids within `u32`), buffer lengths, 16-byte alignment of `q` and the arena
+/// (pooled addressing: docs/formats/attention.md; the ZipFusion paper, "Memory management").
 /// Returns `None` for an empty batch (nothing to launch), else the launch configuration
 /// (grid = splits x KV heads x batch, the twin's block and shared memory).
 ///

@@ -207,8 +207,11 @@ impl DevicePool {
     }
 
     /// The arena, writable: where a serving stack writes the KV of new pages and its
-    /// codec's compressed pages, at the offsets the pool gives, in stream order
-    /// (the attention kernels read it through [`DevicePool::table`]).
+    /// codec's compressed pages, at the offsets the pool gives (the attention kernels read
+    /// it through [`DevicePool::table`]). Writes must be queued on the pool's stream
+    /// (or ordered before it by an event): a page's bytes after the
+    /// [`DevicePool::update_table`] that makes it live and after the moves of the same
+    /// step, never into a location a step still in flight may read.
     pub fn arena_mut(&mut self) -> &mut CudaSlice<u8> {
         &mut self.arena
     }

@@ -574,12 +574,15 @@ impl Pool {
             self.room.iter().zip(&self.reserved).map(|(&o, &r)| o as i64 - r as i64).collect();
         // Invariant: fits(lo) (the reservations fit), !fits(hi) (the layer of most slack
         // would need one more shared chunk than there are).
-        let mut lo = slack.iter().copied().min().unwrap_or(0).max(0);
+        let min_slack = slack.iter().copied().min().unwrap_or(0);
+        let mut lo = min_slack.max(0);
         let mut hi = slack.iter().copied().max().unwrap_or(0).max(0) + shared * spc + 1;
         // A shortfall in chunks, `ceil(d / spc)`, by a multiply (`m = ceil(2^64 / spc)`:
-        // exact for dividends and divisor below 2^32; a division costs ~20x more).
-        let m = u64::MAX / spc as u64 + 1;
-        let small = (hi - lo.min(0) + spc) < 1 << 32;
+        // exact for dividends and divisor below 2^32; a division costs ~20x more). The
+        // largest dividend is `hi - min_slack + spc - 1`. One slot per chunk has no such
+        // `m` below 2^64 and takes the division (which is then the identity).
+        let m = if spc > 1 { u64::MAX / spc as u64 + 1 } else { 0 };
+        let small = spc > 1 && (hi - min_slack.min(0) + spc) < 1 << 32;
         let chunks = |d: i64| {
             let n = (d + spc - 1) as u64;
             if small { ((u128::from(n) * u128::from(m)) >> 64) as i64 } else { (n / spc as u64) as i64 }
@@ -652,7 +655,9 @@ impl Pool {
         self.seqs.get(&seq).map(|&si| si as usize).ok_or(Error::UnknownSeq { seq })
     }
 
-    /// Pages per layer still reserved for `seq`, or `None` for an unknown sequence.
+    /// Pages per layer still reserved for `seq` (`layers` entries, a new `Vec` per call:
+    /// the per-layer counts live in the sequence's row records), or `None` for an unknown
+    /// sequence.
     pub fn reserved(&self, seq: SeqId) -> Option<Vec<u64>> {
         let si = self.seq_index(seq).ok()?;
         Some(self.store[si].lay.iter().map(|l| l.reserve).collect())
@@ -1152,7 +1157,7 @@ impl Pool {
     }
 
     /// The pages of `seq` in allocation order (all layers: the ids of its id blocks in
-    /// order), or `None` when unknown.
+    /// order; a new `Vec` per call, built from the blocks), or `None` when unknown.
     pub fn seq_pages(&self, seq: SeqId) -> Option<Vec<PageId>> {
         let si = self.seq_index(seq).ok()?;
         Some(self.block_pages(&self.store[si].blocks).collect())

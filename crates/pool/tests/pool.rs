@@ -128,6 +128,33 @@ fn admission_is_exact_and_counts_reservations() {
 }
 
 #[test]
+fn admission_is_exact_with_one_open_slot_per_chunk() {
+    // 64-byte chunks hold one 64-byte open page: the shortfall in chunks is the shortfall
+    // in pages (no reciprocal multiply exists for a divisor of 1).
+    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
+    let cfg = PoolConfig {
+        layers: 2,
+        chunk_bytes: 64,
+        private_chunks: 1,
+        shared_chunks: 2,
+        page_tokens: 16,
+        classes,
+        tail_fill_percent: 0,
+    };
+    let mut pool = Pool::new(cfg).unwrap();
+    // Each layer: its private page, then the two shared chunks split between them.
+    assert_eq!(pool.admissible_pages(), 2);
+    pool.reserve(1, 2).unwrap();
+    assert_eq!(pool.admissible_pages(), 0);
+    for layer in 0..2 {
+        for _ in 0..2 {
+            pool.alloc(1, layer).unwrap();
+        }
+    }
+    assert_eq!(pool.alloc(1, 0), Err(Error::NoCapacity { layer: 0 }));
+}
+
+#[test]
 fn compression_never_takes_a_chunk_a_reservation_needs() {
     let mut pool = tiny(1, 2, 0);
     pool.reserve(1, 8).unwrap(); // both chunks' worth of open pages

@@ -477,9 +477,12 @@ pub fn pooled_decoded_copy(problem: &PooledProblem<'_>, variant: Variant) -> Res
 /// pages. `out` and `lse` are bit-identical to [`kvcodec_attention::gpu::decode_device`]
 /// on the decoded copy ([`pooled_decoded_copy`]) with a workspace of the same plan.
 /// [`DecodeWorkspace::check`] reports `BAD_PAGE` for a page id past the table, a word
-/// with no live page, a misaligned offset, a page past the arena or a compressed page as
-/// a sequence's unfilled last page, and `BAD_METADATA` as [`decode_device_fused`] does;
-/// those pages are skipped. Page bodies are not checked on the device (as
+/// with no live page, a misaligned offset, a BF16 page past the arena, a compressed page
+/// that starts past the arena's end or serves as a sequence's unfilled last page, and
+/// `BAD_METADATA` as [`decode_device_fused`] does, including a compressed page that
+/// starts inside the arena but whose metadata or blocks run past its end (the host's
+/// [`kvcodec_attention::pooled`] validation calls both cases `PastArena`); those pages
+/// are skipped. Page bodies are not checked on the device (as
 /// [`decode_device_fused`]).
 ///
 /// # Errors
