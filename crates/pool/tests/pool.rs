@@ -9,8 +9,13 @@ use kvcodec_pool::{
 
 /// 64-byte open pages, compressed classes 16, 32, 48; 256-byte chunks (4 open slots).
 fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
+    Pool::new(tiny_config(layers, private_chunks, shared_chunks)).unwrap()
+}
+
+/// [`tiny`]'s configuration, for tests that change one field.
+fn tiny_config(layers: u32, private_chunks: u32, shared_chunks: u32) -> PoolConfig {
     let classes = SizeClasses::stepped(16, 64, 16).unwrap();
-    Pool::new(PoolConfig {
+    PoolConfig {
         layers,
         chunk_bytes: 256,
         private_chunks,
@@ -18,8 +23,7 @@ fn tiny(layers: u32, private_chunks: u32, shared_chunks: u32) -> Pool {
         page_tokens: 16,
         classes,
         tail_fill_percent: 0,
-    })
-    .unwrap()
+    }
 }
 
 /// Fills 16 pages in each of two layers, compresses layer 0's to 16 bytes (a quarter)
@@ -131,17 +135,7 @@ fn admission_is_exact_and_counts_reservations() {
 fn admission_is_exact_with_one_open_slot_per_chunk() {
     // 64-byte chunks hold one 64-byte open page: the shortfall in chunks is the shortfall
     // in pages (no reciprocal multiply exists for a divisor of 1).
-    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
-    let cfg = PoolConfig {
-        layers: 2,
-        chunk_bytes: 64,
-        private_chunks: 1,
-        shared_chunks: 2,
-        page_tokens: 16,
-        classes,
-        tail_fill_percent: 0,
-    };
-    let mut pool = Pool::new(cfg).unwrap();
+    let mut pool = Pool::new(PoolConfig { chunk_bytes: 64, ..tiny_config(2, 1, 2) }).unwrap();
     // Each layer: its private page, then the two shared chunks split between them.
     assert_eq!(pool.admissible_pages(), 2);
     pool.reserve(1, 2).unwrap();
@@ -367,17 +361,7 @@ fn moving_a_kept_page_to_another_open_slot_respects_reservations() {
 
 #[test]
 fn a_tail_too_short_to_fill_half_a_segment_stays_bf16() {
-    let classes = SizeClasses::stepped(16, 64, 16).unwrap();
-    let cfg = PoolConfig {
-        layers: 1,
-        chunk_bytes: 256,
-        private_chunks: 8,
-        shared_chunks: 0,
-        page_tokens: 16,
-        classes,
-        tail_fill_percent: 50,
-    };
-    let mut pool = Pool::new(cfg).unwrap();
+    let mut pool = Pool::new(PoolConfig { tail_fill_percent: 50, ..tiny_config(1, 8, 0) }).unwrap();
     // Sequence 1 will hold 8 more 16-byte pages: 9 x 16 = 144 bytes fill half of 256.
     pool.reserve(1, 9).unwrap();
     let p = pool.alloc(1, 0).unwrap();
