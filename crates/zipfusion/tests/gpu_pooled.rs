@@ -110,7 +110,7 @@ fn drive(shape: DecodeShape, variant: Variant, seed: u32, mut word: impl FnMut()
         }
         for plan in PLANS.iter().filter(|p| p.release_at == Some(step)) {
             for id in pool.seq_pages(plan.seq).unwrap() {
-                kept.remove(id);
+                kept.remove(&id);
             }
             pool.release(plan.seq).unwrap();
             live.remove(&plan.seq);
@@ -216,7 +216,7 @@ impl Driven {
         let mut lens = Vec::new();
         for (b, (seq, tokens)) in self.live.iter().enumerate() {
             let ids = self.pool.seq_pages(*seq).unwrap();
-            pages[b * max_pages..][..ids.len()].copy_from_slice(ids);
+            pages[b * max_pages..][..ids.len()].copy_from_slice(&ids);
             lens.push((tokens.k.len() / (self.shape.kv_heads * self.shape.head_dim)) as u32);
         }
         Tables { words, pages, max_pages, lens }
