@@ -307,9 +307,8 @@ impl<'a> LayerDecoder<'a> {
         let (heads, d) = (shape.kv_heads, shape.head_dim);
         let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
         let orders = KINDS.map(|kind| FragmentOrder::new(kind, block));
-        let tables = (0..2 * heads)
-            .map(|i| orders[i / heads].head_tables(&bases[((i / heads) * heads + i % heads) * d..][..d]))
-            .collect();
+        // (kind, head) i = kind H + head: its bases are bases[i D..][..D].
+        let tables = (0..2 * heads).map(|i| orders[i / heads].head_tables(&bases[i * d..][..d])).collect();
         Ok(LayerDecoder { shape, block, capacity, bases, orders, tables })
     }
 
