@@ -24,6 +24,15 @@
 //! slot page ids for its full pages and, when its context is not a multiple of 16, a BF16
 //! page id for the last one.
 //!
+//! **A pool-managed cache** ([`kvcodec_attention::pooled`], issue 19; `docs/formats/gaac.md`
+//! §10.1): block tables of page ids read through the pool's page table. A compressed page
+//! is one extent of the pool, its `2 kv_heads` slots (`[2, kv_heads, capacity]`) and then
+//! its raw blocks in block order; a directory indexed by page id ([`GaacPoolLayer`]) names
+//! each block's place with raw indices relative to the extent, so a moved page needs no
+//! directory update. A BF16 page (open, or kept uncompressed by the pool) is K rows then V
+//! rows. [`decode_device_pooled`], [`decode_pooled_to_vec`], [`pooled_decoded_copy`]: same
+//! body, same bits.
+//!
 //! [`decode_cpu`] is the CPU path for small problems (decode the pages, then
 //! [`kvcodec_attention::decode_cpu`]); [`decode_device_fused`] queues the fused kernel;
 //! [`decode_fused_to_vec`] is the host convenience.
@@ -35,7 +44,10 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes};
-use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv};
+use kvcodec_attention::pooled::{DevicePooledProblem, PooledProblem, check_pooled_launch, run_pooled};
+use kvcodec_attention::{
+    Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv, PoolFault,
+};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::block::{self, FragmentOrder, block_info};
@@ -51,6 +63,9 @@ pub struct FusedKernel {
     /// 64, 128 or 256 (`decode_device_fused` validates it before naming a kernel; any
     /// other value names the 256 instance).
     pub head_dim: usize,
+    /// The kernel over a pool-managed cache ([`decode_device_pooled`]) rather than slot
+    /// pages.
+    pub pooled: bool,
 }
 
 impl Kernel for FusedKernel {
@@ -58,10 +73,13 @@ impl Kernel for FusedKernel {
         &MODULE
     }
     fn symbol(self) -> &'static str {
-        match self.head_dim {
-            64 => "gaac_attention_d64",
-            128 => "gaac_attention_d128",
-            _ => "gaac_attention_d256",
+        match (self.head_dim, self.pooled) {
+            (64, false) => "gaac_attention_d64",
+            (128, false) => "gaac_attention_d128",
+            (_, false) => "gaac_attention_d256",
+            (64, true) => "gaac_attention_pooled_d64",
+            (128, true) => "gaac_attention_pooled_d128",
+            (_, true) => "gaac_attention_pooled_d256",
         }
     }
 }
@@ -215,17 +233,7 @@ fn check_layout(
     [slots, directory, raw, bases]: [usize; 4],
 ) -> Result<usize, FusedError> {
     let (heads, d) = (shape.kv_heads, shape.head_dim);
-    let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
-    if !block.capacity_valid(capacity) || capacity > max_capacity(d) {
-        return Err(layout(
-            "capacity",
-            format!(
-                "{capacity} bytes; the fused kernel takes a multiple of 16 in {}..={} at head_dim {d}",
-                block.planes_len(),
-                max_capacity(d)
-            ),
-        ));
-    }
+    let block = check_capacity_and_bases(shape, capacity, bases)?;
     if !directory.is_multiple_of(2 * heads) || slots != directory * capacity {
         return Err(layout(
             "slots/directory",
@@ -237,10 +245,129 @@ fn check_layout(
     if !raw.is_multiple_of(block.values()) {
         return Err(layout("raw", format!("{raw} words; needs whole [16, {d}] blocks")));
     }
+    Ok(directory / (2 * heads))
+}
+
+/// The capacity (a valid one the fused kernel takes) and the bases' length
+/// (`[2, kv_heads, head_dim]`) every GAAC attention layout shares; the block shape.
+fn check_capacity_and_bases(
+    shape: DecodeShape,
+    capacity: usize,
+    bases: usize,
+) -> Result<BlockShape, FusedError> {
+    let (heads, d) = (shape.kv_heads, shape.head_dim);
+    let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
+    if !block.capacity_valid(capacity) || capacity > max_capacity(d) {
+        return Err(layout(
+            "capacity",
+            format!(
+                "{capacity} bytes; the fused kernel takes a multiple of 16 in {}..={} at head_dim {d}",
+                block.planes_len(),
+                max_capacity(d)
+            ),
+        ));
+    }
     if bases != 2 * heads * d {
         return Err(layout("bases", format!("{bases} bytes; needs [2, {heads}, {d}]")));
     }
-    Ok(directory / (2 * heads))
+    Ok(block)
+}
+
+/// Every base at most [`MAX_BASE`] (the kernels flag a larger one).
+fn check_base_values(bases: &[u8]) -> Result<(), FusedError> {
+    match bases.iter().position(|&b| b > MAX_BASE) {
+        Some(at) => Err(layout("bases", format!("base {} at {at}: at most {MAX_BASE}", bases[at]))),
+        None => Ok(()),
+    }
+}
+
+/// Where a block of a page is for the CPU decoder: coded in its slot, or raw words (host
+/// `u16`s of a slot cache's raw pool, or little-endian bytes of a pooled extent).
+enum BlockSource<'a> {
+    Slot(&'a [u8]),
+    RawWords(&'a [u16]),
+    RawBytes(&'a [u8]),
+}
+
+/// The CPU decoder's per-layer state: block shape, fragment orders and every (kind,
+/// head)'s tables.
+struct LayerDecoder<'a> {
+    shape: DecodeShape,
+    block: BlockShape,
+    capacity: usize,
+    bases: &'a [u8],
+    orders: [FragmentOrder; 2],
+    tables: Vec<block::HeadTables>,
+}
+
+const KINDS: [KvKind; 2] = [KvKind::K, KvKind::V];
+
+impl<'a> LayerDecoder<'a> {
+    fn new(shape: DecodeShape, capacity: usize, bases: &'a [u8]) -> Result<Self, FusedError> {
+        let (heads, d) = (shape.kv_heads, shape.head_dim);
+        let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
+        let orders = KINDS.map(|kind| FragmentOrder::new(kind, block));
+        // (kind, head) i = kind H + head: its bases are bases[i D..][..D].
+        let tables = (0..2 * heads).map(|i| orders[i / heads].head_tables(&bases[i * d..][..d])).collect();
+        Ok(LayerDecoder { shape, block, capacity, bases, orders, tables })
+    }
+
+    /// Decodes one page's `2 kv_heads` blocks, `source(kind, head)` each, into `k` and `v`
+    /// (`[16, kv_heads, head_dim]`); a coded block is checked by [`block_info`] first
+    /// (`page`, `sequence`, `logical` name it in the error).
+    fn decode_page<'b>(
+        &self,
+        (sequence, logical, page): (usize, usize, u32),
+        k: &mut [u16],
+        v: &mut [u16],
+        source: impl Fn(usize, usize) -> BlockSource<'b>,
+    ) -> Result<(), FusedError> {
+        let (heads, d) = (self.shape.kv_heads, self.shape.head_dim);
+        for (kind, dst) in [k, v].into_iter().enumerate() {
+            for head in 0..heads {
+                // Token i of this head's block goes to dst[(i H + head) D ..][.. D].
+                let rows = &mut dst[head * d..];
+                match source(kind, head) {
+                    BlockSource::Slot(slot) => {
+                        let error = |source| FusedError::Block {
+                            sequence,
+                            logical,
+                            page,
+                            kind: KINDS[kind],
+                            head,
+                            source,
+                        };
+                        block_info(slot, self.block, self.capacity).map_err(error)?;
+                        let bases = &self.bases[(kind * heads + head) * d..][..d];
+                        let tables = &self.tables[kind * heads + head];
+                        block::decode_checked(
+                            slot,
+                            bases,
+                            tables,
+                            self.block,
+                            &self.orders[kind],
+                            rows,
+                            heads * d,
+                        );
+                    }
+                    BlockSource::RawWords(raw) => {
+                        for (token, row) in raw.chunks_exact(d).enumerate() {
+                            rows[token * heads * d..][..d].copy_from_slice(row);
+                        }
+                    }
+                    BlockSource::RawBytes(raw) => {
+                        for (token, row) in raw.chunks_exact(2 * d).enumerate() {
+                            let to = &mut rows[token * heads * d..][..d];
+                            for (w, b) in to.iter_mut().zip(row.chunks_exact(2)) {
+                                *w = u16::from_le_bytes([b[0], b[1]]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 kvcodec_attention::impl_fused_problem!(GaacDecodeProblem);
@@ -264,9 +391,7 @@ impl GaacDecodeProblem<'_> {
         let cache = self.cache;
         let lengths = [cache.slots.len(), cache.directory.len(), cache.raw.len(), cache.bases.len()];
         let pages = check_layout(shape, cache.capacity, lengths)?;
-        if let Some(at) = cache.bases.iter().position(|&b| b > MAX_BASE) {
-            return Err(layout("bases", format!("base {} at {at}: at most {MAX_BASE}", cache.bases[at])));
-        }
+        check_base_values(cache.bases)?;
         // Contexts and lengths as the twin checks them; then each entry against its own pool.
         let bf16_pages = check_tables(self, cache.partial)?;
         let raw_blocks = cache.raw.len() / (BLOCK_TOKENS * shape.head_dim);
@@ -298,45 +423,18 @@ impl GaacDecodeProblem<'_> {
     /// does not decode (spec §7.2 rows 2-3).
     pub fn decoded_copy(&self) -> Result<DecodedCopy, FusedError> {
         self.validate()?;
-        let shape = self.shape;
-        let (heads, d) = (shape.kv_heads, shape.head_dim);
-        let block = BlockShape::new(d).ok_or(AttentionError::HeadDim { head_dim: d })?;
         let cache = self.cache;
-        let capacity = cache.capacity;
-        let kinds = [KvKind::K, KvKind::V];
-        let orders = kinds.map(|kind| FragmentOrder::new(kind, block));
-        let bases_of = |kind: usize, head: usize| &cache.bases[(kind * heads + head) * d..][..d];
-        let tables: Vec<_> =
-            (0..2 * heads).map(|i| orders[i / heads].head_tables(bases_of(i / heads, i % heads))).collect();
-        DecodedCopy::build(shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
-            for (kind, dst) in [k, v].into_iter().enumerate() {
-                for head in 0..heads {
-                    let index = (2 * page as usize + kind) * heads + head;
-                    let entry = cache.directory[index] as usize;
-                    // Token i of this head's block goes to dst[(i H + head) D ..][.. D].
-                    let rows = &mut dst[head * d..];
-                    if entry == CODED as usize {
-                        let slot = &cache.slots[index * capacity..][..capacity];
-                        let error = |source| FusedError::Block {
-                            sequence,
-                            logical,
-                            page,
-                            kind: kinds[kind],
-                            head,
-                            source,
-                        };
-                        block_info(slot, block, capacity).map_err(error)?;
-                        let (bases, tables) = (bases_of(kind, head), &tables[kind * heads + head]);
-                        block::decode_checked(slot, bases, tables, block, &orders[kind], rows, heads * d);
-                    } else {
-                        let raw = &cache.raw[(entry - 1) * block.values()..][..block.values()];
-                        for (token, row) in raw.chunks_exact(d).enumerate() {
-                            rows[token * heads * d..][..d].copy_from_slice(row);
-                        }
-                    }
+        let (heads, capacity) = (self.shape.kv_heads, cache.capacity);
+        let decoder = LayerDecoder::new(self.shape, capacity, cache.bases)?;
+        let values = decoder.block.values();
+        DecodedCopy::build(self.shape, self.tables, cache.partial, |sequence, logical, page, k, v| {
+            decoder.decode_page((sequence, logical, page), k, v, |kind, head| {
+                let index = (2 * page as usize + kind) * heads + head;
+                match cache.directory[index] {
+                    CODED => BlockSource::Slot(&cache.slots[index * capacity..][..capacity]),
+                    entry => BlockSource::RawWords(&cache.raw[(entry as usize - 1) * values..][..values]),
                 }
-            }
-            Ok(())
+            })
         })
     }
 }
@@ -460,7 +558,7 @@ pub fn decode_device_fused(
     if shape.batch == 0 {
         return Ok(());
     }
-    let f = gpu.function(FusedKernel { head_dim: shape.head_dim })?;
+    let f = gpu.function(FusedKernel { head_dim: shape.head_dim, pooled: false })?;
     let smem = fused_shared_bytes(shape.head_dim);
     f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(kvcodec_gpu::Error::Cuda)?;
@@ -566,4 +664,388 @@ pub fn decode_fused_to_vec(
         .map_err(lift)?;
     workspace.check(gpu).map_err(lift)?;
     Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
+}
+
+/// Bytes of one raw block (spec §3.6: `[16, head_dim]` BF16 words, `2 N`).
+pub fn raw_block_bytes(head_dim: usize) -> usize {
+    BLOCK_TOKENS * head_dim * 2
+}
+
+/// Bytes of a compressed GAAC page of a pooled cache with `raw_blocks` raw blocks: its
+/// `2 kv_heads` slots of `capacity` bytes, then the raw blocks (`docs/formats/gaac.md`
+/// §10.1; the pool's size class is the smallest of at least this many bytes).
+pub fn pooled_page_bytes(shape: DecodeShape, capacity: usize, raw_blocks: usize) -> usize {
+    2 * shape.kv_heads * capacity + raw_blocks * raw_block_bytes(shape.head_dim)
+}
+
+/// The per-layer parts of a pool-managed GAAC cache besides the pool's arena and page
+/// table ([`kvcodec_attention::pooled::PooledKv`]; `docs/formats/gaac.md` §10.1).
+#[derive(Clone, Copy, Debug)]
+pub struct GaacPoolLayer<'a> {
+    /// Bytes per slot: a valid capacity (spec §4) of at most [`max_capacity`].
+    pub capacity: usize,
+    /// `[page ids, 2, kv_heads]`, one row per word of the page table: for a compressed
+    /// page, [`CODED`] or `r + 1` for raw block `r` of the page's own extent (at
+    /// `2 kv_heads capacity + r` [`raw_block_bytes`] from its offset), `r < 2 kv_heads`.
+    /// Rows of BF16 pages and of ids with no live page are not read.
+    pub directory: &'a [u32],
+    /// The layer's bases, `[2, kv_heads, head_dim]`, each at most 248.
+    pub bases: &'a [u8],
+}
+
+/// [`GaacPoolLayer`] on the device.
+#[derive(Debug)]
+pub struct DeviceGaacPoolLayer<'a> {
+    /// Bytes per slot (as [`GaacPoolLayer::capacity`]).
+    pub capacity: usize,
+    /// `[page ids, 2, kv_heads]` (as [`GaacPoolLayer::directory`]), page ids = the page
+    /// table's words.
+    pub directory: CudaView<'a, u32>,
+    /// `[2, kv_heads, head_dim]` bases, 16-byte aligned.
+    pub bases: CudaView<'a, u8>,
+}
+
+/// The layer checks of a pooled cache: capacity, bases' length, a directory row per
+/// page id of a table of `ids` words.
+fn check_pool_layer(
+    shape: DecodeShape,
+    capacity: usize,
+    [directory, ids, bases]: [usize; 3],
+) -> Result<BlockShape, FusedError> {
+    let block = check_capacity_and_bases(shape, capacity, bases)?;
+    if directory != ids * 2 * shape.kv_heads {
+        let heads = shape.kv_heads;
+        return Err(layout("directory", format!("{directory} entries; needs [{ids} page ids, 2, {heads}]")));
+    }
+    Ok(block)
+}
+
+/// The BF16 copy the twin reads of a pooled GAAC cache ([`PooledProblem::decoded_copy`]):
+/// compressed pages' blocks decoded by the CPU decoder ([`block_info`]'s checks) or copied
+/// from their raw blocks in the extent, BF16 pages copied.
+///
+/// # Errors
+/// [`FusedError::Problem`] for the problem and its page ids ([`PooledProblem::validate`],
+/// a compressed page's slots inside the arena) and, as
+/// [`AttentionError::PoolPage`] with [`PoolFault::PastArena`], a compressed page whose raw
+/// blocks pass the arena; [`FusedError::Layout`] for the capacity, the bases or the
+/// directory (its length, an entry past the page's `2 kv_heads` blocks);
+/// [`FusedError::Block`] (`page`: the page id) for a coded block that does not decode.
+pub fn pooled_decoded_copy(
+    problem: &PooledProblem<'_>,
+    layer: &GaacPoolLayer<'_>,
+) -> Result<DecodedCopy, FusedError> {
+    let shape = problem.shape;
+    shape.validate()?;
+    let lengths = [layer.directory.len(), problem.cache.table.len(), layer.bases.len()];
+    check_pool_layer(shape, layer.capacity, lengths)?;
+    check_base_values(layer.bases)?;
+    let (blocks, capacity) = (2 * shape.kv_heads, layer.capacity);
+    let slots = pooled_page_bytes(shape, capacity, 0);
+    let raw_len = raw_block_bytes(shape.head_dim);
+    let arena = problem.cache.arena.len() as u64;
+    let decoder = LayerDecoder::new(shape, capacity, layer.bases)?;
+    problem.decoded_copy(Some(slots), |sequence, logical, page, bytes, k, v| {
+        let directory = &layer.directory[page as usize * blocks..][..blocks];
+        let last = *directory.iter().max().unwrap_or(&CODED) as usize;
+        if last > blocks {
+            let why = format!("page id {page}: entry {last} past the page's {blocks} blocks");
+            return Err(layout("directory", why));
+        }
+        let need = pooled_page_bytes(shape, capacity, last);
+        if need > bytes.len() {
+            let fault =
+                PoolFault::PastArena { offset: arena - bytes.len() as u64, bytes: need as u64, arena };
+            return Err(AttentionError::PoolPage { sequence, logical, page, fault }.into());
+        }
+        decoder.decode_page((sequence, logical, page), k, v, |kind, head| {
+            let index = kind * shape.kv_heads + head;
+            match directory[index] {
+                CODED => BlockSource::Slot(&bytes[index * capacity..][..capacity]),
+                entry => BlockSource::RawBytes(&bytes[slots + (entry as usize - 1) * raw_len..][..raw_len]),
+            }
+        })
+    })
+}
+
+/// Queues the fused decode attention over a pool-managed GAAC cache on `gpu`'s stream
+/// without synchronising (`kernels/gaac/attention.cu`, `GaacPoolLoader`): each page id's
+/// word in `problem.cache.table` gives its arena offset and format; a compressed page's
+/// slots are staged and restored as [`decode_device_fused`] does, its raw blocks read
+/// from its own extent, a BF16 page (K rows then V rows) staged as the twin does. `out`
+/// and `lse` are bit-identical to [`kvcodec_attention::gpu::decode_device`] on the decoded
+/// copy ([`pooled_decoded_copy`]) with a workspace of the same plan.
+/// [`DecodeWorkspace::check`] reports `BAD_PAGE` for a page id past the table, a word with
+/// no live page, a misaligned offset, a BF16 page or a compressed page's slots past the
+/// arena, a compressed page as a sequence's unfilled last page; `BAD_METADATA` for a
+/// directory entry past the page's `2 kv_heads` blocks or whose raw block passes the
+/// arena, a base above 248, and a block whose tags give a length past its slot (as
+/// [`decode_device_fused`]); flagged pages are skipped. Block bodies are checked on the
+/// host only ([`decode_pooled_to_vec`]).
+///
+/// # Errors
+/// As [`kvcodec_attention::pooled::decode_device_pooled`]; [`kvcodec_gpu::Error::Buffer`]
+/// for a layer [`GaacPoolLayer`] does not allow (capacity, directory or bases length) or
+/// misaligned bases.
+pub fn decode_device_pooled(
+    gpu: &GpuContext,
+    workspace: &mut DecodeWorkspace,
+    layer: &DeviceGaacPoolLayer<'_>,
+    problem: &DevicePooledProblem<'_>,
+    out: &mut CudaViewMut<'_, u16>,
+    lse: &mut CudaViewMut<'_, f32>,
+) -> Result<(), kvcodec_attention::gpu::GpuError> {
+    use kvcodec_attention::gpu::GpuError;
+    let shape = problem.shape;
+    let lengths = [layer.directory.len(), problem.cache.table.len(), layer.bases.len()];
+    check_pool_layer(shape, layer.capacity, lengths).map_err(|e| match e {
+        FusedError::Problem(e) => GpuError::Codec(e),
+        other => GpuError::Gpu(kvcodec_gpu::Error::Buffer { what: "GAAC layer", why: other.to_string() }),
+    })?;
+    check_aligned("bases", device_address(&layer.bases, gpu.stream()))?;
+    let Some(mut config) = check_pooled_launch(gpu, workspace, problem, out.len(), lse.len())? else {
+        return Ok(());
+    };
+    let f = gpu.function(FusedKernel { head_dim: shape.head_dim, pooled: true })?;
+    let smem = fused_shared_bytes(shape.head_dim);
+    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(kvcodec_gpu::Error::Cuda)?;
+    config.shared_mem_bytes = smem as u32;
+    let (arena_bytes, table_len) = (problem.cache.arena.len() as u64, problem.cache.table.len() as u32);
+    let capacity = layer.capacity as u64;
+    let (max_pages, kv_heads, group) =
+        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
+    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
+    let (partial, tickets, status) = workspace.launch_buffers();
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch
+        .arg(&problem.q)
+        .arg(&problem.cache.arena)
+        .arg(&arena_bytes)
+        .arg(&problem.cache.table)
+        .arg(&table_len)
+        .arg(&capacity)
+        .arg(&layer.directory)
+        .arg(&layer.bases)
+        .arg(&problem.block_table)
+        .arg(&problem.context_lens)
+        .arg(out)
+        .arg(lse)
+        .arg(partial)
+        .arg(tickets)
+        .arg(status)
+        .arg(&max_pages)
+        .arg(&kv_heads)
+        .arg(&group)
+        .arg(&scale_log2);
+    // SAFETY: the signature matches GAAC_ATTENTION_POOLED_KERNEL's. The kernel reads q
+    // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
+    // table words of ids below table_len, directory rows of those ids ([table_len, 2,
+    // kv_heads] entries: check_pool_layer), the bases [2*kv_heads*head_dim], and in the
+    // arena only: BF16 pages whose aligned offset and page bytes lie inside arena_bytes,
+    // a compressed page's slots (2*kv_heads*capacity bytes) and the raw blocks its
+    // directory entries name, each checked inside arena_bytes per page in the kernel; and
+    // context_lens [batch]. It writes out and lse of the shape's sizes and the workspace
+    // made for this shape and row length (checked by check_pooled_launch, with the
+    // lengths and the alignment of q and the arena); the dynamic shared memory is the
+    // twin's plus 4*head_dim bytes, allowed by the attribute just set, and a capacity of
+    // at most max_capacity keeps a page's two slots and its addend image within a
+    // staging slot.
+    unsafe { launch.launch(config) }?;
+    Ok(())
+}
+
+/// Fused decode attention over a host pooled GAAC cache on the GPU: checks it and every
+/// block it reads on the host ([`pooled_decoded_copy`]), then uploads, launches
+/// [`decode_device_pooled`] with a fresh workspace and downloads (synchronises).
+///
+/// # Errors
+/// [`FusedError`]s as [`kvcodec_gpu::GpuError::Codec`]; GPU errors.
+pub fn decode_pooled_to_vec(
+    gpu: &GpuContext,
+    layer: &GaacPoolLayer<'_>,
+    problem: &PooledProblem<'_>,
+) -> Result<Attention<u16>, kvcodec_gpu::GpuError<FusedError>> {
+    use kvcodec_gpu::GpuError;
+    pooled_decoded_copy(problem, layer).map_err(GpuError::Codec)?;
+    let directory =
+        if layer.directory.is_empty() { gpu.zeros::<u32>(4)? } else { gpu.upload(layer.directory)? };
+    let bases = gpu.upload(layer.bases)?;
+    let device = DeviceGaacPoolLayer {
+        capacity: layer.capacity,
+        directory: directory.slice(..layer.directory.len()),
+        bases: bases.slice(..),
+    };
+    run_pooled(gpu, problem, |workspace, problem, out, lse| {
+        decode_device_pooled(gpu, workspace, &device, problem, out, lse)
+    })
+    .map_err(fused::lift::<FusedError>)
+}
+
+#[cfg(test)]
+mod tests {
+    use kvcodec_attention::pooled::{PooledKv, PooledPage, bf16_page_bytes};
+
+    use super::*;
+
+    const SHAPE: DecodeShape = DecodeShape { batch: 1, q_heads: 2, kv_heads: 2, head_dim: 64 };
+
+    /// Two pages of one sequence (20 tokens): page 0 coded with V head 1 raw, as a slot
+    /// cache and as a pooled extent at offset 32 (after 32 bytes of noise), page 1 BF16.
+    struct Pages {
+        capacity: usize,
+        bases: Vec<u8>,
+        slots: Vec<u8>,
+        directory: Vec<u32>,
+        raw: Vec<u16>,
+        arena: Vec<u8>,
+        words: Vec<u64>,
+        pool_directory: Vec<u32>,
+        k: Vec<u16>,
+        v: Vec<u16>,
+    }
+
+    fn pages() -> Pages {
+        let (heads, d) = (SHAPE.kv_heads, SHAPE.head_dim);
+        let row = heads * d;
+        let block = BlockShape::new(d).unwrap();
+        let capacity = block.default_capacity();
+        let bases = vec![120u8; 2 * heads * d];
+        // Values with exponents 120..=127 (coded), V head 1 spread to 2^-40 .. 2^40 (raw).
+        let word = |i: usize, wide: bool| {
+            let exp = if wide { 87 + (i * 37) % 80 } else { 120 + i % 8 };
+            ((exp as u16) << 7) | ((i * 13) & 0x7f) as u16 | ((i as u16 & 1) << 15)
+        };
+        let k: Vec<u16> = (0..20 * row).map(|i| word(i, false)).collect();
+        let v: Vec<u16> = (0..20 * row).map(|i| word(i, i % row >= d)).collect();
+        let mut slots = vec![0u8; 2 * heads * capacity];
+        let mut directory = vec![CODED; 2 * heads];
+        let mut raw = Vec::new();
+        for (kind, (rows, kv_kind)) in [(&k, KvKind::K), (&v, KvKind::V)].into_iter().enumerate() {
+            for head in 0..heads {
+                let words: Vec<u16> = rows[..PAGE_TOKENS * row]
+                    .chunks(row)
+                    .flat_map(|t| &t[head * d..][..d])
+                    .copied()
+                    .collect();
+                let index = kind * heads + head;
+                let slot = &mut slots[index * capacity..][..capacity];
+                if encode_block(kv_kind, &words, &bases[index * d..][..d], d, slot).unwrap().is_none() {
+                    directory[index] = (raw.len() / block.values()) as u32 + 1;
+                    raw.extend_from_slice(&words);
+                }
+            }
+        }
+        assert_eq!(directory, [CODED, CODED, CODED, 1], "V head 1 is raw");
+        let mut arena = vec![0x5au8; 32];
+        arena.extend_from_slice(&slots);
+        arena.extend(raw.iter().flat_map(|w| w.to_le_bytes()));
+        let bf16_at = arena.len().next_multiple_of(16);
+        arena.resize(bf16_at + bf16_page_bytes(SHAPE), 0);
+        for (i, w) in k[PAGE_TOKENS * row..].iter().chain(&vec![0; 12 * row]).enumerate() {
+            arena[bf16_at + 2 * i..][..2].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, w) in v[PAGE_TOKENS * row..].iter().enumerate() {
+            arena[bf16_at + 2 * (PAGE_TOKENS * row + i)..][..2].copy_from_slice(&w.to_le_bytes());
+        }
+        let words = vec![
+            INVALID,
+            PooledPage::Compressed { offset: 32 }.word(),
+            PooledPage::Bf16 { offset: bf16_at as u64 }.word(),
+        ];
+        let mut pool_directory = vec![u32::MAX; 3 * 2 * heads];
+        pool_directory[2 * heads..][..2 * heads].copy_from_slice(&directory);
+        Pages { capacity, bases, slots, directory, raw, arena, words, pool_directory, k, v }
+    }
+
+    const INVALID: u64 = kvcodec_attention::pooled::INVALID_WORD;
+
+    fn pooled<'a>(p: &'a Pages, pages: &'a [u32], words: &'a [u64]) -> PooledProblem<'a> {
+        PooledProblem {
+            shape: SHAPE,
+            q: &[0; 128],
+            cache: PooledKv { arena: &p.arena, table: words },
+            tables: BlockTables { pages, max_pages: 2, context_lens: &[20] },
+            scale: 0.125,
+        }
+    }
+
+    #[test]
+    fn the_pooled_copy_is_the_slot_copy_and_the_tokens() {
+        let p = pages();
+        let layer = GaacPoolLayer { capacity: p.capacity, directory: &p.pool_directory, bases: &p.bases };
+        let copy = pooled_decoded_copy(&pooled(&p, &[1, 2], &p.words), &layer).unwrap();
+        let pv = SHAPE.page_values();
+        assert_eq!(copy.pages, [0, 1]);
+        assert_eq!(copy.k[..pv + 4 * 128], p.k[..]);
+        assert_eq!(copy.v[..pv + 4 * 128], p.v[..]);
+        // The slot cache of the same page: the same copy of page 0.
+        let empty = PagedKv { k: &[0; 2048], v: &[0; 2048] };
+        let slot = GaacDecodeProblem {
+            shape: SHAPE,
+            q: &[0; 128],
+            cache: GaacPagedKv {
+                slots: &p.slots,
+                capacity: p.capacity,
+                directory: &p.directory,
+                raw: &p.raw,
+                bases: &p.bases,
+                partial: empty,
+            },
+            tables: BlockTables { pages: &[0, 0], max_pages: 2, context_lens: &[16] },
+            scale: 0.125,
+        };
+        let slot_copy = slot.decoded_copy().unwrap();
+        assert_eq!(slot_copy.k[..pv], copy.k[..pv]);
+        assert_eq!(slot_copy.v[..pv], copy.v[..pv]);
+        assert_eq!(pooled_page_bytes(SHAPE, p.capacity, 1), 4 * p.capacity + 2048);
+    }
+
+    #[test]
+    fn pooled_refusals_are_typed() {
+        let p = pages();
+        let layer = GaacPoolLayer { capacity: p.capacity, directory: &p.pool_directory, bases: &p.bases };
+        let slots = 4 * p.capacity as u64;
+        let arena = p.arena.len() as u64;
+        let fault = |logical, page, fault| {
+            Err(FusedError::Problem(AttentionError::PoolPage { sequence: 0, logical, page, fault }))
+        };
+        let copy = |words: &[u64], layer: &GaacPoolLayer<'_>| {
+            pooled_decoded_copy(&pooled(&p, &[1, 2], words), layer).map(|_| ())
+        };
+        // A compressed last page, a page with no live page.
+        assert_eq!(copy(&[INVALID, p.words[1], p.words[1]], &layer), fault(1, 2, PoolFault::Compressed));
+        assert_eq!(copy(&[p.words[1], INVALID, p.words[2]], &layer), fault(0, 1, PoolFault::NotLive));
+        // Slots past the arena; the raw block past the arena (slots inside).
+        let at = arena / 16 * 16 - 16;
+        let word = PooledPage::Compressed { offset: at }.word();
+        let past = PoolFault::PastArena { offset: at, bytes: slots, arena };
+        assert_eq!(copy(&[INVALID, word, p.words[2]], &layer), fault(0, 1, past));
+        let at = (arena - slots) / 16 * 16;
+        let word = PooledPage::Compressed { offset: at }.word();
+        let past = PoolFault::PastArena { offset: at, bytes: slots + 2048, arena };
+        assert_eq!(copy(&[INVALID, word, p.words[2]], &layer), fault(0, 1, past));
+        // Directory: an entry past the page's 4 blocks, a short directory.
+        let mut directory = p.pool_directory.clone();
+        directory[4] = 5;
+        let bad = GaacPoolLayer { directory: &directory, ..layer };
+        assert!(matches!(copy(&p.words, &bad), Err(FusedError::Layout { what: "directory", .. })));
+        let short = GaacPoolLayer { directory: &p.pool_directory[..11], ..layer };
+        assert!(matches!(copy(&p.words, &short), Err(FusedError::Layout { what: "directory", .. })));
+        // A base above 248, a capacity the kernel does not take.
+        let mut bases = p.bases.clone();
+        bases[7] = 249;
+        let high = GaacPoolLayer { bases: &bases, ..layer };
+        assert!(matches!(copy(&p.words, &high), Err(FusedError::Layout { what: "bases", .. })));
+        let big = GaacPoolLayer { capacity: max_capacity(64) + 16, ..layer };
+        assert!(matches!(copy(&p.words, &big), Err(FusedError::Layout { what: "capacity", .. })));
+        // A coded block whose bytes do not decode (its slot's tags overwritten).
+        let mut arena = p.arena.clone();
+        arena[32..32 + 64].fill(0xff);
+        let problem = PooledProblem {
+            cache: PooledKv { arena: &arena, table: &p.words },
+            ..pooled(&p, &[1, 2], &p.words)
+        };
+        assert!(matches!(pooled_decoded_copy(&problem, &layer), Err(FusedError::Block { page: 1, .. })));
+    }
 }
