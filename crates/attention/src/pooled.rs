@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaView, CudaViewMut, LaunchArgs, PushKernelArg};
 use kvcodec_gpu::{GpuContext, check_aligned, device_address, launch_config};
 
 use crate::fused::{DecodedCopy, check_tables, for_each_read};
@@ -290,6 +290,70 @@ pub fn check_pooled_launch(
     Ok(Some(config))
 }
 
+/// The scalar arguments every pooled decode kernel takes, held so that a launch can borrow
+/// them: the arena's length in bytes, the table's length in page ids, the block-table row
+/// length, KV heads, the GQA group and the softmax scale times log2(e).
+#[derive(Clone, Copy, Debug)]
+pub struct PooledArgs {
+    arena_bytes: u64,
+    table_len: u32,
+    max_pages: u32,
+    kv_heads: u32,
+    group: u32,
+    scale_log2: f32,
+}
+
+impl PooledArgs {
+    /// The scalars of `problem` (checked by [`check_pooled_launch`] first).
+    pub fn new(problem: &DevicePooledProblem<'_>) -> PooledArgs {
+        let shape = problem.shape;
+        PooledArgs {
+            arena_bytes: problem.cache.arena.len() as u64,
+            table_len: problem.cache.table.len() as u32,
+            max_pages: problem.max_pages as u32,
+            kv_heads: shape.kv_heads as u32,
+            group: shape.group() as u32,
+            scale_log2: problem.scale * std::f32::consts::LOG2_E,
+        }
+    }
+
+    /// Pushes a pooled kernel's arguments in the order every pooled kernel declares them
+    /// (`kernels/attention/pooled.cuh` and the codecs' pooled loaders): q, arena, arena
+    /// bytes, table, table length; then what `own` pushes, the kernel's own parameters;
+    /// then the block table, context lengths, out, lse, the workspace's partials, tickets
+    /// and status, block-table row length, KV heads, group and scale.
+    pub fn push<'a>(
+        &'a self,
+        launch: &mut LaunchArgs<'a>,
+        problem: &'a DevicePooledProblem<'_>,
+        out: &'a mut CudaViewMut<'_, u16>,
+        lse: &'a mut CudaViewMut<'_, f32>,
+        workspace: &'a mut DecodeWorkspace,
+        own: impl FnOnce(&mut LaunchArgs<'a>),
+    ) {
+        launch
+            .arg(&problem.q)
+            .arg(&problem.cache.arena)
+            .arg(&self.arena_bytes)
+            .arg(&problem.cache.table)
+            .arg(&self.table_len);
+        own(launch);
+        let (partial, tickets, status) = workspace.launch_buffers();
+        launch
+            .arg(&problem.block_table)
+            .arg(&problem.context_lens)
+            .arg(out)
+            .arg(lse)
+            .arg(partial)
+            .arg(tickets)
+            .arg(status)
+            .arg(&self.max_pages)
+            .arg(&self.kv_heads)
+            .arg(&self.group)
+            .arg(&self.scale_log2);
+    }
+}
+
 /// Queues the BF16 twin over a pool-managed cache whose pages are all BF16 on `gpu`'s
 /// stream without synchronising: `out` gets `[batch, q_heads, head_dim]` BF16 words,
 /// `lse` `[batch, q_heads]` natural-log log-sum-exps, bit-identical to
@@ -315,29 +379,9 @@ pub fn decode_device_pooled(
     };
     let shape = problem.shape;
     let f = crate::gpu::kernel_function(gpu, shape.head_dim, true)?;
-    let (arena_bytes, table_len) = (problem.cache.arena.len() as u64, problem.cache.table.len() as u32);
-    let (max_pages, kv_heads, group) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
-    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
-    let (partial, tickets, status) = workspace.launch_buffers();
+    let args = PooledArgs::new(problem);
     let mut launch = gpu.stream().launch_builder(&f);
-    launch
-        .arg(&problem.q)
-        .arg(&problem.cache.arena)
-        .arg(&arena_bytes)
-        .arg(&problem.cache.table)
-        .arg(&table_len)
-        .arg(&problem.block_table)
-        .arg(&problem.context_lens)
-        .arg(out)
-        .arg(lse)
-        .arg(partial)
-        .arg(tickets)
-        .arg(status)
-        .arg(&max_pages)
-        .arg(&kv_heads)
-        .arg(&group)
-        .arg(&scale_log2);
+    args.push(&mut launch, problem, out, lse, workspace, |_| {});
     // SAFETY: the signature matches KV_ATTENTION_DECODE_BF16_POOLED's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
     // table words of ids below table_len, and only BF16 pages whose aligned offset and

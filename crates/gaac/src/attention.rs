@@ -44,7 +44,9 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes};
-use kvcodec_attention::pooled::{DevicePooledProblem, PooledProblem, check_pooled_launch, run_pooled};
+use kvcodec_attention::pooled::{
+    DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
+};
 use kvcodec_attention::{
     Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv, PoolFault,
 };
@@ -811,33 +813,12 @@ pub fn decode_device_pooled(
     f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(kvcodec_gpu::Error::Cuda)?;
     config.shared_mem_bytes = smem as u32;
-    let (arena_bytes, table_len) = (problem.cache.arena.len() as u64, problem.cache.table.len() as u32);
     let capacity = layer.capacity as u64;
-    let (max_pages, kv_heads, group) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
-    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
-    let (partial, tickets, status) = workspace.launch_buffers();
+    let args = PooledArgs::new(problem);
     let mut launch = gpu.stream().launch_builder(&f);
-    launch
-        .arg(&problem.q)
-        .arg(&problem.cache.arena)
-        .arg(&arena_bytes)
-        .arg(&problem.cache.table)
-        .arg(&table_len)
-        .arg(&capacity)
-        .arg(&layer.directory)
-        .arg(&layer.bases)
-        .arg(&problem.block_table)
-        .arg(&problem.context_lens)
-        .arg(out)
-        .arg(lse)
-        .arg(partial)
-        .arg(tickets)
-        .arg(status)
-        .arg(&max_pages)
-        .arg(&kv_heads)
-        .arg(&group)
-        .arg(&scale_log2);
+    args.push(&mut launch, problem, out, lse, workspace, |launch| {
+        launch.arg(&capacity).arg(&layer.directory).arg(&layer.bases);
+    });
     // SAFETY: the signature matches GAAC_ATTENTION_POOLED_KERNEL's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
     // table words of ids below table_len, directory rows of those ids ([table_len, 2,

@@ -33,7 +33,9 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
 use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, check_launch_limits, shared_bytes};
-use kvcodec_attention::pooled::{DevicePooledProblem, PooledProblem, check_pooled_launch, run_pooled};
+use kvcodec_attention::pooled::{
+    DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
+};
 use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
@@ -508,30 +510,11 @@ pub fn decode_device_pooled(
         shared_bytes(shape.head_dim) as i32,
     )
     .map_err(kvcodec_gpu::Error::Cuda)?;
-    let (arena_bytes, table_len) = (problem.cache.arena.len() as u64, problem.cache.table.len() as u32);
-    let (max_pages, kv_heads, group) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
-    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
-    let (partial, tickets, status) = workspace.launch_buffers();
+    let args = PooledArgs::new(problem);
     let mut launch = gpu.stream().launch_builder(&f);
-    launch
-        .arg(&problem.q)
-        .arg(&problem.cache.arena)
-        .arg(&arena_bytes)
-        .arg(&problem.cache.table)
-        .arg(&table_len)
-        .arg(&max_page)
-        .arg(&problem.block_table)
-        .arg(&problem.context_lens)
-        .arg(out)
-        .arg(lse)
-        .arg(partial)
-        .arg(tickets)
-        .arg(status)
-        .arg(&max_pages)
-        .arg(&kv_heads)
-        .arg(&group)
-        .arg(&scale_log2);
+    args.push(&mut launch, problem, out, lse, workspace, |launch| {
+        launch.arg(&max_page);
+    });
     // SAFETY: the signature matches ZF_ATTENTION_POOLED_KERNEL's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
     // table words of ids below table_len, and in the arena only: BF16 pages whose aligned
