@@ -13,8 +13,6 @@
 //! The CPU tests run everywhere; GPU tests skip without a GPU unless
 //! `KVCODEC_REQUIRE_GPU=1`.
 
-use std::collections::HashMap;
-
 use bf16_field::{KvKind, KvShape};
 use gaac::Bases;
 use gaac::attention::{
@@ -29,60 +27,31 @@ use kvcodec_attention::pooled::{
 use kvcodec_attention::{
     AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PoolFault, reference, relative_l2_error,
 };
-use kvcodec_pool::gpu::{DevicePool, StepWork};
-use kvcodec_pool::{CompressOutcome, ID_BLOCK, PageId, Pool, PoolConfig, SeqId, SizeClasses};
+use kvcodec_pool::gpu::DevicePool;
+use kvcodec_pool::{ID_BLOCK, SizeClasses};
+use kvcodec_testkit::pool::{self, Tables};
 use kvcodec_testkit::{Rng, bf16, floats, gpu_or_skip};
 
 const MAX_RELATIVE_L2: f64 = 1e-2;
 const BAD_PAGE: u32 = 2;
 const BAD_METADATA: u32 = 4;
 
-/// A sequence of the drive: when it is admitted, how many tokens it reaches, and when (if
-/// ever) it is released before the attention step.
-struct Plan {
-    seq: SeqId,
-    admit_at: usize,
-    tokens: usize,
-    release_at: Option<usize>,
-}
-
-const PLANS: [Plan; 6] = [
-    Plan { seq: 1, admit_at: 0, tokens: 300, release_at: None },
-    Plan { seq: 2, admit_at: 0, tokens: 37, release_at: None },
-    Plan { seq: 3, admit_at: 0, tokens: 150, release_at: Some(120) },
-    Plan { seq: 4, admit_at: 2, tokens: 200, release_at: None },
-    Plan { seq: 5, admit_at: 5, tokens: 96, release_at: None },
-    Plan { seq: 6, admit_at: 121, tokens: 170, release_at: None },
-];
-
-/// A sequence's tokens so far: K and V rows, `[tokens, kv_heads, head_dim]`.
-#[derive(Default)]
-struct Tokens {
-    k: Vec<u16>,
-    v: Vec<u16>,
-}
-
-/// What a drive leaves: the pool, its arena on the host (real bytes), the directory
-/// (`[id capacity, 2, kv_heads]`), each epoch's device work, the live sequences' tokens.
+/// A drive of [`kvcodec_testkit::pool`] with GAAC extents: the decode shape of its live
+/// sequences, their query, the slot capacity, the directory (`[id capacity, 2, kv_heads]`,
+/// by page id) and the bases.
 struct Driven {
     shape: DecodeShape,
-    cfg: PoolConfig,
-    pool: Pool,
-    arena: Vec<u8>,
+    q: Vec<u16>,
     capacity: usize,
     directory: Vec<u32>,
     bases: Vec<u8>,
-    steps: Vec<StepWork>,
-    live: Vec<(SeqId, Tokens)>,
-    q: Vec<u16>,
-    /// Pages compressed when they filled, kept BF16, moved as bytes, compressed by a move;
-    /// raw blocks written in compressed pages.
-    paths: [usize; 5],
+    run: pool::Driven,
 }
 
-fn write(arena: &mut [u8], at: u64, words: &[u16]) {
-    for (i, w) in words.iter().enumerate() {
-        arena[at as usize + 2 * i..][..2].copy_from_slice(&w.to_le_bytes());
+impl std::ops::Deref for Driven {
+    type Target = pool::Driven;
+    fn deref(&self) -> &pool::Driven {
+        &self.run
     }
 }
 
@@ -121,7 +90,6 @@ fn drive(
 ) -> Driven {
     let (heads, d) = (shape.kv_heads, shape.head_dim);
     let row = heads * d;
-    let page_values = shape.page_values();
     let page_bytes = bf16_page_bytes(shape);
     let block = BlockShape::new(d).unwrap();
     let capacity = block.default_capacity();
@@ -140,151 +108,33 @@ fn drive(
         .filter(|&b| b < page_bytes as u32)
         .chain([page_bytes as u32])
         .collect();
-    let cfg = PoolConfig {
-        layers: 1,
-        chunk_bytes: 4 * page_bytes as u64,
-        private_chunks: 48,
-        shared_chunks: 8,
-        page_tokens: PAGE_TOKENS as u32,
-        classes: SizeClasses::new(classes).unwrap(),
-        tail_fill_percent: 90,
-    };
-    let mut pool = Pool::new(cfg.clone()).unwrap();
-    pool.record_changes(true);
-    let mut arena = vec![0u8; cfg.arena_bytes() as usize];
     // Rows of ids never sealed hold u32::MAX (never read).
     let mut directory = Vec::new();
-    let mut rng = Rng(seed | 1);
-    let mut live: HashMap<SeqId, (Tokens, Option<PageId>)> = HashMap::new();
-    let mut kept: HashMap<PageId, Vec<u8>> = HashMap::new();
-    let mut steps = Vec::new();
-    let mut paths = [0usize; 5];
-    let mut step = 0;
-    loop {
-        for plan in PLANS.iter().filter(|p| p.admit_at == step) {
-            pool.reserve(plan.seq, plan.tokens.div_ceil(PAGE_TOKENS) as u64).unwrap();
-            live.insert(plan.seq, (Tokens::default(), None));
-        }
-        for plan in PLANS.iter().filter(|p| p.release_at == Some(step)) {
-            for id in pool.seq_pages(plan.seq).unwrap() {
-                kept.remove(&id);
+    let mut run = pool::drive(
+        heads,
+        d,
+        SizeClasses::new(classes).unwrap(),
+        seed,
+        |t, kind, head, channel| word(t, kind, head, channel, true),
+        |page, k, v| {
+            let (bytes, dir) = seal(shape, capacity, &bases, k, v);
+            let end = (page as usize + 1) * 2 * heads;
+            if directory.len() < end {
+                directory.resize(end, u32::MAX);
             }
-            pool.release(plan.seq).unwrap();
-            live.remove(&plan.seq);
-        }
-        let mut growing = false;
-        let mut seqs: Vec<SeqId> = live.keys().copied().collect();
-        seqs.sort_unstable();
-        for seq in seqs {
-            let plan = PLANS.iter().find(|p| p.seq == seq).unwrap();
-            let (tokens, open) = live.get_mut(&seq).unwrap();
-            let t = tokens.k.len() / row;
-            if t == plan.tokens {
-                continue;
-            }
-            growing = true;
-            let page = *open.get_or_insert_with(|| pool.alloc(seq, 0).unwrap());
-            let at = pool.entry(page).unwrap().location.arena_offset(cfg.chunk_bytes);
-            let (k, v): (Vec<u16>, Vec<u16>) =
-                (0..row).map(|i| (word(t, 0, i / d, i % d, true), word(t, 1, i / d, i % d, true))).unzip();
-            let slot = (t % PAGE_TOKENS * row * 2) as u64;
-            write(&mut arena, at + slot, &k);
-            write(&mut arena, at + 2 * page_values as u64 + slot, &v);
-            tokens.k.extend(k);
-            tokens.v.extend(v);
-            if (t + 1).is_multiple_of(PAGE_TOKENS) {
-                *open = None;
-                let first = (t + 1 - PAGE_TOKENS) * row;
-                let (bytes, dir) = seal(shape, capacity, &bases, &tokens.k[first..], &tokens.v[first..]);
-                let end = (page as usize + 1) * 2 * heads;
-                if directory.len() < end {
-                    directory.resize(end, u32::MAX);
-                }
-                directory[end - 2 * heads..end].copy_from_slice(&dir);
-                match pool.compress(page, bytes.len() as u32).unwrap() {
-                    CompressOutcome::Moved(m) => {
-                        arena[m.to.arena_offset(cfg.chunk_bytes) as usize..][..bytes.len()]
-                            .copy_from_slice(&bytes);
-                        paths[0] += 1;
-                        paths[4] += dir.iter().filter(|&&e| e != CODED).count();
-                    }
-                    CompressOutcome::Kept => {
-                        kept.insert(page, bytes);
-                        paths[1] += 1;
-                    }
-                }
-            }
-        }
-        // Every 5th step a full page moves: a kept one first (the move compresses it).
-        if step % 5 == 4 {
-            let full: Vec<PageId> = pool
-                .page_table()
-                .filter(|(_, e)| e.format.content_bytes().is_some())
-                .map(|(id, _)| id)
-                .collect();
-            let pick = full
-                .iter()
-                .find(|id| kept.contains_key(id))
-                .copied()
-                .or_else(|| (!full.is_empty()).then(|| full[rng.next() as usize % full.len()]));
-            if let Some(page) = pick
-                && let Ok(m) = pool.move_page(page)
-            {
-                let to = m.to.arena_offset(cfg.chunk_bytes) as usize;
-                if m.compress {
-                    let bytes = kept.remove(&page).unwrap();
-                    arena[to..][..bytes.len()].copy_from_slice(&bytes);
-                    paths[3] += 1;
-                } else {
-                    let from = m.from.arena_offset(cfg.chunk_bytes) as usize;
-                    arena.copy_within(from..from + m.bytes as usize, to);
-                    kept.remove(&page);
-                    paths[2] += 1;
-                }
-            }
-        }
-        let epoch = step as u64 + 1;
-        pool.submit(epoch).unwrap();
-        steps.push(StepWork::from_changes(&pool.take_changes(), &cfg));
-        if epoch > 1 {
-            pool.complete(epoch - 1).unwrap();
-        }
-        step += 1;
-        if !growing && PLANS.iter().all(|p| p.admit_at < step) {
-            break;
-        }
-    }
-    directory.resize(pool.id_capacity() as usize * 2 * heads, u32::MAX);
-    let mut live: Vec<(SeqId, Tokens)> = live.into_iter().map(|(s, (t, _))| (s, t)).collect();
-    live.sort_unstable_by_key(|(s, _)| *s);
-    let shape = DecodeShape { batch: live.len(), ..shape };
-    let q = (0..shape.q_values()).map(|_| bf16(rng.normal(1.0))).collect();
-    Driven { shape, cfg, pool, arena, capacity, directory, bases, steps, live, q, paths }
-}
-
-/// The model's page table and the block tables of the live sequences.
-struct Tables {
-    words: Vec<u64>,
-    pages: Vec<u32>,
-    max_pages: usize,
-    lens: Vec<u32>,
+            directory[end - 2 * heads..end].copy_from_slice(&dir);
+            bytes
+        },
+    );
+    directory.resize(run.pool.id_capacity() as usize * 2 * heads, u32::MAX);
+    let shape = DecodeShape { batch: run.live.len(), ..shape };
+    let q = (0..shape.q_values()).map(|_| bf16(run.rng.normal(1.0))).collect();
+    Driven { shape, q, capacity, directory, bases, run }
 }
 
 impl Driven {
     fn tables(&self) -> Tables {
-        let words = (0..self.pool.id_capacity())
-            .map(|id| self.pool.entry(id).map_or(INVALID_WORD, |e| e.device_word(self.cfg.chunk_bytes)))
-            .collect();
-        let max_pages =
-            self.live.iter().map(|(s, _)| self.pool.seq_pages(*s).unwrap().len()).max().unwrap() + 1;
-        let mut pages = vec![u32::MAX; self.live.len() * max_pages];
-        let mut lens = Vec::new();
-        for (b, (seq, tokens)) in self.live.iter().enumerate() {
-            let ids = self.pool.seq_pages(*seq).unwrap();
-            pages[b * max_pages..][..ids.len()].copy_from_slice(&ids);
-            lens.push((tokens.k.len() / (self.shape.kv_heads * self.shape.head_dim)) as u32);
-        }
-        Tables { words, pages, max_pages, lens }
+        self.run.tables(self.shape.kv_heads * self.shape.head_dim)
     }
 
     fn problem<'a>(&'a self, t: &'a Tables) -> PooledProblem<'a> {

@@ -10,9 +10,13 @@
 //!   asserting its exact error;
 //! * [`hexdump`] and [`assert_doc_block`]: worked examples in the format specs, kept
 //!   equal to the encoder's output (`KVCODEC_BLESS=1` rewrites them);
-//! * [`replay_in_graph`]: capture a GPU call in a CUDA graph and replay it.
+//! * [`replay_in_graph`]: capture a GPU call in a CUDA graph and replay it;
+//! * [`pool`]: a pool-managed cache driven through a scripted serving run (the pooled
+//!   decode-attention tests).
 
 use std::path::{Path, PathBuf};
+
+pub mod pool;
 
 use bf16_field::{KvCache, KvShape};
 use kvcodec_gpu::{GpuCacheCodec, GpuContext};
