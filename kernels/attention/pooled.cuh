@@ -46,6 +46,25 @@ template <int D> __device__ __forceinline__ unsigned long long pool_bf16_page_by
     return 2ull * PAGE_TOKENS * kv_heads * D * 2;
 }
 
+// What a page's word says, before a codec's own checks of a compressed page.
+enum PoolPage : uint32_t { POOL_PAGE_BAD, POOL_PAGE_BF16, POOL_PAGE_COMPRESSED };
+
+// The kind of page id `id` and its arena offset (`at`, the word's offset whatever the
+// kind): BAD for an id with no live page or past the table, a BF16 page misaligned or
+// past the arena, or a compressed page that is a sequence's unfilled last page
+// (`partial`), misaligned, or whose first `compressed_bytes` bytes leave the arena.
+template <int D>
+__device__ __forceinline__ PoolPage pool_page(const PoolView& pool, uint32_t id, bool partial, uint32_t kv_heads,
+                                              unsigned long long compressed_bytes, unsigned long long& at) {
+    const unsigned long long w = pool.word(id);
+    at = w >> 1;
+    if (w == POOL_INVALID_WORD) return POOL_PAGE_BAD;
+    if (!(w & POOL_COMPRESSED_BIT)) {
+        return pool.holds(at, pool_bf16_page_bytes<D>(kv_heads)) ? POOL_PAGE_BF16 : POOL_PAGE_BAD;
+    }
+    return !partial && pool.holds(at, compressed_bytes) ? POOL_PAGE_COMPRESSED : POOL_PAGE_BAD;
+}
+
 // Queues the K and V rows of kv_head of the pooled BF16 page at `page` (K rows, then V
 // rows) as the twin stages its pages.
 template <int D>
@@ -67,9 +86,8 @@ template <int D> struct Bf16PoolLoader {
     using Entry = unsigned long long;
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool, uint32_t) const {
         if (!live) return POOL_BAD_ENTRY;
-        const unsigned long long w = pool.word(id);
-        if (w == POOL_INVALID_WORD || (w & POOL_COMPRESSED_BIT)) return POOL_BAD_ENTRY;
-        return pool.holds(w >> 1, pool_bf16_page_bytes<D>(kv_heads)) ? w >> 1 : POOL_BAD_ENTRY;
+        unsigned long long at;
+        return pool_page<D>(pool, id, false, kv_heads, 0, at) == POOL_PAGE_BF16 ? at : POOL_BAD_ENTRY;
     }
     static __device__ __forceinline__ Entry broadcast(Entry e, int from) { return __shfl_sync(0xffffffffu, e, from); }
     __device__ __forceinline__ bool issue(Entry at, uint32_t p, uint32_t len, uint16_t* stage, uint32_t kv_head,

@@ -325,14 +325,11 @@ template <int D> struct GaacPoolLoader {
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
         Entry e{{id, GA_ENTRY_CODED, 0u, 0u}, 0ull};
         if (!live) return e;
-        const unsigned long long w = pool.word(id);
-        e.at = w >> 1;
-        if (w == POOL_INVALID_WORD) {
+        const PoolPage kind = pool_page<D>(pool, id, partial, kv_heads, slot_bytes(), e.at);
+        if (kind == POOL_PAGE_BAD) {
             e.ga.info = ATTENTION_STATUS_BAD_PAGE;
-        } else if (!(w & POOL_COMPRESSED_BIT)) {
-            e.ga.info = pool.holds(e.at, pool_bf16_page_bytes<D>(kv_heads)) ? GA_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
-        } else if (partial || !pool.holds(e.at, slot_bytes())) {
-            e.ga.info = ATTENTION_STATUS_BAD_PAGE;
+        } else if (kind == POOL_PAGE_BF16) {
+            e.ga.info = GA_ENTRY_BF16;
         } else {
             // id < table_len: a word past the table is POOL_INVALID_WORD.
             const size_t at = (size_t)id * 2 * kv_heads + kv_head;

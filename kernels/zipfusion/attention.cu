@@ -309,14 +309,11 @@ template <int D, bool ZERO_AWARE> struct ZfPoolLoader {
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
         Entry e{zf_empty_entry<D>(id), 0};
         if (!live) return e;
-        const unsigned long long w = pool.word(id);
-        e.at = w >> 1;
-        if (w == POOL_INVALID_WORD) {
+        const PoolPage kind = pool_page<D>(pool, id, partial, kv_heads, 0, e.at);
+        if (kind == POOL_PAGE_BAD) {
             e.zf.info = ATTENTION_STATUS_BAD_PAGE;
-        } else if (!(w & POOL_COMPRESSED_BIT)) {
-            e.zf.info = pool.holds(e.at, pool_bf16_page_bytes<D>(kv_heads)) ? ZF_ENTRY_BF16 : ATTENTION_STATUS_BAD_PAGE;
-        } else if (partial || !pool.holds(e.at, 0)) {
-            e.zf.info = ATTENTION_STATUS_BAD_PAGE;
+        } else if (kind == POOL_PAGE_BF16) {
+            e.zf.info = ZF_ENTRY_BF16;
         } else {
             const unsigned long long room = pool.arena_bytes - e.at;
             zf_read_metadata<D, ZERO_AWARE>(pool.arena + e.at, room < max_page_bytes ? room : max_page_bytes, kv_head,
