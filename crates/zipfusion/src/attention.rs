@@ -174,13 +174,7 @@ impl ZfDecodeProblem<'_> {
     }
 
     fn page_shape(&self) -> Result<PageShape, FusedError> {
-        self.shape.validate()?;
-        PageShape::new(self.shape.kv_heads, self.shape.head_dim).map_err(|source| FusedError::Page {
-            sequence: 0,
-            logical: 0,
-            slot: 0,
-            source,
-        })
+        page_shape(self.shape)
     }
 
     /// Checks the problem as [`kvcodec_attention::DecodeProblem::validate`] does (block-table entries against
@@ -439,17 +433,15 @@ pub fn decode_fused_to_vec(
     Ok(Attention { out: gpu.download(&out, n)?, lse: gpu.download(&lse, h)? })
 }
 
-/// The smallest ZipFusion page of `shape` in bytes (its metadata and every block coded):
-/// what a compressed page of a pooled cache must at least hold inside the arena.
-fn min_page(shape: DecodeShape) -> Result<usize, FusedError> {
+/// The ZipFusion page shape of a decode shape, after the shape's own checks.
+fn page_shape(shape: DecodeShape) -> Result<PageShape, FusedError> {
     shape.validate()?;
-    let page_shape = PageShape::new(shape.kv_heads, shape.head_dim).map_err(|source| FusedError::Page {
+    PageShape::new(shape.kv_heads, shape.head_dim).map_err(|source| FusedError::Page {
         sequence: 0,
         logical: 0,
         slot: 0,
         source,
-    })?;
-    Ok(page_shape.min_page_len())
+    })
 }
 
 /// The BF16 copy the twin reads of a pooled cache ([`PooledProblem::decoded_copy`]):
@@ -461,10 +453,10 @@ fn min_page(shape: DecodeShape) -> Result<usize, FusedError> {
 /// ([`PooledProblem::validate`]); [`FusedError::Page`] (`slot`: the page id) for a
 /// compressed page that does not decode.
 pub fn pooled_decoded_copy(problem: &PooledProblem<'_>, variant: Variant) -> Result<DecodedCopy, FusedError> {
-    let min = min_page(problem.shape)?;
-    let page_shape = PageShape::new(problem.shape.kv_heads, problem.shape.head_dim)
-        .map_err(|source| FusedError::Page { sequence: 0, logical: 0, slot: 0, source })?;
-    problem.decoded_copy(Some(min), |sequence, logical, page, bytes, k, v| {
+    let page_shape = page_shape(problem.shape)?;
+    // A compressed page must hold at least the smallest page of the shape (its metadata
+    // and every block coded) inside the arena.
+    problem.decoded_copy(Some(page_shape.min_page_len()), |sequence, logical, page, bytes, k, v| {
         let page_error = |source| FusedError::Page { sequence, logical, slot: page, source };
         let info = crate::page_info(bytes, page_shape, variant).map_err(page_error)?;
         crate::decode_page_into(&bytes[..info.len], page_shape, variant, k, v).map_err(page_error)
