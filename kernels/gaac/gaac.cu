@@ -493,6 +493,7 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
 // ranges), so that a warp whose blocks cost more (V against K, raw blocks) does not set
 // the kernel's end. Lane 0 requests the next run a run ahead, so the atomic's latency is
 // hidden behind the current one.
+template <unsigned CHUNK = GAAC_DECODE_CHUNK>
 struct GaacBlockQueue {
     unsigned next, end;      // the current run [next, end)
     unsigned dynamic_first;  // the first block the counter hands out
@@ -501,7 +502,7 @@ struct GaacBlockQueue {
     unsigned grabbed_len;    // lane 0: its length
     unsigned* work;          // counts blocks past dynamic_first; below 2^32 (B + warps CHUNK)
     __device__ void grab(unsigned blocks, unsigned seen) {
-        unsigned len = GAAC_DECODE_CHUNK;
+        unsigned len = CHUNK;
         if (GAAC_DECODE_GUIDE > 0) {
             const unsigned left = blocks - dynamic_first - min(seen, blocks - dynamic_first);
             len = max(1u, min(len, left / guide));
@@ -527,7 +528,7 @@ struct GaacBlockQueue {
             const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
             if (c >= blocks - dynamic_first) return GAAC_NO_BLOCK;
             next = dynamic_first + c;
-            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : GAAC_DECODE_CHUNK,
+            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : CHUNK,
                              blocks - next);
             if (lane == 0) grab(blocks, c);
         }
@@ -562,7 +563,12 @@ __device__ __forceinline__ void gaac_decode_head(const uint32_t (&words)[GaacHea
 // Checks and decodes the blocks a GaacBlockQueue gives this warp: coded blocks into `out`;
 // raw ones are checked and counted in counters[0] (gaac_decode_finish copies them);
 // counters[1] is the queue's work counter. Both are zero at launch.
-template <int D>
+// VAR (decoder version 6 candidates, docs/perf/gaac-gpu.md): bit 0, V values paired
+// between lanes l and l ^ 4 (one shuffle) and stored as 4-byte words into the tile
+// (conflict-free) instead of 2-byte ones; bit 1, K rows written from registers (lanes l
+// and l ^ 1 swap a word, then 8-byte stores, 32 contiguous bytes per quad: no tile for
+// K); bit 2, runs of 4 blocks.
+template <int D, int VAR = 0>
 __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const GaacLayout& g,
                                   uint16_t* __restrict__ out, unsigned* __restrict__ counters,
                                   unsigned* __restrict__ status) {
@@ -585,7 +591,8 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     // (and its status byte and, on a new head, its bases loaded) while one is restored.
     static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
-    GaacBlockQueue queue;
+    constexpr bool PAIR_V = VAR & 1, K_REGS = VAR & 2;
+    GaacBlockQueue<(VAR & 4) ? 4u : GAAC_DECODE_CHUNK> queue;
     queue.start(g.blocks, counters + 1, lane);
     GaacCursor fetch;  // the place of the block last issued
     unsigned fetched = GAAC_NO_BLOCK, fetched_head = GAAC_NO_BLOCK;
@@ -659,7 +666,21 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                 if (lane == 0) gaac_flag(status, code);
             } else {
                 // Restore into the tile in [16, D] order, then 16-byte rows to `out`.
-                if (is_v) {
+                if (is_v && PAIR_V) {
+                    // Lanes l (even channel c) and l ^ 4 (c + 1) swap halves: the even lane
+                    // then holds channels c, c + 1 of tokens q and q + 8, the odd one of q + 1
+                    // and q + 9, one 4-byte word each (word 4 t + l / 8 of its row: the rows
+                    // q + odd lie 36 words apart, so the 32 lanes hit 32 banks).
+                    const bool odd = lane & 4;
+                    const uint32_t send_sel = odd ? 0x5410u : 0x7632u, lo_sel = odd ? 0x3254u : 0x5410u,
+                                   hi_sel = odd ? 0x3276u : 0x7610u;
+                    uint32_t* col = reinterpret_cast<uint32_t*>(tile) + (2 * (lane & 3) + odd) * (T::ROW / 2) + (lane >> 3);
+                    gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
+                        const uint32_t r = __shfl_xor_sync(GAAC_WARP_MASK, __byte_perm(w.x, w.y, send_sel), 4);
+                        col[4 * t] = __byte_perm(w.x, r, lo_sel);
+                        col[4 * t + 8 * (T::ROW / 2)] = __byte_perm(w.y, r, hi_sel);
+                    });
+                } else if (is_v) {
                     gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
                         // V: channel 8 t + l / 4, tokens q, q + 1, q + 8, q + 9.
                         uint16_t* col = tile + 8 * t + (lane >> 2) + 2 * (lane & 3) * T::ROW;
@@ -667,6 +688,18 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                         col[T::ROW] = (uint16_t)(w.x >> 16);
                         col[8 * T::ROW] = (uint16_t)w.y;
                         col[9 * T::ROW] = (uint16_t)(w.y >> 16);
+                    });
+                } else if (K_REGS) {
+                    // Lanes l and l ^ 1 swap a word: the even lane then holds channels
+                    // c .. c + 3, the odd one c + 8 .. c + 11 (c of the even lane), so each
+                    // quad of lanes stores 32 contiguous bytes of its token row.
+                    const bool odd = lane & 1;
+                    uint16_t* dst = out + first + (size_t)(lane >> 2) * g.row_values + 2 * (lane & 2) + 8 * odd;
+                    gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
+                        const uint32_t r = __shfl_xor_sync(GAAC_WARP_MASK, odd ? w.x : w.y, 1);
+                        *reinterpret_cast<uint2*>(dst + (size_t)(8 * (t / G::CHANNEL_TILES)) * g.row_values +
+                                                  16 * (t % G::CHANNEL_TILES)) =
+                            odd ? make_uint2(r, w.y) : make_uint2(w.x, r);
                     });
                 } else {
                     gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
@@ -677,6 +710,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                         reinterpret_cast<uint32_t*>(row + 8)[0] = w.y;
                     });
                 }
+                if (is_v || !K_REGS) {
                 __syncwarp();
                 uint16_t* dst = out + first;
 #pragma unroll
@@ -684,6 +718,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                     const int u = GAAC_LANES * k + lane, r = u / T::GROUPS_PER_ROW, c = u % T::GROUPS_PER_ROW;
                     *reinterpret_cast<uint4*>(dst + (size_t)r * g.row_values + GAAC_GROUP_CHANNELS * c) =
                         *reinterpret_cast<const uint4*>(tile + r * T::ROW + GAAC_GROUP_CHANNELS * c);
+                }
                 }
             }
         }
@@ -705,6 +740,22 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
 GAAC_DECODE_ENTRY(64, 4)
 GAAC_DECODE_ENTRY(128, 2)
 GAAC_DECODE_ENTRY(256, 1)
+
+#define GAAC_DECODE_VARIANT(V, D, MIN_CTAS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32, MIN_CTAS)                                     \
+        gaac_decode_v##V##_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* counters,     \
+                                unsigned* status) {                                                            \
+        gaac_decode_range<D, V>(container, g, out, counters, status);                                           \
+    }
+GAAC_DECODE_VARIANT(1, 64, 4)
+GAAC_DECODE_VARIANT(1, 128, 2)
+GAAC_DECODE_VARIANT(1, 256, 1)
+GAAC_DECODE_VARIANT(3, 64, 4)
+GAAC_DECODE_VARIANT(3, 128, 2)
+GAAC_DECODE_VARIANT(3, 256, 1)
+GAAC_DECODE_VARIANT(7, 64, 4)
+GAAC_DECODE_VARIANT(7, 128, 2)
+GAAC_DECODE_VARIANT(7, 256, 1)
 
 // After gaac_decode_d<D>: the raw blocks (raw_list[k]: the block index of the k-th raw
 // status, `listed` of them, at most R) from the overflow section, the tails, and the
