@@ -11,9 +11,10 @@
 //
 // Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
 // restores the coded ones (the restore of docs/perf/gaac-gpu.md, version 2: a cp.async
-// ring of slots per warp, the addend image, the common path in registers), through a
-// shared-memory tile into [16, D] rows; each warp takes runs of blocks from a work counter
-// (GaacBlockQueue, decoder version 4). gaac_decode_finish
+// ring of slots per warp, the addend image, the common path in registers); V blocks go
+// through a shared-memory tile into [16, D] rows, K blocks straight from registers; each
+// warp takes runs of 4 blocks from a work counter (GaacBlockQueue, decoder versions 4
+// and 6). gaac_decode_finish
 // copies the raw blocks and the tails and checks the bases, the paddings and the raw count
 // (spec 7.1 rows 13-17). A problem leaves a GAAC_DECODE_* code in the status word; the
 // host then reruns the CPU decoder for the exact error.
@@ -480,9 +481,9 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
 // one contiguous range, then runs of blocks from a work counter. A run is at most
 // GAAC_DECODE_CHUNK blocks; with GAAC_DECODE_GUIDE > 0 it shrinks with the blocks left
 // (left / (GUIDE warps), at least 1: guided self-scheduling). Measured on the H200: no
-// static range and fixed runs of 8 (the defaults) beat static shares of 1/2, 3/4 and 7/8,
-// runs of 2 and 4, and guided runs (GUIDE 2, CHUNK 16).
-#define GAAC_DECODE_CHUNK 8u
+// static range beat static shares of 1/2, 3/4 and 7/8 and guided runs (GUIDE 2, CHUNK
+// 16); with no static range, runs of 4 (the default, decoder version 6) beat 8, 16 and 32.
+#define GAAC_DECODE_CHUNK 4u
 #define GAAC_DECODE_GUIDE 0u
 #define GAAC_DECODE_STATIC_NUM 0u
 #define GAAC_DECODE_STATIC_DEN 2u
@@ -493,7 +494,6 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
 // ranges), so that a warp whose blocks cost more (V against K, raw blocks) does not set
 // the kernel's end. Lane 0 requests the next run a run ahead, so the atomic's latency is
 // hidden behind the current one.
-template <unsigned CHUNK = GAAC_DECODE_CHUNK>
 struct GaacBlockQueue {
     unsigned next, end;      // the current run [next, end)
     unsigned dynamic_first;  // the first block the counter hands out
@@ -502,7 +502,7 @@ struct GaacBlockQueue {
     unsigned grabbed_len;    // lane 0: its length
     unsigned* work;          // counts blocks past dynamic_first; below 2^32 (B + warps CHUNK)
     __device__ void grab(unsigned blocks, unsigned seen) {
-        unsigned len = CHUNK;
+        unsigned len = GAAC_DECODE_CHUNK;
         if (GAAC_DECODE_GUIDE > 0) {
             const unsigned left = blocks - dynamic_first - min(seen, blocks - dynamic_first);
             len = max(1u, min(len, left / guide));
@@ -528,7 +528,7 @@ struct GaacBlockQueue {
             const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
             if (c >= blocks - dynamic_first) return GAAC_NO_BLOCK;
             next = dynamic_first + c;
-            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : CHUNK,
+            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : GAAC_DECODE_CHUNK,
                              blocks - next);
             if (lane == 0) grab(blocks, c);
         }
@@ -563,12 +563,7 @@ __device__ __forceinline__ void gaac_decode_head(const uint32_t (&words)[GaacHea
 // Checks and decodes the blocks a GaacBlockQueue gives this warp: coded blocks into `out`;
 // raw ones are checked and counted in counters[0] (gaac_decode_finish copies them);
 // counters[1] is the queue's work counter. Both are zero at launch.
-// VAR (decoder version 6 candidates, docs/perf/gaac-gpu.md): bit 0, V values paired
-// between lanes l and l ^ 4 (one shuffle) and stored as 4-byte words into the tile
-// (conflict-free) instead of 2-byte ones; bit 1, K rows written from registers (lanes l
-// and l ^ 1 swap a word, then 8-byte stores, 32 contiguous bytes per quad: no tile for
-// K); bit 2, runs of 4 blocks.
-template <int D, int VAR = 0>
+template <int D>
 __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const GaacLayout& g,
                                   uint16_t* __restrict__ out, unsigned* __restrict__ counters,
                                   unsigned* __restrict__ status) {
@@ -591,8 +586,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     // (and its status byte and, on a new head, its bases loaded) while one is restored.
     static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
-    constexpr bool PAIR_V = VAR & 1, K_REGS = VAR & 2;
-    GaacBlockQueue<(VAR & 4) ? 4u : GAAC_DECODE_CHUNK> queue;
+    GaacBlockQueue queue;
     queue.start(g.blocks, counters + 1, lane);
     GaacCursor fetch;  // the place of the block last issued
     unsigned fetched = GAAC_NO_BLOCK, fetched_head = GAAC_NO_BLOCK;
@@ -665,8 +659,9 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
             if (code) {
                 if (lane == 0) gaac_flag(status, code);
             } else {
-                // Restore into the tile in [16, D] order, then 16-byte rows to `out`.
-                if (is_v && PAIR_V) {
+                // V: restored into the tile in [16, D] order, then 16-byte rows to `out`.
+                // K: stored from registers (decoder version 6).
+                if (is_v) {
                     // Lanes l (even channel c) and l ^ 4 (c + 1) swap halves: the even lane
                     // then holds channels c, c + 1 of tokens q and q + 8, the odd one of q + 1
                     // and q + 9, one 4-byte word each (word 4 t + l / 8 of its row: the rows
@@ -680,16 +675,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                         col[4 * t] = __byte_perm(w.x, r, lo_sel);
                         col[4 * t + 8 * (T::ROW / 2)] = __byte_perm(w.y, r, hi_sel);
                     });
-                } else if (is_v) {
-                    gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
-                        // V: channel 8 t + l / 4, tokens q, q + 1, q + 8, q + 9.
-                        uint16_t* col = tile + 8 * t + (lane >> 2) + 2 * (lane & 3) * T::ROW;
-                        col[0] = (uint16_t)w.x;
-                        col[T::ROW] = (uint16_t)(w.x >> 16);
-                        col[8 * T::ROW] = (uint16_t)w.y;
-                        col[9 * T::ROW] = (uint16_t)(w.y >> 16);
-                    });
-                } else if (K_REGS) {
+                } else {
                     // Lanes l and l ^ 1 swap a word: the even lane then holds channels
                     // c .. c + 3, the odd one c + 8 .. c + 11 (c of the even lane), so each
                     // quad of lanes stores 32 contiguous bytes of its token row.
@@ -701,24 +687,16 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                                                   16 * (t % G::CHANNEL_TILES)) =
                             odd ? make_uint2(r, w.y) : make_uint2(w.x, r);
                     });
-                } else {
-                    gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, [&](int t, uint2 w) {
-                        // K: token 8 (t / (D/16)) + l / 4, channels c, c + 1 and c + 8, c + 9.
-                        uint16_t* row = tile + (8 * (t / G::CHANNEL_TILES) + (lane >> 2)) * T::ROW +
-                                        16 * (t % G::CHANNEL_TILES) + 2 * (lane & 3);
-                        reinterpret_cast<uint32_t*>(row)[0] = w.x;
-                        reinterpret_cast<uint32_t*>(row + 8)[0] = w.y;
-                    });
                 }
-                if (is_v || !K_REGS) {
-                __syncwarp();
-                uint16_t* dst = out + first;
+                if (is_v) {
+                    __syncwarp();
+                    uint16_t* dst = out + first;
 #pragma unroll
-                for (int k = 0; k < 2 * D / GAAC_LANES; ++k) {
-                    const int u = GAAC_LANES * k + lane, r = u / T::GROUPS_PER_ROW, c = u % T::GROUPS_PER_ROW;
-                    *reinterpret_cast<uint4*>(dst + (size_t)r * g.row_values + GAAC_GROUP_CHANNELS * c) =
-                        *reinterpret_cast<const uint4*>(tile + r * T::ROW + GAAC_GROUP_CHANNELS * c);
-                }
+                    for (int k = 0; k < 2 * D / GAAC_LANES; ++k) {
+                        const int u = GAAC_LANES * k + lane, r = u / T::GROUPS_PER_ROW, c = u % T::GROUPS_PER_ROW;
+                        *reinterpret_cast<uint4*>(dst + (size_t)r * g.row_values + GAAC_GROUP_CHANNELS * c) =
+                            *reinterpret_cast<const uint4*>(tile + r * T::ROW + GAAC_GROUP_CHANNELS * c);
+                    }
                 }
             }
         }
@@ -740,22 +718,6 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
 GAAC_DECODE_ENTRY(64, 4)
 GAAC_DECODE_ENTRY(128, 2)
 GAAC_DECODE_ENTRY(256, 1)
-
-#define GAAC_DECODE_VARIANT(V, D, MIN_CTAS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32, MIN_CTAS)                                     \
-        gaac_decode_v##V##_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* counters,     \
-                                unsigned* status) {                                                            \
-        gaac_decode_range<D, V>(container, g, out, counters, status);                                           \
-    }
-GAAC_DECODE_VARIANT(1, 64, 4)
-GAAC_DECODE_VARIANT(1, 128, 2)
-GAAC_DECODE_VARIANT(1, 256, 1)
-GAAC_DECODE_VARIANT(3, 64, 4)
-GAAC_DECODE_VARIANT(3, 128, 2)
-GAAC_DECODE_VARIANT(3, 256, 1)
-GAAC_DECODE_VARIANT(7, 64, 4)
-GAAC_DECODE_VARIANT(7, 128, 2)
-GAAC_DECODE_VARIANT(7, 256, 1)
 
 // After gaac_decode_d<D>: the raw blocks (raw_list[k]: the block index of the k-th raw
 // status, `listed` of them, at most R) from the overflow section, the tails, and the

@@ -35,7 +35,7 @@ pub struct CacheDecoder {
     listed: u32,
     /// The decode kernel's counters, zeroed before each decode: the raw blocks it saw
     /// (which `gaac_decode_finish` compares with R) and its work counter (the blocks
-    /// handed out so far, in runs of 8, to the warps).
+    /// handed out so far, in runs of 4, to the warps).
     counters: CudaSlice<u32>,
     status: DeviceStatus,
     sums: Option<AdlerSums>,

@@ -123,32 +123,12 @@ impl Kernel for GaacKernel {
             GaacKernel::Encode(Dim::D256) => "gaac_encode_d256",
             GaacKernel::EncodeHeader => "gaac_encode_header",
             GaacKernel::EncodeOverflow => "gaac_encode_overflow",
-            GaacKernel::Decode(dim) => decode_symbol(dim),
+            GaacKernel::Decode(Dim::D64) => "gaac_decode_d64",
+            GaacKernel::Decode(Dim::D128) => "gaac_decode_d128",
+            GaacKernel::Decode(Dim::D256) => "gaac_decode_d256",
             GaacKernel::DecodeFinish => "gaac_decode_finish",
             GaacKernel::Calibrate => "gaac_calibrate",
         }
-    }
-}
-
-/// The decoder's entry point: `gaac_decode_d<D>`, or with `KVCODEC_GAAC_DECODE_VARIANT` set
-/// to 1, 3 or 7 the version 6 candidate `gaac_decode_v<V>_d<D>` (`docs/perf/gaac-gpu.md`,
-/// "Decoder version 6 candidates"; a measurement switch of the `s6-gdec` branch only).
-fn decode_symbol(dim: Dim) -> &'static str {
-    static VARIANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let v = VARIANT.get_or_init(|| std::env::var("KVCODEC_GAAC_DECODE_VARIANT").unwrap_or_default());
-    match (v.as_str(), dim) {
-        ("1", Dim::D64) => "gaac_decode_v1_d64",
-        ("1", Dim::D128) => "gaac_decode_v1_d128",
-        ("1", Dim::D256) => "gaac_decode_v1_d256",
-        ("3", Dim::D64) => "gaac_decode_v3_d64",
-        ("3", Dim::D128) => "gaac_decode_v3_d128",
-        ("3", Dim::D256) => "gaac_decode_v3_d256",
-        ("7", Dim::D64) => "gaac_decode_v7_d64",
-        ("7", Dim::D128) => "gaac_decode_v7_d128",
-        ("7", Dim::D256) => "gaac_decode_v7_d256",
-        (_, Dim::D64) => "gaac_decode_d64",
-        (_, Dim::D128) => "gaac_decode_d128",
-        (_, Dim::D256) => "gaac_decode_d256",
     }
 }
 
