@@ -489,28 +489,11 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
 #define GAAC_DECODE_STATIC_DEN 2u
 #define GAAC_NO_BLOCK 0xffffffffu
 
-// atomicAdd(p, v) for a call that lane 0 alone makes. ptxas turns an atomicAdd on a
-// warp-uniform address into a warp-aggregated atomic (leader election, the atomic, and a
-// shuffle of its result, which waits for the atomic's return where it is issued); here
-// the address is p + the lane's index (p itself in lane 0), which ptxas cannot prove
-// uniform, so the result is waited for only where it is read.
-__device__ __forceinline__ unsigned gaac_atomic_add_lane0(unsigned* p, unsigned v) {
-    unsigned lane, old;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-    asm volatile("atom.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p + lane), "r"(v) : "memory");
-    return old;
-}
-
 // The blocks one decoder warp takes, in its order: a contiguous static range (the head's
 // bases stay loaded), then runs handed out by a work counter (in blocks past the static
 // ranges), so that a warp whose blocks cost more (V against K, raw blocks) does not set
 // the kernel's end. Lane 0 requests the next run a run ahead, so the atomic's latency is
 // hidden behind the current one.
-// Measuring build (docs/perf/gaac-gpu.md, "Decoder version 7 candidates"): CHUNK, the run
-// length; LONE, the counter's atomic issued as a single lane's (gaac_atomic_add_lane0)
-// instead of atomicAdd, which ptxas turns into a warp-aggregated atomic whose result is
-// shuffled from the leader at once (so each run start waits for the atomic's round trip).
-template <unsigned CHUNK = GAAC_DECODE_CHUNK, bool LONE = false>
 struct GaacBlockQueue {
     unsigned next, end;      // the current run [next, end)
     unsigned dynamic_first;  // the first block the counter hands out
@@ -519,12 +502,12 @@ struct GaacBlockQueue {
     unsigned grabbed_len;    // lane 0: its length
     unsigned* work;          // counts blocks past dynamic_first; below 2^32 (B + warps CHUNK)
     __device__ void grab(unsigned blocks, unsigned seen) {
-        unsigned len = CHUNK;
+        unsigned len = GAAC_DECODE_CHUNK;
         if (GAAC_DECODE_GUIDE > 0) {
             const unsigned left = blocks - dynamic_first - min(seen, blocks - dynamic_first);
             len = max(1u, min(len, left / guide));
         }
-        grabbed = LONE ? gaac_atomic_add_lane0(work, len) : atomicAdd(work, len);
+        grabbed = atomicAdd(work, len);
         grabbed_len = len;
     }
     __device__ void start(unsigned blocks, unsigned* work_counter, int lane) {
@@ -545,7 +528,7 @@ struct GaacBlockQueue {
             const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
             if (c >= blocks - dynamic_first) return GAAC_NO_BLOCK;
             next = dynamic_first + c;
-            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : CHUNK,
+            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : GAAC_DECODE_CHUNK,
                              blocks - next);
             if (lane == 0) grab(blocks, c);
         }
@@ -580,7 +563,7 @@ __device__ __forceinline__ void gaac_decode_head(const uint32_t (&words)[GaacHea
 // Checks and decodes the blocks a GaacBlockQueue gives this warp: coded blocks into `out`;
 // raw ones are checked and counted in counters[0] (gaac_decode_finish copies them);
 // counters[1] is the queue's work counter. Both are zero at launch.
-template <int D, unsigned CHUNK = GAAC_DECODE_CHUNK, bool LONE = false>
+template <int D>
 __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const GaacLayout& g,
                                   uint16_t* __restrict__ out, unsigned* __restrict__ counters,
                                   unsigned* __restrict__ status) {
@@ -603,7 +586,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     // (and its status byte and, on a new head, its bases loaded) while one is restored.
     static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
-    GaacBlockQueue<CHUNK, LONE> queue;
+    GaacBlockQueue queue;
     queue.start(g.blocks, counters + 1, lane);
     GaacCursor fetch;  // the place of the block last issued
     unsigned fetched = GAAC_NO_BLOCK, fetched_head = GAAC_NO_BLOCK;
@@ -735,24 +718,6 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
 GAAC_DECODE_ENTRY(64, 4)
 GAAC_DECODE_ENTRY(128, 2)
 GAAC_DECODE_ENTRY(256, 1)
-
-// Decoder version 7 candidates (measuring build): gaac_decode_v<R>_d<D>, runs of R blocks
-// with the lone atomic.
-#define GAAC_DECODE_VARIANT(R, D, MIN_CTAS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32, MIN_CTAS)                                     \
-        gaac_decode_v##R##_d##D(const uint8_t* container, GaacLayout g, uint16_t* out, unsigned* counters,     \
-                                unsigned* status) {                                                            \
-        gaac_decode_range<D, R##u, true>(container, g, out, counters, status);                                  \
-    }
-GAAC_DECODE_VARIANT(2, 64, 4)
-GAAC_DECODE_VARIANT(2, 128, 2)
-GAAC_DECODE_VARIANT(2, 256, 1)
-GAAC_DECODE_VARIANT(4, 64, 4)
-GAAC_DECODE_VARIANT(4, 128, 2)
-GAAC_DECODE_VARIANT(4, 256, 1)
-GAAC_DECODE_VARIANT(8, 64, 4)
-GAAC_DECODE_VARIANT(8, 128, 2)
-GAAC_DECODE_VARIANT(8, 256, 1)
 
 // After gaac_decode_d<D>: the raw blocks (raw_list[k]: the block index of the k-th raw
 // status, `listed` of them, at most R) from the overflow section, the tails, and the

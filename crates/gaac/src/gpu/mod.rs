@@ -123,33 +123,12 @@ impl Kernel for GaacKernel {
             GaacKernel::Encode(Dim::D256) => "gaac_encode_d256",
             GaacKernel::EncodeHeader => "gaac_encode_header",
             GaacKernel::EncodeOverflow => "gaac_encode_overflow",
-            GaacKernel::Decode(dim) => decode_symbol(dim),
+            GaacKernel::Decode(Dim::D64) => "gaac_decode_d64",
+            GaacKernel::Decode(Dim::D128) => "gaac_decode_d128",
+            GaacKernel::Decode(Dim::D256) => "gaac_decode_d256",
             GaacKernel::DecodeFinish => "gaac_decode_finish",
             GaacKernel::Calibrate => "gaac_calibrate",
         }
-    }
-}
-
-/// The decoder's entry point: `gaac_decode_d<D>`, or with `KVCODEC_GAAC_DECODE_VARIANT` set
-/// to 2, 4 or 8 the version 7 candidate `gaac_decode_v<R>_d<D>` (runs of R blocks, the work
-/// counter's atomic not warp-aggregated; `docs/perf/gaac-gpu.md`, "Decoder version 7
-/// candidates"; a measurement switch of the `s6-gdec2` branch only).
-fn decode_symbol(dim: Dim) -> &'static str {
-    static VARIANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let v = VARIANT.get_or_init(|| std::env::var("KVCODEC_GAAC_DECODE_VARIANT").unwrap_or_default());
-    match (v.as_str(), dim) {
-        ("2", Dim::D64) => "gaac_decode_v2_d64",
-        ("2", Dim::D128) => "gaac_decode_v2_d128",
-        ("2", Dim::D256) => "gaac_decode_v2_d256",
-        ("4", Dim::D64) => "gaac_decode_v4_d64",
-        ("4", Dim::D128) => "gaac_decode_v4_d128",
-        ("4", Dim::D256) => "gaac_decode_v4_d256",
-        ("8", Dim::D64) => "gaac_decode_v8_d64",
-        ("8", Dim::D128) => "gaac_decode_v8_d128",
-        ("8", Dim::D256) => "gaac_decode_v8_d256",
-        (_, Dim::D64) => "gaac_decode_d64",
-        (_, Dim::D128) => "gaac_decode_d128",
-        (_, Dim::D256) => "gaac_decode_d256",
     }
 }
 
