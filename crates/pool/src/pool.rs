@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, SizeClasses};
 use crate::error::{Error, Result};
 use crate::{ChunkId, Epoch, PageId, SeqId};
 
@@ -350,17 +350,8 @@ struct Seq {
 }
 
 impl Seq {
-    /// Page `page` of this sequence, at slab location `at`, joins `in_slab` (it stops
-    /// being in its layer's `slab`).
-    #[inline]
-    fn list_slab_page(&mut self, page: PageId, chunk: ChunkId, slot: u32, slab_pos: &mut [u32]) {
-        slab_pos[page as usize] = self.in_slab.len() as u32;
-        self.in_slab.push((page, chunk, slot));
-    }
-
-    /// New page `page` of layer `l`, in a slab slot, goes into the layer's `slab`: a free
-    /// place, else the first's page joins `in_slab` (`entries` gives its slot).
-    #[inline(always)]
+    /// New page `page` of layer `l`, in a slab slot, goes into the layer's `slab`
+    /// ([`place_slab`]).
     fn place_slab(
         &mut self,
         l: usize,
@@ -369,17 +360,7 @@ impl Seq {
         slab_pos: &mut [u32],
         open_bytes: u32,
     ) {
-        let slab = &mut self.lay[l].slab;
-        if slab[0] == NONE {
-            slab[0] = page;
-        } else if slab[1] == NONE {
-            slab[1] = page;
-        } else {
-            let prev = slab[0];
-            *slab = [slab[1], page];
-            let e = entries[prev as usize];
-            self.list_slab_page(prev, e.chunk, e.offset() / open_bytes, slab_pos);
-        }
+        place_slab(&mut self.lay[l].slab, page, &mut self.in_slab, entries, slab_pos, open_bytes);
     }
 
     /// Page `page` (of layer `l`) leaves its slab slot: out of its layer's `slab`, or
@@ -859,8 +840,10 @@ impl Pool {
             // The common layers in one pass, then one layer by the general path.
             if let Ok(si) = si {
                 let done = self.alloc_run(si, layer, pages);
-                for l in (layer..done).filter(|_| recording) {
-                    self.after_alloc(seq, l as u32, &Ok(pages[l]));
+                if recording {
+                    for (l, &page) in pages.iter().enumerate().take(done).skip(layer) {
+                        self.after_alloc(seq, l as u32, &Ok(page));
+                    }
                 }
                 layer = done;
                 if layer == pages.len() {
@@ -890,6 +873,7 @@ impl Pool {
     /// only: the single calls take the general path, and the property tests compare the
     /// two.
     fn alloc_run(&mut self, si: usize, from: usize, pages: &mut [PageId]) -> usize {
+        // Slices and values in locals (see `compress_run`).
         let Pool {
             store,
             entries,
@@ -904,13 +888,17 @@ impl Pool {
             admit,
             ..
         } = self;
-        let (completed, open_bytes) = (self.completed, self.open_bytes);
-        let s = &mut store[si];
-        let Some(&block) = s.blocks.last() else { return from };
-        let used = &mut block_used[block as usize];
+        let (completed, open_bytes, words) = (self.completed, self.open_bytes, *words);
+        let (entries, slab_pos, reserved, room) =
+            (&mut entries[..], &mut slab_pos[..], &mut reserved[..], &mut room[..]);
+        let (layers, chunks, free_bits) = (&mut layers[..], &mut chunks[..], &mut free_bits[..]);
+        let Seq { lay, in_slab, blocks, .. } = &mut store[si];
+        let Some(&block) = blocks.last() else { return from };
+        let lay = &mut lay[..];
+        let mut used = block_used[block as usize];
         let mut l = from;
-        while l < pages.len() && *used < ID_BLOCK {
-            let sl = &mut s.lay[l];
+        while l < pages.len() && used < ID_BLOCK {
+            let sl = &mut lay[l];
             let (chunk, slot) = if sl.spare_chunk != NONE && sl.spare_epoch <= completed {
                 (std::mem::replace(&mut sl.spare_chunk, NONE), sl.spare_slot)
             } else if sl.reserve > 0
@@ -918,7 +906,7 @@ impl Pool {
             {
                 room[l] -= 1;
                 admit.clear();
-                (c, take_partial(c, *words, free_bits, chunks, &mut layers[l].partial))
+                (c, take_partial(c, words, free_bits, chunks, &mut layers[l].partial))
             } else {
                 break;
             };
@@ -927,13 +915,14 @@ impl Pool {
                 reserved[l] -= 1;
                 admit.clear();
             }
-            let page = block * ID_BLOCK + *used;
-            *used += 1;
+            let page = block * ID_BLOCK + used;
+            used += 1;
             entries[page as usize] = Slot::open(chunk, slot * open_bytes, l as u32);
-            s.place_slab(l, page, entries, slab_pos, open_bytes);
+            place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_bytes);
             pages[l] = page;
             l += 1;
         }
+        block_used[block as usize] = used;
         l
     }
 
@@ -1105,8 +1094,10 @@ impl Pool {
         while i < pages.len() {
             // The common pages in one pass, then one page by the general path.
             let done = self.compress_run(i, pages, bytes, out);
-            for j in (i..done).filter(|_| recording) {
-                self.after_compress(pages[j], bytes[j], &Ok(out[j]));
+            if recording {
+                for j in i..done {
+                    self.after_compress(pages[j], bytes[j], &Ok(out[j]));
+                }
             }
             i = done;
             if i == pages.len() {
@@ -1153,12 +1144,25 @@ impl Pool {
         bytes: &[u32],
         out: &mut [CompressOutcome],
     ) -> usize {
+        // Slices and values in locals: stores through one slice do not make the others'
+        // bounds and pointers reload.
         let Pool { store, entries, block_used, block_seq, cfg, .. } = self;
+        let (store, entries, block_used, block_seq) =
+            (&mut store[..], &mut entries[..], &block_used[..], &block_seq[..]);
+        let (table, class_bytes_of) = (cfg.classes.fit_table(), cfg.classes.bytes());
+        let (chunk_bytes, tail_percent) = (cfg.chunk_bytes, cfg.tail_fill_percent);
         let (open, open_bytes, epoch) = (self.open, self.open_bytes, self.submitted + 1);
+        // The row's sequence's layers (pages of another sequence go to the general path).
+        let Some(&first) = pages.get(from) else { return from };
+        let si = match block_used.get((first / ID_BLOCK) as usize) {
+            Some(&used) if first % ID_BLOCK < used => block_seq[(first / ID_BLOCK) as usize],
+            _ => return from,
+        };
+        let lay = &mut store[si as usize].lay[..];
         for i in from..pages.len() {
             let (page, content) = (pages[i], bytes[i]);
             let b = (page / ID_BLOCK) as usize;
-            if block_used.get(b).is_none_or(|&used| page % ID_BLOCK >= used) {
+            if block_used.get(b).is_none_or(|&used| page % ID_BLOCK >= used) || block_seq[b] != si {
                 return i;
             }
             let e = &mut entries[page as usize];
@@ -1166,16 +1170,18 @@ impl Pool {
                 return i;
             }
             let kept = Slot { at: e.offset() | BF16, content, ..*e };
-            let class = cfg.classes.fit(content).unwrap_or(open);
+            let fit =
+                if table.is_empty() { cfg.classes.fit(content) } else { SizeClasses::fit_by(table, content) };
+            let class = fit.unwrap_or(open);
             if class == open {
                 (*e, out[i]) = (kept, CompressOutcome::Kept);
                 continue;
             }
-            let class_bytes = cfg.classes.bytes()[class];
-            let sl = &mut store[block_seq[b] as usize].lay[e.layer as usize];
+            let class_bytes = class_bytes_of[class];
+            let sl = &mut lay[e.layer as usize];
             let (chunk, offset) = (sl.current, sl.used);
-            if chunk == NONE || u64::from(offset) + u64::from(class_bytes) > cfg.chunk_bytes {
-                if !tail_keeps(cfg, sl.reserve, class_bytes) {
+            if chunk == NONE || u64::from(offset) + u64::from(class_bytes) > chunk_bytes {
+                if !tail_keeps(chunk_bytes, tail_percent, sl.reserve, class_bytes) {
                     return i; // a fresh segment
                 }
                 (*e, out[i]) = (kept, CompressOutcome::Kept);
@@ -1266,7 +1272,10 @@ impl Pool {
         let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
         // A compression (no chunk to avoid): a tail too short to fill a fresh segment
         // enough stays BF16.
-        if fresh && avoid == NONE && tail_keeps(&self.cfg, sl.reserve, bytes) {
+        if fresh
+            && avoid == NONE
+            && tail_keeps(self.cfg.chunk_bytes, self.cfg.tail_fill_percent, sl.reserve, bytes)
+        {
             return None;
         }
         let (chunk, offset) = if fresh {
@@ -1487,14 +1496,17 @@ impl Pool {
         };
         s.chunks_in_use = self.chunk_class.iter().filter(|&&c| c != NONE).count() as u32;
         s.segments = self.chunk_class.iter().filter(|&&c| c == SEGMENT || c == RETIRED).count() as u32;
-        for (_, e) in self.page_table() {
-            s.live_pages += 1;
-            s.live_slot_bytes += u64::from(e.location.slot_bytes);
-            s.live_content_bytes += u64::from(match e.format {
-                PageFormat::Compressed { bytes } => bytes,
-                _ => self.open_bytes,
-            });
-            s.open_pages += u64::from(e.format == PageFormat::Open);
+        // The internal entries (no sequence lookup per page: a report per step reads them
+        // all).
+        for (b, &used) in self.block_used.iter().enumerate() {
+            let first = b * ID_BLOCK as usize;
+            for &e in &self.entries[first..first + used as usize] {
+                s.live_pages += 1;
+                s.live_slot_bytes += u64::from(self.location(e).slot_bytes);
+                s.live_content_bytes +=
+                    u64::from(if e.tag() == COMPRESSED { e.content } else { self.open_bytes });
+                s.open_pages += u64::from(e.is_open());
+            }
         }
         s
     }
@@ -1757,6 +1769,42 @@ fn touch<T>(v: &[T], f: impl Fn(&T) -> u32) -> u32 {
     v.iter().step_by(step).fold(0, |acc, x| acc ^ f(x))
 }
 
+/// New page `page`, in a slab slot, goes into its layer's `slab`: a free place, else the
+/// first's page joins `in_slab` (`entries` gives its slot).
+#[inline(always)]
+fn place_slab(
+    slab: &mut [PageId; 2],
+    page: PageId,
+    in_slab: &mut Vec<(PageId, ChunkId, u32)>,
+    entries: &[Slot],
+    slab_pos: &mut [u32],
+    open_bytes: u32,
+) {
+    if slab[0] == NONE {
+        slab[0] = page;
+    } else if slab[1] == NONE {
+        slab[1] = page;
+    } else {
+        let prev = slab[0];
+        *slab = [slab[1], page];
+        let e = entries[prev as usize];
+        list_slab_page(in_slab, prev, e.chunk, e.offset() / open_bytes, slab_pos);
+    }
+}
+
+/// Page `page` at slot `slot` of slab `chunk` joins `in_slab`, its position in `slab_pos`.
+#[inline]
+fn list_slab_page(
+    in_slab: &mut Vec<(PageId, ChunkId, u32)>,
+    page: PageId,
+    chunk: ChunkId,
+    slot: u32,
+    slab_pos: &mut [u32],
+) {
+    slab_pos[page as usize] = in_slab.len() as u32;
+    in_slab.push((page, chunk, slot));
+}
+
 /// A free slot of partial slab `chunk` (`words` bitmap words a chunk in `free_bits`):
 /// taken, counted live; the slab leaves its layer's `partial` list when full.
 #[inline(always)]
@@ -1791,11 +1839,11 @@ fn partial_remove_from(chunks: &mut [Chunk], list: &mut Vec<ChunkId>, c: ChunkId
 }
 
 /// The tail rule ([`PoolConfig::tail_fill_percent`]): whether a compression that needs a
-/// fresh segment keeps its page BF16 instead, its sequence having `reserve` more pages
-/// reserved in the layer and the page's class being `bytes` long.
-fn tail_keeps(cfg: &PoolConfig, reserve: u32, bytes: u32) -> bool {
+/// fresh segment (of `chunk_bytes`) keeps its page BF16 instead, its sequence having
+/// `reserve` more pages reserved in the layer and the page's class being `bytes` long.
+fn tail_keeps(chunk_bytes: u64, tail_fill_percent: u32, reserve: u32, bytes: u32) -> bool {
     let still = u64::from(reserve) + 1;
-    still * u64::from(bytes) * 100 < cfg.chunk_bytes * u64::from(cfg.tail_fill_percent)
+    still * u64::from(bytes) * 100 < chunk_bytes * u64::from(tail_fill_percent)
 }
 
 /// The location `offset` bytes into `chunk`, `slot_bytes` long.
