@@ -2,6 +2,8 @@
 //! reservations, deferred frees.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::config::{PoolConfig, SizeClasses};
 use crate::error::{Error, Result};
@@ -707,6 +709,27 @@ impl Pool {
             if small { ((u128::from(n) * u128::from(m)) >> 64) as i64 } else { (n / spc as u64) as i64 }
         };
         let fits = |n: i64| slack.iter().map(|&s| chunks((n - s).max(0))).sum::<i64>() <= shared;
+        // The answer moves little between two queries (a decode step's allocations and
+        // frees): gallop from the last one, then bisect what is left (a few probes where
+        // the bisection from the bounds takes ~20).
+        if let Some(h) = self.admit.hint().map(|h| h as i64).filter(|&h| h >= lo && h < hi) {
+            let mut step = 1;
+            if fits(h) {
+                lo = h;
+                while lo + step < hi && fits(lo + step) {
+                    lo += step;
+                    step *= 2;
+                }
+                hi = hi.min(lo + step);
+            } else {
+                hi = h;
+                while hi - step > lo && !fits(hi - step) {
+                    hi -= step;
+                    step *= 2;
+                }
+                lo = lo.max(hi - step);
+            }
+        }
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
             if fits(mid) {
@@ -1698,19 +1721,25 @@ impl Pool {
     }
 }
 
-/// The cached answer of [`Pool::admissible_pages`] (`u64::MAX`: not known). An atomic so
-/// that the query stays `&self` and the pool `Sync`; relaxed: the pool is used from one
-/// thread at a time (`&mut` for every change).
+/// The cached answer of [`Pool::admissible_pages`] (`u64::MAX`: not known), and the last
+/// answer computed (`u64::MAX`: none; where the next computation starts). Atomics so that
+/// the query stays `&self` and the pool `Sync`; relaxed: the pool is used from one thread
+/// at a time (`&mut` for every change).
 #[derive(Debug)]
-struct AdmitCache(std::sync::atomic::AtomicU64);
+struct AdmitCache(AtomicU64, AtomicU64);
 
 impl AdmitCache {
     fn get(&self) -> Option<u64> {
-        let v = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let v = self.0.load(Relaxed);
+        (v != u64::MAX).then_some(v)
+    }
+    fn hint(&self) -> Option<u64> {
+        let v = self.1.load(Relaxed);
         (v != u64::MAX).then_some(v)
     }
     fn set(&self, v: u64) {
-        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(v, Relaxed);
+        self.1.store(v, Relaxed);
     }
     fn clear(&mut self) {
         *self.0.get_mut() = u64::MAX;
@@ -1719,13 +1748,13 @@ impl AdmitCache {
 
 impl Default for AdmitCache {
     fn default() -> AdmitCache {
-        AdmitCache(std::sync::atomic::AtomicU64::new(u64::MAX))
+        AdmitCache(AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX))
     }
 }
 
 impl Clone for AdmitCache {
     fn clone(&self) -> AdmitCache {
-        AdmitCache(std::sync::atomic::AtomicU64::new(self.0.load(std::sync::atomic::Ordering::Relaxed)))
+        AdmitCache(AtomicU64::new(self.0.load(Relaxed)), AtomicU64::new(self.1.load(Relaxed)))
     }
 }
 
