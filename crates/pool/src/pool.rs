@@ -839,8 +839,10 @@ impl Pool {
     /// A decode step's row: one new open page of `seq` in every layer, layer 0 first,
     /// written to `pages[layer]` (`pages.len()` must be the layer count). The same as
     /// [`Pool::alloc`] for each layer in turn (the same pages, trace lines and
-    /// [`Change`]s) with one lookup of the sequence, whose per-layer state is one array:
-    /// what a serving stack's scheduler calls when a request's next token starts a page.
+    /// [`Change`]s) with one lookup of the sequence, whose per-layer state is one array,
+    /// and the decode step's common layers (a spare slot, or a reservation and a partial
+    /// slab) in one loop without a per-page call: what a serving stack's scheduler calls
+    /// when a request's next token starts a page (seed 002, "Memory management").
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] (nothing allocated), [`Error::UnknownSeq`], or a layer's
@@ -1087,7 +1089,8 @@ impl Pool {
     /// [`Pool::compress`] of `pages[i]` to `bytes[i]` for each `i` in order, outcomes in
     /// `out[i]`: a decode step's row (the pages a request's last token filled, one per
     /// layer) or a prefill's pages. The same pages, trace lines and [`Change`]s as the
-    /// loop, with one lookup of the sequence per run of pages of one sequence.
+    /// loop; the decode step's common pages (kept BF16, or packed into the current
+    /// segment) in one loop over a run of pages of one sequence, without a per-page call.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] (nothing done) unless the three lengths agree; else
