@@ -525,11 +525,17 @@ impl<'a> Server<'a> {
     }
 
     fn page_bytes(&self, id: u64, page: u64, layer: u32) -> u32 {
+        self.size_at(mix(id, page), layer)
+    }
+
+    /// The size [`Server::page_bytes`] gives a page whose `mix(id, page)` is `h` (a row's
+    /// pages share it: one hash per row).
+    fn size_at(&self, h: u64, layer: u32) -> u32 {
         match self.sizes {
             None => PAGE_BYTES,
             Some(s) => {
                 let starts = &s.per_layer[layer as usize];
-                starts[(mix(id, page) % starts.len() as u64) as usize]
+                starts[(h % starts.len() as u64) as usize]
             }
         }
     }
@@ -674,8 +680,9 @@ impl<'a> Server<'a> {
                 self.rows += 1;
                 if !std::mem::replace(&mut self.running[i].open_done, false) {
                     self.sizes_buf.clear();
+                    let h = mix(id, t / PAGE_TOKENS - 1);
                     for layer in 0..LAYERS {
-                        self.sizes_buf.push(self.page_bytes(id, t / PAGE_TOKENS - 1, layer));
+                        self.sizes_buf.push(self.size_at(h, layer));
                     }
                     self.outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
                     self.ids.truncate(LAYERS as usize);

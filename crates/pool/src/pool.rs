@@ -2,8 +2,10 @@
 //! reservations, deferred frees.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, SizeClasses};
 use crate::error::{Error, Result};
 use crate::{ChunkId, Epoch, PageId, SeqId};
 
@@ -209,6 +211,54 @@ impl PageEntry {
     }
 }
 
+/// A page table entry inside the pool (16 bytes, four a cache line; the public
+/// [`PageEntry`] is built from it on demand): the sequence comes from the page's id
+/// block, the slot's size from the format (the open class, or the class of a compressed
+/// page's bytes), the format's tag sits in the offset's low bits (a multiple of
+/// [`crate::SLOT_ALIGN`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    chunk: ChunkId,
+    /// The offset in the chunk, or'ed with [`OPEN`], [`BF16`] or [`COMPRESSED`].
+    at: u32,
+    /// The content's bytes: what the caller reported at compression (0 while open).
+    content: u32,
+    layer: u32,
+}
+
+/// [`Slot::at`]'s tags: [`PageFormat::Open`], [`PageFormat::Bf16`],
+/// [`PageFormat::Compressed`].
+const OPEN: u32 = 0;
+const BF16: u32 = 1;
+const COMPRESSED: u32 = 2;
+/// The tag's bits of [`Slot::at`].
+const TAG: u32 = 3;
+const _: () = assert!(crate::SLOT_ALIGN > TAG);
+
+impl Slot {
+    /// A new open page's entry: at `offset` in `chunk`, of layer `layer`.
+    fn open(chunk: ChunkId, offset: u32, layer: u32) -> Slot {
+        Slot { chunk, at: offset | OPEN, content: 0, layer }
+    }
+    fn offset(self) -> u32 {
+        self.at & !TAG
+    }
+    fn tag(self) -> u32 {
+        self.at & TAG
+    }
+    /// Whether the page is open (BF16, being written).
+    fn is_open(self) -> bool {
+        self.tag() == OPEN
+    }
+    fn format(self) -> PageFormat {
+        match self.tag() {
+            OPEN => PageFormat::Open,
+            BF16 => PageFormat::Bf16 { compressed_bytes: self.content },
+            _ => PageFormat::Compressed { bytes: self.content },
+        }
+    }
+}
+
 /// Chunk class tags besides a slab's class index.
 const SEGMENT: u32 = u32::MAX - 1;
 /// A segment whose sequence was released, waiting for its epoch.
@@ -247,12 +297,18 @@ struct LayerState {
     empty_private: Vec<ChunkId>,
 }
 
-/// A sequence's state in one layer (32 bytes: a row operation reads a sequence's layers
-/// as one array, two layers a cache line).
+/// A sequence's state in one layer (40 bytes: a row operation reads a sequence's layers
+/// as one array).
 #[derive(Clone, Copy, Debug)]
 struct SeqLayer {
-    /// Pages still reserved.
-    reserve: u64,
+    /// Pages still reserved (at most `u32::MAX`: [`Pool::reserve`] refuses more).
+    reserve: u32,
+    /// Up to two of its pages in slab slots (NONE: none), the last allocated in this
+    /// layer while they stay there: decode allocates a row's pages while the previous
+    /// row's are still open, then compresses those. Its other slab pages (a page kept
+    /// BF16 once two more were allocated) are in [`Seq::in_slab`]; a decode row's
+    /// allocation and compression never touch that list.
+    slab: [PageId; 2],
     /// The segment new compressed pages go to (NONE before the first).
     current: ChunkId,
     /// Its bytes handed out.
@@ -267,8 +323,15 @@ struct SeqLayer {
     spare_epoch: Epoch,
 }
 
-const FRESH_LAYER: SeqLayer =
-    SeqLayer { reserve: 0, current: NONE, used: 0, spare_chunk: NONE, spare_slot: 0, spare_epoch: 0 };
+const FRESH_LAYER: SeqLayer = SeqLayer {
+    reserve: 0,
+    slab: [NONE; 2],
+    current: NONE,
+    used: 0,
+    spare_chunk: NONE,
+    spare_slot: 0,
+    spare_epoch: 0,
+};
 
 /// A running sequence. Kept in [`Pool`]'s `store` by index (the map gives the index):
 /// a released sequence's entry, its vectors' capacity with it, serves the next one.
@@ -279,12 +342,43 @@ struct Seq {
     lay: Vec<SeqLayer>,
     /// Its id blocks; the last one hands out the next id.
     blocks: Vec<u32>,
-    /// Its pages in slab slots (open, or kept BF16) with their chunk and slot (the
-    /// release frees them without reading the page table), in no order: page `p` is at
-    /// `slab_pos[p]`; a page leaving its slab is swap-removed (O(1)).
+    /// Its pages in slab slots (open, or kept BF16) but those in its layers' `slab`, with
+    /// their chunk and slot (the release frees them without reading the page table), in
+    /// no order: page `p` is at `slab_pos[p]`; a page leaving its slab is swap-removed
+    /// (O(1)).
     in_slab: Vec<(PageId, ChunkId, u32)>,
     /// Its segments, all layers: freed whole at release.
     segments: Vec<ChunkId>,
+}
+
+impl Seq {
+    /// New page `page` of layer `l`, in a slab slot, goes into the layer's `slab`
+    /// ([`place_slab`]).
+    fn place_slab(
+        &mut self,
+        l: usize,
+        page: PageId,
+        entries: &[Slot],
+        slab_pos: &mut [u32],
+        open_bytes: u32,
+    ) {
+        place_slab(&mut self.lay[l].slab, page, &mut self.in_slab, entries, slab_pos, open_bytes);
+    }
+
+    /// Page `page` (of layer `l`) leaves its slab slot: out of its layer's `slab`, or
+    /// swap-removed from `in_slab`.
+    fn unlist_slab_page(&mut self, l: usize, page: PageId, slab_pos: &mut [u32]) {
+        let sl = &mut self.lay[l];
+        if let Some(held) = sl.slab.iter_mut().find(|p| **p == page) {
+            *held = NONE;
+            return;
+        }
+        let pos = slab_pos[page as usize] as usize;
+        self.in_slab.swap_remove(pos);
+        if let Some(&(moved, _, _)) = self.in_slab.get(pos) {
+            slab_pos[moved as usize] = pos as u32;
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -296,6 +390,10 @@ enum Retired {
         word: u32,
         mask: u64,
     },
+    /// A released sequence's slab slots (`in_slab`'s entries, then its layers' `slab`
+    /// pages and spares; the page, NONE for a spare, is not read): freed in order, a
+    /// slab word's run of them at a time.
+    SlotList(Vec<(PageId, ChunkId, u32)>),
     Segments(Vec<ChunkId>),
     Blocks(Vec<u32>),
 }
@@ -354,7 +452,9 @@ pub struct Pool {
     layers: Vec<LayerState>,
     shared_free: Vec<ChunkId>,
     /// The page table, by id.
-    entries: Vec<PageEntry>,
+    entries: Vec<Slot>,
+    /// Per id block: the index in `store` of the sequence it belongs to (while in use).
+    block_seq: Vec<u32>,
     /// By id: a page's index in its sequence's `in_slab` while it sits in a slab slot.
     slab_pos: Vec<u32>,
     /// Per layer: pages reserved for the running sequences' growth.
@@ -370,6 +470,8 @@ pub struct Pool {
     store: Vec<Seq>,
     /// Indices of `store` free for the next sequence.
     free_seqs: Vec<u32>,
+    /// Emptied `in_slab` lists (their capacity), for the next sequences.
+    free_lists: Vec<Vec<(PageId, ChunkId, u32)>>,
     /// [`Pool::admissible_pages`] as last computed, or `UNKNOWN` after a change of the
     /// counts it reads.
     admit: AdmitCache,
@@ -429,6 +531,7 @@ impl Pool {
             layers,
             shared_free,
             entries: Vec::new(),
+            block_seq: Vec::new(),
             slab_pos: Vec::new(),
             reserved: vec![0; cfg.layers as usize],
             room: vec![u64::from(cfg.private_chunks) * u64::from(open_spc); cfg.layers as usize],
@@ -437,6 +540,7 @@ impl Pool {
             seqs: HashMap::default(),
             store: Vec::new(),
             free_seqs: Vec::new(),
+            free_lists: Vec::new(),
             admit: AdmitCache::default(),
             pending: VecDeque::new(),
             pending_count: 0,
@@ -491,6 +595,23 @@ impl Pool {
                 Retired::Slots { chunk, word, mask } => {
                     self.pending_count -= u64::from(mask.count_ones());
                     self.release_slots(chunk, word, mask);
+                }
+                Retired::SlotList(mut list) => {
+                    self.pending_count -= list.len() as u64;
+                    let mut i = 0;
+                    while let Some(&(_, chunk, slot)) = list.get(i) {
+                        let (word, mut mask) = (slot / 64, 1u64 << (slot % 64));
+                        i += 1;
+                        while let Some(&(_, c, s)) = list.get(i)
+                            && (c, s / 64) == (chunk, word)
+                        {
+                            mask |= 1 << (s % 64);
+                            i += 1;
+                        }
+                        self.release_slots(chunk, word, mask);
+                    }
+                    list.clear();
+                    self.free_lists.push(list);
                 }
                 Retired::Segments(list) => {
                     self.pending_count -= list.len() as u64;
@@ -588,6 +709,27 @@ impl Pool {
             if small { ((u128::from(n) * u128::from(m)) >> 64) as i64 } else { (n / spc as u64) as i64 }
         };
         let fits = |n: i64| slack.iter().map(|&s| chunks((n - s).max(0))).sum::<i64>() <= shared;
+        // The answer moves little between two queries (a decode step's allocations and
+        // frees): gallop from the last one, then bisect what is left (a few probes where
+        // the bisection from the bounds takes ~20).
+        if let Some(h) = self.admit.hint().map(|h| h as i64).filter(|&h| h >= lo && h < hi) {
+            let mut step = 1;
+            if fits(h) {
+                lo = h;
+                while lo + step < hi && fits(lo + step) {
+                    lo += step;
+                    step *= 2;
+                }
+                hi = hi.min(lo + step);
+            } else {
+                hi = h;
+                while hi - step > lo && !fits(hi - step) {
+                    hi -= step;
+                    step *= 2;
+                }
+                lo = lo.max(hi - step);
+            }
+        }
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
             if fits(mid) {
@@ -612,16 +754,20 @@ impl Pool {
     /// the pages its remaining tokens will need. [`Pool::alloc`] for `seq` consumes them.
     ///
     /// # Errors
-    /// [`Error::ReservationTooLarge`] when more than [`Pool::admissible_pages`].
+    /// [`Error::ReservationTooLarge`] when more than [`Pool::admissible_pages`], or when
+    /// `seq`'s reservation in a layer would pass `u32::MAX` pages.
     pub fn reserve(&mut self, seq: SeqId, pages: u64) -> Result<()> {
-        let r = if self.fits(pages, Adjust::default()) {
+        let held = self.seqs.get(&seq).map_or(0, |&si| {
+            self.store[si as usize].lay.iter().map(|l| u64::from(l.reserve)).max().unwrap_or(0)
+        });
+        let r = if held.saturating_add(pages) <= u64::from(u32::MAX) && self.fits(pages, Adjust::default()) {
             let si = match self.seqs.get(&seq) {
                 Some(&si) => si as usize,
                 None => self.new_seq(seq),
             };
             for (total, sl) in self.reserved.iter_mut().zip(&mut self.store[si].lay) {
                 *total += pages;
-                sl.reserve += pages;
+                sl.reserve += pages as u32;
             }
             self.admit.clear();
             Ok(())
@@ -643,6 +789,9 @@ impl Pool {
             }
         };
         let s = &mut self.store[si];
+        if s.in_slab.capacity() == 0 {
+            s.in_slab = self.free_lists.pop().unwrap_or_default();
+        }
         s.id = seq;
         s.lay.clear();
         s.lay.resize(layers, FRESH_LAYER);
@@ -660,7 +809,7 @@ impl Pool {
     /// sequence.
     pub fn reserved(&self, seq: SeqId) -> Option<Vec<u64>> {
         let si = self.seq_index(seq).ok()?;
-        Some(self.store[si].lay.iter().map(|l| l.reserve).collect())
+        Some(self.store[si].lay.iter().map(|l| u64::from(l.reserve)).collect())
     }
 
     /// The fewest pages still reserved for `seq` in any layer (a row of
@@ -668,7 +817,7 @@ impl Pool {
     /// `None` for an unknown sequence.
     pub fn min_reserved(&self, seq: SeqId) -> Option<u64> {
         let si = self.seq_index(seq).ok()?;
-        self.store[si].lay.iter().map(|l| l.reserve).min()
+        self.store[si].lay.iter().map(|l| u64::from(l.reserve)).min()
     }
 
     // ----- pages -------------------------------------------------------------------
@@ -690,8 +839,10 @@ impl Pool {
     /// A decode step's row: one new open page of `seq` in every layer, layer 0 first,
     /// written to `pages[layer]` (`pages.len()` must be the layer count). The same as
     /// [`Pool::alloc`] for each layer in turn (the same pages, trace lines and
-    /// [`Change`]s) with one lookup of the sequence, whose per-layer state is one array:
-    /// what a serving stack's scheduler calls when a request's next token starts a page.
+    /// [`Change`]s) with one lookup of the sequence, whose per-layer state is one array,
+    /// and the decode step's common layers (a spare slot, or a reservation and a partial
+    /// slab) in one loop without a per-page call: what a serving stack's scheduler calls
+    /// when a request's next token starts a page (seed 002, "Memory management").
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] (nothing allocated), [`Error::UnknownSeq`], or a layer's
@@ -707,60 +858,102 @@ impl Pool {
         let si = self.seq_index(seq);
         if let Ok(si) = si {
             self.touch_row(si);
-            if self.alloc_row_spares(si, pages) {
-                let recording = self.trace.is_some() || self.changes.is_some();
-                for layer in (0..layers).filter(|_| recording) {
-                    self.after_alloc(seq, layer, &Ok(pages[layer as usize]));
-                }
-                return Ok(());
-            }
         }
-        for layer in 0..layers {
-            let r = si.clone().and_then(|si| self.alloc_at(si, layer));
-            self.after_alloc(seq, layer, &r);
-            pages[layer as usize] = r?;
+        let recording = self.recording();
+        let mut layer = 0;
+        while layer < pages.len() {
+            // The common layers in one pass, then one layer by the general path.
+            if let Ok(si) = si {
+                let done = self.alloc_run(si, layer, pages);
+                if recording {
+                    for (l, &page) in pages.iter().enumerate().take(done).skip(layer) {
+                        self.after_alloc(seq, l as u32, &Ok(page));
+                    }
+                }
+                layer = done;
+                if layer == pages.len() {
+                    break;
+                }
+            }
+            let r = match si {
+                Ok(si) => self.alloc_at(si, layer as u32),
+                Err(ref e) => Err(e.clone()),
+            };
+            if recording {
+                self.after_alloc(seq, layer as u32, &r);
+            }
+            pages[layer] = r?;
+            layer += 1;
         }
         Ok(())
     }
 
-    /// The decode step's common row, in one pass: every layer of `store[si]` has its
-    /// spare slot ready and its last id block room for the row. Then each layer's
-    /// [`Pool::alloc_at`] would take the spare, consume a reservation if any, and the
-    /// next id; this does exactly that (no slab, no capacity test) and returns `true`;
-    /// otherwise it changes nothing and returns `false`.
-    fn alloc_row_spares(&mut self, si: usize, pages: &mut [PageId]) -> bool {
-        let completed = self.completed;
-        let s = &mut self.store[si];
-        let Some(&block) = s.blocks.last() else { return false };
-        let used = self.block_used[block as usize];
-        let n = s.lay.len() as u32;
-        if used + n > ID_BLOCK
-            || !s.lay.iter().all(|sl| sl.spare_chunk != NONE && sl.spare_epoch <= completed)
-        {
-            return false;
-        }
-        let first = block * ID_BLOCK + used;
-        self.block_used[block as usize] = used + n;
-        let (seq, open_bytes) = (s.id, self.open_bytes);
-        let ids = first as usize..(first + n) as usize;
-        let rows = s.lay.iter_mut().zip(&mut self.reserved).zip(&mut self.entries[ids.clone()]);
-        for (layer, (((sl, total), entry), (pos, page))) in
-            rows.zip(self.slab_pos[ids].iter_mut().zip(pages.iter_mut())).enumerate()
-        {
-            let (chunk, slot) = (sl.spare_chunk, sl.spare_slot);
-            sl.spare_chunk = NONE;
+    /// Layers `from..` of a row of `store[si]`, in order, while each is the decode step's
+    /// common case: room in the sequence's last id block, and the layer's spare slot
+    /// ready, or a reservation and a partial slab. Then [`Pool::alloc_at`] takes the spare
+    /// (or a slot of the last partial slab), consumes a reservation if any, and the next
+    /// id; this does exactly that (no capacity test, no new block or slab), writes the
+    /// pages to `pages` and returns the first layer it did not do. One pass over the
+    /// sequence's layers with the pool's arrays at hand (no per-page call). Row calls
+    /// only: the single calls take the general path, and the property tests compare the
+    /// two.
+    fn alloc_run(&mut self, si: usize, from: usize, pages: &mut [PageId]) -> usize {
+        // Slices and values in locals (see `compress_run`).
+        let Pool {
+            store,
+            entries,
+            block_used,
+            reserved,
+            layers,
+            chunks,
+            free_bits,
+            words,
+            room,
+            slab_pos,
+            admit,
+            ..
+        } = self;
+        let (completed, open_bytes, words) = (self.completed, self.open_bytes, *words);
+        let (entries, slab_pos, reserved, room) =
+            (&mut entries[..], &mut slab_pos[..], &mut reserved[..], &mut room[..]);
+        let (layers, chunks, free_bits) = (&mut layers[..], &mut chunks[..], &mut free_bits[..]);
+        let Seq { lay, in_slab, blocks, .. } = &mut store[si];
+        let Some(&block) = blocks.last() else { return from };
+        let lay = &mut lay[..];
+        let mut used = block_used[block as usize];
+        let mut l = from;
+        while l < pages.len() && used < ID_BLOCK {
+            let sl = &mut lay[l];
+            let (chunk, slot) = if sl.spare_chunk != NONE && sl.spare_epoch <= completed {
+                (std::mem::replace(&mut sl.spare_chunk, NONE), sl.spare_slot)
+            } else if sl.reserve > 0
+                && let Some(&c) = layers[l].partial.last()
+            {
+                room[l] -= 1;
+                admit.clear();
+                (c, take_partial(c, words, free_bits, chunks, &mut layers[l].partial))
+            } else {
+                break;
+            };
             if sl.reserve > 0 {
                 sl.reserve -= 1;
-                *total -= 1;
+                reserved[l] -= 1;
+                admit.clear();
             }
-            let location = Location { chunk, offset: slot * open_bytes, slot_bytes: open_bytes };
-            *entry = PageEntry { seq, layer: layer as u32, location, format: PageFormat::Open };
-            *page = first + layer as u32;
-            *pos = s.in_slab.len() as u32;
-            s.in_slab.push((*page, chunk, slot));
+            let page = block * ID_BLOCK + used;
+            used += 1;
+            entries[page as usize] = Slot::open(chunk, slot * open_bytes, l as u32);
+            place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_bytes);
+            pages[l] = page;
+            l += 1;
         }
-        self.admit.clear();
-        true
+        block_used[block as usize] = used;
+        l
+    }
+
+    /// Whether trace lines or [`Change`]s are being recorded.
+    fn recording(&self) -> bool {
+        self.trace.is_some() || self.changes.is_some()
     }
 
     /// A prefill's pages of one layer: for each `bytes[i]`, a new page of `seq` in
@@ -790,13 +983,12 @@ impl Pool {
             return Err(Error::LengthMismatch { what: "out", got: out.len(), expected: bytes.len() });
         }
         let si = self.check_layer(layer).and_then(|()| self.seq_index(seq));
-        let mut last = si.as_ref().ok().map(|&si| (seq, si));
         for (i, page) in pages.iter_mut().enumerate() {
             let r = si.clone().and_then(|si| self.alloc_at(si, layer));
             self.after_alloc(seq, layer, &r);
             *page = r?;
             if let Some(&b) = bytes.get(i) {
-                let r = self.compress_inner(*page, b, &mut last);
+                let r = self.compress_inner(*page, b);
                 self.after_compress(*page, b, &r);
                 out[i] = r?;
             }
@@ -815,7 +1007,7 @@ impl Pool {
             let (first, n) = (b * ID_BLOCK + self.block_used[b as usize], self.cfg.layers);
             if self.block_used[b as usize] + n <= ID_BLOCK {
                 let ids = first as usize..(first + n) as usize;
-                acc ^= touch(&self.entries[ids.clone()], |e| e.layer) ^ touch(&self.slab_pos[ids], |&p| p);
+                acc ^= touch(&self.entries[ids], |e| e.layer);
             }
         }
         std::hint::black_box(acc);
@@ -825,8 +1017,9 @@ impl Pool {
         self.log(|pool| {
             format!("alloc {seq} {layer} => {}", ok_or(r, |&p| format!("{p} {}", pool.loc_text(p))))
         });
-        if let (&Ok(page), Some(c)) = (r, self.changes.as_mut()) {
-            c.push(Change::Alloc { page, at: self.entries[page as usize].location });
+        if let (&Ok(page), true) = (r, self.changes.is_some()) {
+            let at = self.location(self.entries[page as usize]);
+            self.changes.as_mut().expect("checked").push(Change::Alloc { page, at });
         }
     }
 
@@ -845,9 +1038,7 @@ impl Pool {
         } else {
             self.take_slot(l).ok_or(Error::NoCapacity { layer })?
         };
-        let location = Location { chunk, offset: slot * self.open_bytes, slot_bytes: self.open_bytes };
         let s = &mut self.store[si];
-        let seq = s.id;
         if spare {
             s.lay[l].spare_chunk = NONE;
         }
@@ -863,21 +1054,21 @@ impl Pool {
                 let b = self.free_blocks.pop().unwrap_or_else(|| {
                     let b = self.block_used.len() as u32;
                     self.block_used.push(0);
+                    self.block_seq.push(NONE);
                     let ids = self.entries.len() + ID_BLOCK as usize;
-                    let blank = PageEntry { seq: 0, layer: 0, location, format: PageFormat::Open };
-                    self.entries.resize(ids, blank);
+                    self.entries.resize(ids, Slot::default());
                     self.slab_pos.resize(ids, NONE);
                     b
                 });
                 s.blocks.push(b);
+                self.block_seq[b as usize] = si as u32;
                 b
             }
         };
         let page = block * ID_BLOCK + self.block_used[block as usize];
         self.block_used[block as usize] += 1;
-        self.entries[page as usize] = PageEntry { seq, layer, location, format: PageFormat::Open };
-        self.slab_pos[page as usize] = s.in_slab.len() as u32;
-        s.in_slab.push((page, chunk, slot));
+        self.entries[page as usize] = Slot::open(chunk, slot * self.open_bytes, layer);
+        s.place_slab(l, page, &self.entries, &mut self.slab_pos, self.open_bytes);
         Ok(page)
     }
 
@@ -890,7 +1081,7 @@ impl Pool {
     /// # Errors
     /// [`Error::UnknownPage`], [`Error::NotOpen`].
     pub fn compress(&mut self, page: PageId, compressed_bytes: u32) -> Result<CompressOutcome> {
-        let r = self.compress_inner(page, compressed_bytes, &mut None);
+        let r = self.compress_inner(page, compressed_bytes);
         self.after_compress(page, compressed_bytes, &r);
         r
     }
@@ -898,7 +1089,8 @@ impl Pool {
     /// [`Pool::compress`] of `pages[i]` to `bytes[i]` for each `i` in order, outcomes in
     /// `out[i]`: a decode step's row (the pages a request's last token filled, one per
     /// layer) or a prefill's pages. The same pages, trace lines and [`Change`]s as the
-    /// loop, with one lookup of the sequence per run of pages of one sequence.
+    /// loop; the decode step's common pages (kept BF16, or packed into the current
+    /// segment) in one loop over a run of pages of one sequence, without a per-page call.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] (nothing done) unless the three lengths agree; else
@@ -915,19 +1107,34 @@ impl Pool {
                 return Err(Error::LengthMismatch { what, got, expected: pages.len() });
             }
         }
-        // The pages' entries and slab positions, loaded together first (see `touch_row`).
+        // The pages' entries, loaded together first (see `touch_row`).
         let mut acc = 0;
         for &p in pages {
-            if let (Some(e), Some(&pos)) = (self.entries.get(p as usize), self.slab_pos.get(p as usize)) {
-                acc ^= e.layer ^ pos;
+            if let Some(e) = self.entries.get(p as usize) {
+                acc ^= e.layer;
             }
         }
         std::hint::black_box(acc);
-        let mut last = None;
-        for ((&page, &b), o) in pages.iter().zip(bytes).zip(out) {
-            let r = self.compress_inner(page, b, &mut last);
-            self.after_compress(page, b, &r);
-            *o = r?;
+        let recording = self.recording();
+        let mut i = 0;
+        while i < pages.len() {
+            // The common pages in one pass, then one page by the general path.
+            let done = self.compress_run(i, pages, bytes, out);
+            if recording {
+                for j in i..done {
+                    self.after_compress(pages[j], bytes[j], &Ok(out[j]));
+                }
+            }
+            i = done;
+            if i == pages.len() {
+                break;
+            }
+            let r = self.compress_inner(pages[i], bytes[i]);
+            if recording {
+                self.after_compress(pages[i], bytes[i], &r);
+            }
+            out[i] = r?;
+            i += 1;
         }
         Ok(())
     }
@@ -947,30 +1154,94 @@ impl Pool {
         }
     }
 
-    /// `last`: the sequence and store index of the previous page of a batch.
-    fn compress_inner(
+    /// `pages[from..]` compressed to `bytes[..]` in order, outcomes to `out`, while each is
+    /// the decode step's common case: the page is live and open, and either stays BF16
+    /// (its bytes do not fit below the open class, or its sequence's current segment of
+    /// the layer has no room for them and the tail rule keeps the page), or moves into
+    /// that segment, which has room, while the page is in its layer's `slab` and the
+    /// layer has no spare slot (its slot becomes the spare). Then this does what
+    /// [`Pool::compress`] does; it returns the first index it did not do (a fresh segment,
+    /// a spare already held, an error). One pass with the pool's arrays at hand; row
+    /// calls only, as [`Pool::alloc_run`].
+    fn compress_run(
         &mut self,
-        page: PageId,
-        compressed_bytes: u32,
-        last: &mut Option<(SeqId, usize)>,
-    ) -> Result<CompressOutcome> {
-        let entry = self.entry(page).ok_or(Error::UnknownPage { page })?;
-        if entry.format != PageFormat::Open {
+        from: usize,
+        pages: &[PageId],
+        bytes: &[u32],
+        out: &mut [CompressOutcome],
+    ) -> usize {
+        // Slices and values in locals: stores through one slice do not make the others'
+        // bounds and pointers reload.
+        let Pool { store, entries, block_used, block_seq, cfg, .. } = self;
+        let (store, entries, block_used, block_seq) =
+            (&mut store[..], &mut entries[..], &block_used[..], &block_seq[..]);
+        let (table, class_bytes_of) = (cfg.classes.fit_table(), cfg.classes.bytes());
+        let (chunk_bytes, tail_percent) = (cfg.chunk_bytes, cfg.tail_fill_percent);
+        let (open, open_bytes, epoch) = (self.open, self.open_bytes, self.submitted + 1);
+        // The row's sequence's layers (pages of another sequence go to the general path).
+        let Some(&first) = pages.get(from) else { return from };
+        let si = match block_used.get((first / ID_BLOCK) as usize) {
+            Some(&used) if first % ID_BLOCK < used => block_seq[(first / ID_BLOCK) as usize],
+            _ => return from,
+        };
+        let lay = &mut store[si as usize].lay[..];
+        for i in from..pages.len() {
+            let (page, content) = (pages[i], bytes[i]);
+            let b = (page / ID_BLOCK) as usize;
+            if block_used.get(b).is_none_or(|&used| page % ID_BLOCK >= used) || block_seq[b] != si {
+                return i;
+            }
+            let e = &mut entries[page as usize];
+            if !e.is_open() {
+                return i;
+            }
+            let kept = Slot { at: e.offset() | BF16, content, ..*e };
+            let fit =
+                if table.is_empty() { cfg.classes.fit(content) } else { SizeClasses::fit_by(table, content) };
+            let class = fit.unwrap_or(open);
+            if class == open {
+                (*e, out[i]) = (kept, CompressOutcome::Kept);
+                continue;
+            }
+            let class_bytes = class_bytes_of[class];
+            let sl = &mut lay[e.layer as usize];
+            let (chunk, offset) = (sl.current, sl.used);
+            if chunk == NONE || u64::from(offset) + u64::from(class_bytes) > chunk_bytes {
+                if !tail_keeps(chunk_bytes, tail_percent, sl.reserve, class_bytes) {
+                    return i; // a fresh segment
+                }
+                (*e, out[i]) = (kept, CompressOutcome::Kept);
+                continue;
+            }
+            let held = if sl.slab[0] == page { 0 } else { 1 };
+            if sl.spare_chunk != NONE || sl.slab[held] != page {
+                return i;
+            }
+            let old = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
+            sl.used = offset + class_bytes;
+            (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) = (old.chunk, old.offset / open_bytes, epoch);
+            sl.slab[held] = NONE;
+            *e = Slot { chunk, at: offset | COMPRESSED, content, layer: e.layer };
+            let to = to(chunk, offset, class_bytes);
+            out[i] = CompressOutcome::Moved(Move { page, from: old, to, bytes: content, compress: true });
+        }
+        pages.len()
+    }
+
+    fn compress_inner(&mut self, page: PageId, compressed_bytes: u32) -> Result<CompressOutcome> {
+        if !self.live(page) {
+            return Err(Error::UnknownPage { page });
+        }
+        let e = &mut self.entries[page as usize];
+        if !e.is_open() {
             return Err(Error::NotOpen { page });
         }
-        self.entries[page as usize].format = PageFormat::Bf16 { compressed_bytes };
+        (e.at, e.content) = (e.offset() | BF16, compressed_bytes);
         let class = self.cfg.classes.fit(compressed_bytes).unwrap_or(self.open);
         if class == self.open {
             return Ok(CompressOutcome::Kept);
         }
-        let si = match *last {
-            Some((seq, si)) if seq == entry.seq => si,
-            _ => {
-                let si = self.seq_index(entry.seq).expect("a live page's sequence");
-                *last = Some((entry.seq, si));
-                si
-            }
-        };
+        let si = self.block_seq[(page / ID_BLOCK) as usize] as usize;
         match self.relocate(si, page, class, NONE, true) {
             Some(m) => Ok(CompressOutcome::Moved(m)),
             None => Ok(CompressOutcome::Kept),
@@ -997,13 +1268,15 @@ impl Pool {
     }
 
     fn move_inner(&mut self, page: PageId) -> Result<Move> {
-        let entry = self.entry(page).ok_or(Error::UnknownPage { page })?;
-        let content = entry.format.content_bytes().ok_or(Error::OpenPage { page })?;
+        if !self.live(page) {
+            return Err(Error::UnknownPage { page });
+        }
+        let e = self.entries[page as usize];
+        let content = e.format().content_bytes().ok_or(Error::OpenPage { page })?;
         let class = self.cfg.classes.fit(content).unwrap_or(self.open);
-        let si = self.seq_index(entry.seq).expect("a live page's sequence");
-        let slab = self.chunk_class[entry.location.chunk as usize] != SEGMENT;
-        self.relocate(si, page, class, entry.location.chunk, slab)
-            .ok_or(Error::NoCapacity { layer: entry.layer })
+        let si = self.block_seq[(page / ID_BLOCK) as usize] as usize;
+        let slab = self.chunk_class[e.chunk as usize] != SEGMENT;
+        self.relocate(si, page, class, e.chunk, slab).ok_or(Error::NoCapacity { layer: e.layer })
     }
 
     /// Moves full page `page` (of sequence `store[si]`) to a `class` extent of its
@@ -1018,23 +1291,24 @@ impl Pool {
         from_slab: bool,
     ) -> Option<Move> {
         let e = self.entries[page as usize];
-        let l = e.layer as usize;
+        let (l, from) = (e.layer as usize, self.location(e));
         let bytes = self.cfg.classes.bytes()[class];
         let sl = self.store[si].lay[l];
         let (current, used) = (sl.current, sl.used);
         let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
-        if fresh && avoid == NONE {
-            // A compression: a tail too short to fill a fresh segment enough stays BF16.
-            let still = sl.reserve + 1;
-            if still * u64::from(bytes) * 100 < self.cfg.chunk_bytes * u64::from(self.cfg.tail_fill_percent) {
-                return None;
-            }
+        // A compression (no chunk to avoid): a tail too short to fill a fresh segment
+        // enough stays BF16.
+        if fresh
+            && avoid == NONE
+            && tail_keeps(self.cfg.chunk_bytes, self.cfg.tail_fill_percent, sl.reserve, bytes)
+        {
+            return None;
         }
         let (chunk, offset) = if fresh {
             let c = self.fresh_chunk(l, true)?;
             self.chunk_class[c as usize] = SEGMENT;
             let ch = &mut self.chunks[c as usize];
-            (ch.layer, ch.owner, ch.slots, ch.live, ch.pending) = (l as u32, e.seq, 0, 0, 0);
+            (ch.layer, ch.owner, ch.slots, ch.live, ch.pending) = (l as u32, self.store[si].id, 0, 0, 0);
             if current != NONE {
                 self.chunks[current as usize].used = used;
             }
@@ -1051,7 +1325,6 @@ impl Pool {
         (sl.current, sl.used) = (chunk, offset + bytes);
         // The old slot: a slab slot becomes the sequence's spare (or is freed for the open
         // epoch when it has one); a segment's stays a hole until the release.
-        let from = e.location;
         if from_slab {
             let retire = if sl.spare_chunk == NONE {
                 (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) =
@@ -1060,22 +1333,19 @@ impl Pool {
             } else {
                 true
             };
-            let pos = self.slab_pos[page as usize] as usize;
-            s.in_slab.swap_remove(pos);
-            if let Some(&(moved, _, _)) = s.in_slab.get(pos) {
-                self.slab_pos[moved as usize] = pos as u32;
-            }
+            s.unlist_slab_page(l, page, &mut self.slab_pos);
             if retire {
                 self.retire_slot(from.chunk, from.offset / from.slot_bytes);
             }
         }
-        let content = e.format.content_bytes().expect("callers refuse open pages");
-        let (format, copied, compress) = if class == self.open {
-            (e.format, self.open_bytes, false)
+        // Callers refuse open pages: `content` is the page's compressed size.
+        let content = e.content;
+        let (tag, copied, compress) = if class == self.open {
+            (e.tag(), self.open_bytes, false)
         } else {
-            (PageFormat::Compressed { bytes: content }, content, matches!(e.format, PageFormat::Bf16 { .. }))
+            (COMPRESSED, content, e.tag() == BF16)
         };
-        self.entries[page as usize] = PageEntry { location: to(chunk, offset, bytes), format, ..e };
+        self.entries[page as usize] = Slot { chunk, at: offset | tag, content, layer: e.layer };
         Some(Move { page, from, to: to(chunk, offset, bytes), bytes: copied, compress })
     }
 
@@ -1097,17 +1367,26 @@ impl Pool {
         self.free_seqs.push(si as u32);
         self.admit.clear();
         let mut s = std::mem::take(&mut self.store[si]);
+        // Its slab slots (listed pages, the layers' `slab` pages, the spares) go to the
+        // open epoch's queue as one list, `in_slab` itself.
+        let mut slots = std::mem::take(&mut s.in_slab);
         for (l, sl) in s.lay.iter().enumerate() {
-            self.reserved[l] -= sl.reserve;
-            if sl.spare_chunk != NONE {
-                self.retire_slot(sl.spare_chunk, sl.spare_slot);
-            }
+            self.reserved[l] -= u64::from(sl.reserve);
             if sl.current != NONE {
                 self.chunks[sl.current as usize].used = sl.used;
             }
+            for &p in sl.slab.iter().filter(|&&p| p != NONE) {
+                let e = self.entries[p as usize];
+                slots.push((p, e.chunk, e.offset() / self.open_bytes));
+            }
+            if sl.spare_chunk != NONE {
+                slots.push((NONE, sl.spare_chunk, sl.spare_slot));
+            }
         }
-        for &(_, chunk, slot) in &s.in_slab {
-            self.retire_slot(chunk, slot);
+        for &(_, chunk, _) in &slots {
+            let ch = &mut self.chunks[chunk as usize];
+            ch.live -= 1;
+            ch.pending += 1;
         }
         for &c in &s.segments {
             self.chunk_class[c as usize] = RETIRED;
@@ -1122,12 +1401,13 @@ impl Pool {
             self.block_used[b as usize] = 0;
         }
         let epoch = self.submitted + 1;
-        self.pending_count += (s.segments.len() + s.blocks.len()) as u64;
+        self.pending_count += (slots.len() + s.segments.len() + s.blocks.len()) as u64;
         let (segments, blocks) = (std::mem::take(&mut s.segments), std::mem::take(&mut s.blocks));
+        self.pending.push_back(Pending { epoch, what: Retired::SlotList(slots) });
         self.pending.push_back(Pending { epoch, what: Retired::Segments(segments) });
         self.pending.push_back(Pending { epoch, what: Retired::Blocks(blocks) });
-        // The entry keeps its vectors' capacity for the next sequence.
-        s.in_slab.clear();
+        // The entry keeps its layer array for the next sequence (`in_slab`'s capacity
+        // comes back with the reclamation of its slots).
         self.store[si] = s;
         Ok(pages)
     }
@@ -1136,8 +1416,30 @@ impl Pool {
 
     /// Page `page`'s entry, or `None` when it is not live.
     pub fn entry(&self, page: PageId) -> Option<PageEntry> {
-        let used = *self.block_used.get((page / ID_BLOCK) as usize)?;
-        (page % ID_BLOCK < used).then(|| self.entries[page as usize])
+        self.live(page).then(|| self.public_entry(page))
+    }
+
+    /// Whether page id `page` is live (handed out by its block, not released).
+    fn live(&self, page: PageId) -> bool {
+        self.block_used.get((page / ID_BLOCK) as usize).is_some_and(|&used| page % ID_BLOCK < used)
+    }
+
+    /// Live page `page`'s public entry.
+    fn public_entry(&self, page: PageId) -> PageEntry {
+        let e = self.entries[page as usize];
+        let seq = self.store[self.block_seq[(page / ID_BLOCK) as usize] as usize].id;
+        PageEntry { seq, layer: e.layer, location: self.location(e), format: e.format() }
+    }
+
+    /// The location of the page whose entry is `e`: a compressed page's slot is the class
+    /// of its bytes, any other's the open class.
+    fn location(&self, e: Slot) -> Location {
+        let slot_bytes = if e.tag() == COMPRESSED {
+            self.cfg.classes.bytes()[self.cfg.classes.fit(e.content).unwrap_or(self.open)]
+        } else {
+            self.open_bytes
+        };
+        Location { chunk: e.chunk, offset: e.offset(), slot_bytes }
     }
 
     /// The page table: every live page and its entry, by page id ascending. A device
@@ -1146,7 +1448,7 @@ impl Pool {
     pub fn page_table(&self) -> impl Iterator<Item = (PageId, PageEntry)> + '_ {
         self.block_used.iter().enumerate().flat_map(move |(b, &used)| {
             let first = b as u32 * ID_BLOCK;
-            (first..first + used).map(move |p| (p, self.entries[p as usize]))
+            (first..first + used).map(move |p| (p, self.public_entry(p)))
         })
     }
 
@@ -1193,7 +1495,7 @@ impl Pool {
             NONE => {}
             SEGMENT => {
                 let s = &self.store[self.seqs[&c.owner] as usize];
-                let here = |p: &PageId| self.entries[*p as usize].location.chunk == chunk;
+                let here = |p: &PageId| self.entries[*p as usize].chunk == chunk;
                 info.live = self.block_pages(&s.blocks).filter(here).count() as u32;
                 info.owner = Some(c.owner);
                 let sl = s.lay[c.layer as usize];
@@ -1220,14 +1522,17 @@ impl Pool {
         };
         s.chunks_in_use = self.chunk_class.iter().filter(|&&c| c != NONE).count() as u32;
         s.segments = self.chunk_class.iter().filter(|&&c| c == SEGMENT || c == RETIRED).count() as u32;
-        for (_, e) in self.page_table() {
-            s.live_pages += 1;
-            s.live_slot_bytes += u64::from(e.location.slot_bytes);
-            s.live_content_bytes += u64::from(match e.format {
-                PageFormat::Compressed { bytes } => bytes,
-                _ => self.open_bytes,
-            });
-            s.open_pages += u64::from(e.format == PageFormat::Open);
+        // The internal entries (no sequence lookup per page: a report per step reads them
+        // all).
+        for (b, &used) in self.block_used.iter().enumerate() {
+            let first = b * ID_BLOCK as usize;
+            for &e in &self.entries[first..first + used as usize] {
+                s.live_pages += 1;
+                s.live_slot_bytes += u64::from(self.location(e).slot_bytes);
+                s.live_content_bytes +=
+                    u64::from(if e.tag() == COMPRESSED { e.content } else { self.open_bytes });
+                s.open_pages += u64::from(e.is_open());
+            }
         }
         s
     }
@@ -1275,19 +1580,15 @@ impl Pool {
                 c
             }
         };
-        let base = chunk as usize * self.words;
-        let bits = &mut self.free_bits[base..base + self.words];
-        let w = bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot");
-        let slot = (w * 64) as u32 + bits[w].trailing_zeros();
-        bits[w] &= bits[w] - 1;
-        let ch = &mut self.chunks[chunk as usize];
-        ch.live += 1;
-        let full = ch.free_count() == 0;
+        let slot = take_partial(
+            chunk,
+            self.words,
+            &mut self.free_bits,
+            &mut self.chunks,
+            &mut self.layers[l].partial,
+        );
         self.room[l] -= 1;
         self.admit.clear();
-        if full {
-            self.partial_remove(chunk);
-        }
         Some((chunk, slot))
     }
 
@@ -1364,14 +1665,8 @@ impl Pool {
     }
 
     fn partial_remove(&mut self, c: ChunkId) {
-        let ch = &self.chunks[c as usize];
-        let pos = ch.partial_pos as usize;
-        let list = &mut self.layers[ch.layer as usize].partial;
-        list.swap_remove(pos);
-        if let Some(&moved) = list.get(pos) {
-            self.chunks[moved as usize].partial_pos = pos as u32;
-        }
-        self.chunks[c as usize].partial_pos = NONE;
+        let l = self.chunks[c as usize].layer as usize;
+        partial_remove_from(&mut self.chunks, &mut self.layers[l].partial, c);
     }
 
     // ----- trace and changes -------------------------------------------------------
@@ -1429,19 +1724,25 @@ impl Pool {
     }
 }
 
-/// The cached answer of [`Pool::admissible_pages`] (`u64::MAX`: not known). An atomic so
-/// that the query stays `&self` and the pool `Sync`; relaxed: the pool is used from one
-/// thread at a time (`&mut` for every change).
+/// The cached answer of [`Pool::admissible_pages`] (`u64::MAX`: not known), and the last
+/// answer computed (`u64::MAX`: none; where the next computation starts). Atomics so that
+/// the query stays `&self` and the pool `Sync`; relaxed: the pool is used from one thread
+/// at a time (`&mut` for every change).
 #[derive(Debug)]
-struct AdmitCache(std::sync::atomic::AtomicU64);
+struct AdmitCache(AtomicU64, AtomicU64);
 
 impl AdmitCache {
     fn get(&self) -> Option<u64> {
-        let v = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let v = self.0.load(Relaxed);
+        (v != u64::MAX).then_some(v)
+    }
+    fn hint(&self) -> Option<u64> {
+        let v = self.1.load(Relaxed);
         (v != u64::MAX).then_some(v)
     }
     fn set(&self, v: u64) {
-        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(v, Relaxed);
+        self.1.store(v, Relaxed);
     }
     fn clear(&mut self) {
         *self.0.get_mut() = u64::MAX;
@@ -1450,13 +1751,13 @@ impl AdmitCache {
 
 impl Default for AdmitCache {
     fn default() -> AdmitCache {
-        AdmitCache(std::sync::atomic::AtomicU64::new(u64::MAX))
+        AdmitCache(AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX))
     }
 }
 
 impl Clone for AdmitCache {
     fn clone(&self) -> AdmitCache {
-        AdmitCache(std::sync::atomic::AtomicU64::new(self.0.load(std::sync::atomic::Ordering::Relaxed)))
+        AdmitCache(AtomicU64::new(self.0.load(Relaxed)), AtomicU64::new(self.1.load(Relaxed)))
     }
 }
 
@@ -1498,6 +1799,83 @@ impl std::hash::Hasher for SeqHasher {
 fn touch<T>(v: &[T], f: impl Fn(&T) -> u32) -> u32 {
     let step = (64 / std::mem::size_of::<T>().max(1)).max(1);
     v.iter().step_by(step).fold(0, |acc, x| acc ^ f(x))
+}
+
+/// New page `page`, in a slab slot, goes into its layer's `slab`: a free place, else the
+/// first's page joins `in_slab` (`entries` gives its slot).
+#[inline(always)]
+fn place_slab(
+    slab: &mut [PageId; 2],
+    page: PageId,
+    in_slab: &mut Vec<(PageId, ChunkId, u32)>,
+    entries: &[Slot],
+    slab_pos: &mut [u32],
+    open_bytes: u32,
+) {
+    if slab[0] == NONE {
+        slab[0] = page;
+    } else if slab[1] == NONE {
+        slab[1] = page;
+    } else {
+        let prev = slab[0];
+        *slab = [slab[1], page];
+        let e = entries[prev as usize];
+        list_slab_page(in_slab, prev, e.chunk, e.offset() / open_bytes, slab_pos);
+    }
+}
+
+/// Page `page` at slot `slot` of slab `chunk` joins `in_slab`, its position in `slab_pos`.
+#[inline]
+fn list_slab_page(
+    in_slab: &mut Vec<(PageId, ChunkId, u32)>,
+    page: PageId,
+    chunk: ChunkId,
+    slot: u32,
+    slab_pos: &mut [u32],
+) {
+    slab_pos[page as usize] = in_slab.len() as u32;
+    in_slab.push((page, chunk, slot));
+}
+
+/// A free slot of partial slab `chunk` (`words` bitmap words a chunk in `free_bits`):
+/// taken, counted live; the slab leaves its layer's `partial` list when full.
+#[inline(always)]
+fn take_partial(
+    chunk: ChunkId,
+    words: usize,
+    free_bits: &mut [u64],
+    chunks: &mut [Chunk],
+    partial: &mut Vec<ChunkId>,
+) -> u32 {
+    let base = chunk as usize * words;
+    let bits = &mut free_bits[base..base + words];
+    let w = bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot");
+    let slot = (w * 64) as u32 + bits[w].trailing_zeros();
+    bits[w] &= bits[w] - 1;
+    let ch = &mut chunks[chunk as usize];
+    ch.live += 1;
+    if ch.free_count() == 0 {
+        partial_remove_from(chunks, partial, chunk);
+    }
+    slot
+}
+
+/// Slab `c` leaves `list`, its layer's partial list (swap-removed by its position).
+fn partial_remove_from(chunks: &mut [Chunk], list: &mut Vec<ChunkId>, c: ChunkId) {
+    let pos = chunks[c as usize].partial_pos as usize;
+    list.swap_remove(pos);
+    if let Some(&moved) = list.get(pos) {
+        chunks[moved as usize].partial_pos = pos as u32;
+    }
+    chunks[c as usize].partial_pos = NONE;
+}
+
+/// The tail rule ([`PoolConfig::tail_fill_percent`]): whether a compression that needs a
+/// fresh segment (of `chunk_bytes`) keeps its page BF16 instead, its sequence having
+/// `reserve` more pages reserved in the layer and the page's class being `bytes` long.
+fn tail_keeps(chunk_bytes: u64, tail_fill_percent: u32, reserve: u32, bytes: u32) -> bool {
+    let still = u64::from(reserve) + 1;
+    still * u64::from(bytes) * 100 < chunk_bytes * u64::from(tail_fill_percent)
 }
 
 /// The location `offset` bytes into `chunk`, `slot_bytes` long.
