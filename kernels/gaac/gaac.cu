@@ -665,7 +665,8 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
                     // Lanes l (even channel c) and l ^ 4 (c + 1) swap halves: the even lane
                     // then holds channels c, c + 1 of tokens q and q + 8, the odd one of q + 1
                     // and q + 9, one 4-byte word each (word 4 t + l / 8 of its row: the rows
-                    // q + odd lie 36 words apart, so the 32 lanes hit 32 banks).
+                    // q + odd lie T::ROW / 2 words apart, 4 more than a multiple of 32 at
+                    // every D, so the 32 lanes hit 32 banks).
                     const bool odd = lane & 4;
                     const uint32_t send_sel = odd ? 0x5410u : 0x7632u, lo_sel = odd ? 0x3254u : 0x5410u,
                                    hi_sel = odd ? 0x3276u : 0x7610u;

@@ -99,26 +99,15 @@ impl SizeClasses {
         self.bytes[self.open()]
     }
 
-    /// [`SizeClasses::fit`]'s table: entry `k` is the class of `k * SLOT_ALIGN` bytes;
-    /// empty when `fit` searches instead.
-    pub(crate) fn fit_table(&self) -> &[u32] {
-        &self.by_align
-    }
-
     /// The smallest class of at least `bytes`, or `None` when `bytes` exceeds the open
     /// class.
+    #[inline]
     pub fn fit(&self, bytes: u32) -> Option<usize> {
         if self.by_align.is_empty() {
             let i = self.bytes.partition_point(|&b| b < bytes);
             return (i < self.bytes.len()).then_some(i);
         }
-        SizeClasses::fit_by(&self.by_align, bytes)
-    }
-
-    /// [`SizeClasses::fit`] by table `table` ([`SizeClasses::fit_table`], not empty).
-    #[inline]
-    pub(crate) fn fit_by(table: &[u32], bytes: u32) -> Option<usize> {
-        table.get(bytes.div_ceil(SLOT_ALIGN) as usize).map(|&c| c as usize)
+        self.by_align.get(bytes.div_ceil(SLOT_ALIGN) as usize).map(|&c| c as usize)
     }
 }
 

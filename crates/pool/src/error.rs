@@ -108,6 +108,19 @@ pub enum Error {
         /// Pages per layer that fit.
         admissible: u64,
     },
+    /// A reservation that would hold more than `u32::MAX` pages for one sequence in one
+    /// layer (a sequence's per-layer count is 32 bits in its row record).
+    #[error(
+        "sequence {seq} holds {held} reserved pages in a layer; {requested} more pass the per-sequence limit of 2^32 - 1"
+    )]
+    ReservationPastLimit {
+        /// The sequence.
+        seq: u64,
+        /// Its largest reservation in a layer, in pages.
+        held: u64,
+        /// Pages per layer asked for.
+        requested: u64,
+    },
     /// A row or batch operation given slices of different lengths, or a row that is not
     /// one page per layer.
     #[error("{what}: {got} entries where {expected} are needed")]

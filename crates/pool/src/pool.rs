@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::config::{PoolConfig, SizeClasses};
+use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::{ChunkId, Epoch, PageId, SeqId};
 
@@ -303,9 +303,9 @@ struct LayerState {
 struct SeqLayer {
     /// Pages still reserved (at most `u32::MAX`: [`Pool::reserve`] refuses more).
     reserve: u32,
-    /// Up to two of its pages in slab slots (NONE: none), the last allocated in this
-    /// layer while they stay there: decode allocates a row's pages while the previous
-    /// row's are still open, then compresses those. Its other slab pages (a page kept
+    /// Up to two of its pages in slab slots (NONE: none), the two last allocated in this
+    /// layer while they stay there, the newer in `slab[1]`: decode allocates a row's pages
+    /// while the previous row's are still open, then compresses those. Its other slab pages (a page kept
     /// BF16 once two more were allocated) are in [`Seq::in_slab`]; a decode row's
     /// allocation and compression never touch that list.
     slab: [PageId; 2],
@@ -478,6 +478,8 @@ pub struct Pool {
     pending: VecDeque<Pending>,
     pending_count: u64,
     reclaimed: u64,
+    /// Pages of row calls that took the general path ([`Pool::row_fallbacks`]).
+    row_fallbacks: u64,
     submitted: Epoch,
     completed: Epoch,
     trace: Option<Vec<String>>,
@@ -545,6 +547,7 @@ impl Pool {
             pending: VecDeque::new(),
             pending_count: 0,
             reclaimed: 0,
+            row_fallbacks: 0,
             submitted: 0,
             completed: 0,
             trace: None,
@@ -641,6 +644,15 @@ impl Pool {
     /// The last epoch submitted.
     pub fn submitted(&self) -> Epoch {
         self.submitted
+    }
+
+    /// Pages of row calls ([`Pool::alloc_row`], [`Pool::compress_pages`]) that took the
+    /// general path, one page at a time, instead of the one-pass loop, since the pool was
+    /// made: how often a scheduler's rows leave the decode step's common case (a fresh
+    /// slab, segment or id block, a capacity test, an unknown page). A diagnostic; the
+    /// pages and outcomes are the same either way.
+    pub fn row_fallbacks(&self) -> u64 {
+        self.row_fallbacks
     }
 
     /// The last epoch completed.
@@ -754,13 +766,16 @@ impl Pool {
     /// the pages its remaining tokens will need. [`Pool::alloc`] for `seq` consumes them.
     ///
     /// # Errors
-    /// [`Error::ReservationTooLarge`] when more than [`Pool::admissible_pages`], or when
-    /// `seq`'s reservation in a layer would pass `u32::MAX` pages.
+    /// [`Error::ReservationTooLarge`] when more than [`Pool::admissible_pages`];
+    /// [`Error::ReservationPastLimit`] when `seq`'s reservation in a layer would pass
+    /// `u32::MAX` pages.
     pub fn reserve(&mut self, seq: SeqId, pages: u64) -> Result<()> {
         let held = self.seqs.get(&seq).map_or(0, |&si| {
             self.store[si as usize].lay.iter().map(|l| u64::from(l.reserve)).max().unwrap_or(0)
         });
-        let r = if held.saturating_add(pages) <= u64::from(u32::MAX) && self.fits(pages, Adjust::default()) {
+        let r = if held.saturating_add(pages) > u64::from(u32::MAX) {
+            Err(Error::ReservationPastLimit { seq, held, requested: pages })
+        } else if self.fits(pages, Adjust::default()) {
             let si = match self.seqs.get(&seq) {
                 Some(&si) => si as usize,
                 None => self.new_seq(seq),
@@ -875,6 +890,7 @@ impl Pool {
                     break;
                 }
             }
+            self.row_fallbacks += 1;
             let r = match si {
                 Ok(si) => self.alloc_at(si, layer as u32),
                 Err(ref e) => Err(e.clone()),
@@ -997,8 +1013,8 @@ impl Pool {
     }
 
     /// Loads one word of each cache line a row of `store[si]` will touch (its layers'
-    /// state, the page table entries and slab positions of the ids it will take, the
-    /// layers' reservation counts) in one tight loop, so that their misses overlap
+    /// state, the page table entries of the ids it will take, the layers' reservation
+    /// counts) in one tight loop, so that their misses overlap
     /// instead of coming one at a time inside the row's work.
     fn touch_row(&self, si: usize) {
         let s = &self.store[si];
@@ -1129,6 +1145,7 @@ impl Pool {
             if i == pages.len() {
                 break;
             }
+            self.row_fallbacks += 1;
             let r = self.compress_inner(pages[i], bytes[i]);
             if recording {
                 self.after_compress(pages[i], bytes[i], &r);
@@ -1175,7 +1192,7 @@ impl Pool {
         let Pool { store, entries, block_used, block_seq, cfg, .. } = self;
         let (store, entries, block_used, block_seq) =
             (&mut store[..], &mut entries[..], &block_used[..], &block_seq[..]);
-        let (table, class_bytes_of) = (cfg.classes.fit_table(), cfg.classes.bytes());
+        let class_bytes_of = cfg.classes.bytes();
         let (chunk_bytes, tail_percent) = (cfg.chunk_bytes, cfg.tail_fill_percent);
         let (open, open_bytes, epoch) = (self.open, self.open_bytes, self.submitted + 1);
         // The row's sequence's layers (pages of another sequence go to the general path).
@@ -1196,9 +1213,7 @@ impl Pool {
                 return i;
             }
             let kept = Slot { at: e.offset() | BF16, content, ..*e };
-            let fit =
-                if table.is_empty() { cfg.classes.fit(content) } else { SizeClasses::fit_by(table, content) };
-            let class = fit.unwrap_or(open);
+            let class = cfg.classes.fit(content).unwrap_or(open);
             if class == open {
                 (*e, out[i]) = (kept, CompressOutcome::Kept);
                 continue;
@@ -1295,7 +1310,8 @@ impl Pool {
         let bytes = self.cfg.classes.bytes()[class];
         let sl = self.store[si].lay[l];
         let (current, used) = (sl.current, sl.used);
-        let fresh = current == NONE || current == avoid || used + bytes > self.cfg.chunk_bytes as u32;
+        let fresh =
+            current == NONE || current == avoid || u64::from(used) + u64::from(bytes) > self.cfg.chunk_bytes;
         // A compression (no chunk to avoid): a tail too short to fill a fresh segment
         // enough stays BF16.
         if fresh
@@ -1801,8 +1817,10 @@ fn touch<T>(v: &[T], f: impl Fn(&T) -> u32) -> u32 {
     v.iter().step_by(step).fold(0, |acc, x| acc ^ f(x))
 }
 
-/// New page `page`, in a slab slot, goes into its layer's `slab`: a free place, else the
-/// first's page joins `in_slab` (`entries` gives its slot).
+/// New page `page`, in a slab slot, goes into its layer's `slab` as the newer of the two
+/// (`slab[1]`; `slab[0]` is the older, or a hole): when both are taken, the older page
+/// joins `in_slab` (`entries` gives its slot). Keeping the newest page in the record is
+/// what lets the next row's compression of it take `compress_run`'s one-pass path.
 #[inline(always)]
 fn place_slab(
     slab: &mut [PageId; 2],
@@ -1812,15 +1830,15 @@ fn place_slab(
     slab_pos: &mut [u32],
     open_bytes: u32,
 ) {
-    if slab[0] == NONE {
-        slab[0] = page;
-    } else if slab[1] == NONE {
+    if slab[1] == NONE {
         slab[1] = page;
     } else {
-        let prev = slab[0];
+        let older = slab[0];
         *slab = [slab[1], page];
-        let e = entries[prev as usize];
-        list_slab_page(in_slab, prev, e.chunk, e.offset() / open_bytes, slab_pos);
+        if older != NONE {
+            let e = entries[older as usize];
+            list_slab_page(in_slab, older, e.chunk, e.offset() / open_bytes, slab_pos);
+        }
     }
 }
 
@@ -1874,8 +1892,9 @@ fn partial_remove_from(chunks: &mut [Chunk], list: &mut Vec<ChunkId>, c: ChunkId
 /// fresh segment (of `chunk_bytes`) keeps its page BF16 instead, its sequence having
 /// `reserve` more pages reserved in the layer and the page's class being `bytes` long.
 fn tail_keeps(chunk_bytes: u64, tail_fill_percent: u32, reserve: u32, bytes: u32) -> bool {
-    let still = u64::from(reserve) + 1;
-    still * u64::from(bytes) * 100 < chunk_bytes * u64::from(tail_fill_percent)
+    // In u128: a reservation near u32::MAX pages of a large class overflows u64.
+    let still = u128::from(reserve) + 1;
+    still * u128::from(bytes) * 100 < u128::from(chunk_bytes) * u128::from(tail_fill_percent)
 }
 
 /// The location `offset` bytes into `chunk`, `slot_bytes` long.

@@ -3,7 +3,7 @@
 //! and their release per segment, errors, traces.
 
 use kvcodec_pool::{
-    Change, ChunkHome, CompressOutcome, Error, ID_BLOCK, INVALID_WORD, PageFormat, Pool, PoolConfig,
+    Change, ChunkHome, CompressOutcome, Error, ID_BLOCK, INVALID_WORD, PageFormat, PageId, Pool, PoolConfig,
     SizeClasses, trace,
 };
 
@@ -113,6 +113,14 @@ fn admission_is_exact_and_counts_reservations() {
     pool.reserve(1, 5).unwrap();
     assert_eq!(pool.admissible_pages(), 3);
     assert_eq!(pool.reserve(2, 4), Err(Error::ReservationTooLarge { requested: 4, admissible: 3 }));
+    // Past a sequence's 32-bit count per layer: its own error, checked before the room.
+    let past = u64::from(u32::MAX);
+    assert_eq!(pool.reserve(1, past), Err(Error::ReservationPastLimit { seq: 1, held: 5, requested: past }));
+    assert_eq!(
+        pool.reserve(9, past + 1),
+        Err(Error::ReservationPastLimit { seq: 9, held: 0, requested: past + 1 })
+    );
+    assert_eq!(pool.admissible_pages(), 3);
     pool.reserve(2, 3).unwrap();
     assert_eq!(pool.admissible_pages(), 0);
     // Every reserved page can be allocated, in any layer order.
@@ -379,4 +387,36 @@ fn a_tail_too_short_to_fill_half_a_segment_stays_bf16() {
     assert_eq!(pool.seq_segments(1).unwrap().len(), 1);
     let bad = PoolConfig { tail_fill_percent: 101, ..pool.config().clone() };
     assert_eq!(Pool::new(bad).err(), Some(Error::TailFill { percent: 101 }));
+}
+
+/// A decode stream of rows (each step allocates a row, compresses the previous one,
+/// moved and kept pages alternating, and completes its epoch) stays on the row calls'
+/// one-pass path: only a layer's first slab slot and first segment take the general
+/// path. A row's newest page held anywhere but in its layer's record would send every
+/// second moved page down the general path.
+#[test]
+fn decode_rows_stay_on_the_one_pass_path() {
+    let layers = 3;
+    let mut pool = Pool::new(PoolConfig { chunk_bytes: 4096, ..tiny_config(layers, 2, 2) }).unwrap();
+    let steps = 40;
+    pool.reserve(1, steps).unwrap();
+    let mut previous: Option<Vec<PageId>> = None;
+    let mut moved = 0;
+    for step in 1..=steps {
+        let mut row = vec![0; layers as usize];
+        pool.alloc_row(1, &mut row).unwrap();
+        if let Some(filled) = previous.take() {
+            // 16 bytes move into the segment; 64 (the open class) keep the page BF16.
+            let bytes = vec![if step % 2 == 0 { 16 } else { 64 }; filled.len()];
+            let mut out = vec![CompressOutcome::Kept; filled.len()];
+            pool.compress_pages(&filled, &bytes, &mut out).unwrap();
+            moved += out.iter().filter(|o| matches!(o, CompressOutcome::Moved(_))).count();
+        }
+        previous = Some(row);
+        pool.submit(step).unwrap();
+        pool.complete(step).unwrap();
+    }
+    assert_eq!(moved, 20 * layers as usize);
+    // Per layer: the first allocation (a fresh slab) and the first move (a fresh segment).
+    assert_eq!(pool.row_fallbacks(), 2 * u64::from(layers));
 }
