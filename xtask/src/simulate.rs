@@ -501,8 +501,10 @@ struct Server<'a> {
     ids: Vec<PageId>,
     sizes_buf: Vec<u32>,
     outcomes: Vec<CompressOutcome>,
-    /// The decode step's requests whose token starts a page (the `touch_rows` hint).
+    /// The decode step's requests whose token starts a page (the `touch_rows` hint), and
+    /// the next step's as this step and the admissions find them (no pass of their own).
     crossing: Vec<u64>,
+    crossing_next: Vec<u64>,
     /// How the step calls [`Pool::touch_rows`] (`KVCODEC_POOL_TOUCH`).
     touch: Touch,
 }
@@ -547,6 +549,7 @@ impl<'a> Server<'a> {
             sizes_buf: Vec::new(),
             outcomes: Vec::new(),
             crossing: Vec::new(),
+            crossing_next: Vec::new(),
             touch: Touch::from_env(),
         }
     }
@@ -640,6 +643,9 @@ impl<'a> Server<'a> {
             self.count_outcomes(full);
             open.push(*self.ids.last().expect("at least one page"));
         }
+        if self.touch != Touch::Off && prompt.is_multiple_of(PAGE_TOKENS) {
+            self.crossing_next.push(id);
+        }
         self.running.push(Running {
             id,
             request: (prompt, output),
@@ -680,12 +686,13 @@ impl<'a> Server<'a> {
         let mut tokens = 0;
         let mut i = 0;
         // The rows this step will take, announced to the pool before the first (their
-        // lines load together): what a serving stack's scheduler knows at the step's start.
+        // lines load together): what a serving stack's scheduler knows at the step's start
+        // (the requests the last step and the admissions since left at a page boundary; a
+        // hint: one preempted since is skipped by the pool).
         let mut next = 0;
         if self.touch != Touch::Off {
-            self.crossing.clear();
-            let starts = |r: &Running| (r.prompt + r.generated).is_multiple_of(PAGE_TOKENS);
-            self.crossing.extend(self.running.iter().filter(|r| starts(r)).map(|r| r.id));
+            std::mem::swap(&mut self.crossing, &mut self.crossing_next);
+            self.crossing_next.clear();
             match self.touch {
                 Touch::Step => self.pool.touch_rows(&self.crossing),
                 _ => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(1)]),
@@ -703,6 +710,9 @@ impl<'a> Server<'a> {
                     i = self.running.iter().position(|r| r.id == id).context("still running")?;
                 }
                 if !self.can_grow(i) {
+                    if self.touch != Touch::Off {
+                        self.crossing_next.push(id); // it tries again next step
+                    }
                     i += 1; // the victim's slots come back when its epoch completes
                     continue;
                 }
@@ -742,6 +752,9 @@ impl<'a> Server<'a> {
                 self.pool.release(id)?;
                 self.running.swap_remove(i);
             } else {
+                if self.touch != Touch::Off && (t + 1).is_multiple_of(PAGE_TOKENS) {
+                    self.crossing_next.push(id);
+                }
                 i += 1;
             }
         }
