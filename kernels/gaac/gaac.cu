@@ -476,61 +476,35 @@ __device__ __forceinline__ bool gaac_nonzero_from(const uint8_t* blk, unsigned f
     return __any_sync(GAAC_WARP_MASK, any != 0);
 }
 
-// The decoder's work queue (docs/perf/gaac-gpu.md, "Decoder version 4"): each warp first
-// takes GAAC_DECODE_STATIC_NUM / GAAC_DECODE_STATIC_DEN of an equal share of the blocks as
-// one contiguous range, then runs of blocks from a work counter. A run is at most
-// GAAC_DECODE_CHUNK blocks; with GAAC_DECODE_GUIDE > 0 it shrinks with the blocks left
-// (left / (GUIDE warps), at least 1: guided self-scheduling). Measured on the H200: no
-// static range beat static shares of 1/2, 3/4 and 7/8 and guided runs (GUIDE 2, CHUNK
-// 16); with no static range, runs of 4 (the default, decoder version 6) beat 8, 16 and 32.
+// The decoder's work queue (docs/perf/gaac-gpu.md, "Decoder version 4" to "version 8
+// candidates"): each warp takes runs of GAAC_DECODE_CHUNK consecutive blocks from one work
+// counter. Measured on the H200: runs of 4 beat 1, 2, 8, 16 and 32, a static share before
+// the runs (1/2, 3/4, 7/8), guided runs, a static interleaved order and 8 counters.
 #define GAAC_DECODE_CHUNK 4u
-#define GAAC_DECODE_GUIDE 0u
-#define GAAC_DECODE_STATIC_NUM 0u
-#define GAAC_DECODE_STATIC_DEN 2u
 #define GAAC_NO_BLOCK 0xffffffffu
 
-// The blocks one decoder warp takes, in its order: a contiguous static range (the head's
-// bases stay loaded), then runs handed out by a work counter (in blocks past the static
-// ranges), so that a warp whose blocks cost more (V against K, raw blocks) does not set
-// the kernel's end. Lane 0 requests the next run a run ahead, so the atomic's latency is
-// hidden behind the current one.
+// The blocks one decoder warp takes, in its order: runs handed out by a work counter, so
+// that a warp whose blocks cost more (V against K, raw blocks) does not set the kernel's
+// end. Lane 0 requests the next run when it starts one.
 struct GaacBlockQueue {
-    unsigned next, end;      // the current run [next, end)
-    unsigned dynamic_first;  // the first block the counter hands out
-    unsigned guide;          // GUIDE x warps
-    unsigned grabbed;        // lane 0: the counter value of the next run
-    unsigned grabbed_len;    // lane 0: its length
-    unsigned* work;          // counts blocks past dynamic_first; below 2^32 (B + warps CHUNK)
-    __device__ void grab(unsigned blocks, unsigned seen) {
-        unsigned len = GAAC_DECODE_CHUNK;
-        if (GAAC_DECODE_GUIDE > 0) {
-            const unsigned left = blocks - dynamic_first - min(seen, blocks - dynamic_first);
-            len = max(1u, min(len, left / guide));
-        }
-        grabbed = atomicAdd(work, len);
-        grabbed_len = len;
-    }
-    __device__ void start(unsigned blocks, unsigned* work_counter, int lane) {
-        const unsigned warps = gridDim.x * (blockDim.x / GAAC_LANES);
-        const unsigned me = blockIdx.x * (blockDim.x / GAAC_LANES) + threadIdx.x / GAAC_LANES;
-        const unsigned share = (unsigned)((unsigned long long)(blocks / warps) * GAAC_DECODE_STATIC_NUM / GAAC_DECODE_STATIC_DEN);
-        next = me * share;
-        end = next + share;
-        dynamic_first = warps * share;
-        guide = GAAC_DECODE_GUIDE * warps;
+    unsigned next, end;  // the current run [next, end)
+    unsigned grabbed;    // lane 0: the counter value of the next run
+    unsigned* work;      // counts blocks handed out; below 2^32 (B + warps CHUNK)
+    __device__ void grab() { grabbed = atomicAdd(work, GAAC_DECODE_CHUNK); }
+    __device__ void start(unsigned* work_counter, int lane) {
+        next = end = 0;
         work = work_counter;
-        grabbed = grabbed_len = 0;
-        if (lane == 0) grab(blocks, 0);
+        grabbed = 0;
+        if (lane == 0) grab();
     }
     // The next block, or GAAC_NO_BLOCK once every block is taken (a warp-uniform call).
     __device__ unsigned pop(unsigned blocks, int lane) {
         if (next == end) {
             const unsigned c = __shfl_sync(GAAC_WARP_MASK, grabbed, 0);
-            if (c >= blocks - dynamic_first) return GAAC_NO_BLOCK;
-            next = dynamic_first + c;
-            end = next + min(GAAC_DECODE_GUIDE > 0 ? __shfl_sync(GAAC_WARP_MASK, grabbed_len, 0) : GAAC_DECODE_CHUNK,
-                             blocks - next);
-            if (lane == 0) grab(blocks, c);
+            if (c >= blocks) return GAAC_NO_BLOCK;
+            next = c;
+            end = next + min(GAAC_DECODE_CHUNK, blocks - next);
+            if (lane == 0) grab();
         }
         return next++;
     }
@@ -587,7 +561,7 @@ __device__ void gaac_decode_range(const uint8_t* __restrict__ container, const G
     static_assert(GAAC_DECODE_STAGES == 2, "the decoder's ring holds the block in hand and the next one");
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
     GaacBlockQueue queue;
-    queue.start(g.blocks, counters + 1, lane);
+    queue.start(counters + 1, lane);
     GaacCursor fetch;  // the place of the block last issued
     unsigned fetched = GAAC_NO_BLOCK, fetched_head = GAAC_NO_BLOCK;
     // The next block: its index, head, first word, status and (when next_new_head) bases.
