@@ -9,7 +9,7 @@
 //! every launch. [`decode_to_vec`] is the host convenience: it checks the problem, uploads,
 //! runs and downloads.
 
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg, sys};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchArgs, PushKernelArg, sys};
 use kvcodec_gpu::{
     DeviceStatus, GpuContext, Kernel, Module, StatusCodes, StatusEncoding, StatusValue, check_len,
     launch_config,
@@ -378,6 +378,59 @@ pub(crate) fn kernel_function(
             ),
         })?;
     Ok(f)
+}
+
+/// The arguments that close the parameter list of every fused kernel built on the twin's
+/// body (`kernels/attention/decode.cuh`: ZipFusion's and GAAC's, slot-indexed and pooled),
+/// after the kernel's own cache parameters; the scalars are held here so that a launch can
+/// borrow them.
+#[derive(Clone, Copy, Debug)]
+pub struct FusedTail {
+    max_pages: u32,
+    kv_heads: u32,
+    group: u32,
+    scale_log2: f32,
+}
+
+impl FusedTail {
+    /// The scalars of a launch of `shape` over block-table rows of `max_pages` entries
+    /// with softmax scale `scale` (the launcher checked them: `max_pages` within `u32`).
+    pub fn new(shape: DecodeShape, max_pages: usize, scale: f32) -> FusedTail {
+        FusedTail {
+            max_pages: max_pages as u32,
+            kv_heads: shape.kv_heads as u32,
+            group: shape.group() as u32,
+            scale_log2: scale * std::f32::consts::LOG2_E,
+        }
+    }
+
+    /// Pushes, in the order the fused kernels declare them: the block table
+    /// (`[batch, max_pages]` page ids), the context lengths (`[batch]` tokens), `out`, `lse`,
+    /// the workspace's partials, tickets and status ([`DecodeWorkspace::launch_buffers`]),
+    /// then the block-table row length, KV heads, GQA group and scale times log2(e).
+    pub fn push<'a>(
+        &'a self,
+        launch: &mut LaunchArgs<'a>,
+        block_table: &'a CudaView<'_, u32>,
+        context_lens: &'a CudaView<'_, u32>,
+        out: &'a mut CudaViewMut<'_, u16>,
+        lse: &'a mut CudaViewMut<'_, f32>,
+        workspace: &'a mut DecodeWorkspace,
+    ) {
+        let (partial, tickets, status) = workspace.launch_buffers();
+        launch
+            .arg(block_table)
+            .arg(context_lens)
+            .arg(out)
+            .arg(lse)
+            .arg(partial)
+            .arg(tickets)
+            .arg(status)
+            .arg(&self.max_pages)
+            .arg(&self.kv_heads)
+            .arg(&self.group)
+            .arg(&self.scale_log2);
+    }
 }
 
 /// A decode problem whose buffers live on the device; the shapes are [`DecodeProblem`]'s.

@@ -30,7 +30,9 @@ use cudarc::driver::{CudaView, CudaViewMut, LaunchArgs, PushKernelArg};
 use kvcodec_gpu::{GpuContext, check_aligned, device_address, launch_config};
 
 use crate::fused::{DecodedCopy, check_tables, for_each_read};
-use crate::gpu::{DecodeWorkspace, GpuError, WARPS, check_launch_lengths, check_launch_limits, shared_bytes};
+use crate::gpu::{
+    DecodeWorkspace, FusedTail, GpuError, WARPS, check_launch_lengths, check_launch_limits, shared_bytes,
+};
 use crate::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv, PoolFault};
 
 /// The page table word of an id with no live page (`kvcodec_pool::INVALID_WORD`).
@@ -297,23 +299,16 @@ pub fn check_pooled_launch(
 pub struct PooledArgs {
     arena_bytes: u64,
     table_len: u32,
-    max_pages: u32,
-    kv_heads: u32,
-    group: u32,
-    scale_log2: f32,
+    tail: FusedTail,
 }
 
 impl PooledArgs {
     /// The scalars of `problem` (checked by [`check_pooled_launch`] first).
     pub fn new(problem: &DevicePooledProblem<'_>) -> PooledArgs {
-        let shape = problem.shape;
         PooledArgs {
             arena_bytes: problem.cache.arena.len() as u64,
             table_len: problem.cache.table.len() as u32,
-            max_pages: problem.max_pages as u32,
-            kv_heads: shape.kv_heads as u32,
-            group: shape.group() as u32,
-            scale_log2: problem.scale * std::f32::consts::LOG2_E,
+            tail: FusedTail::new(problem.shape, problem.max_pages, problem.scale),
         }
     }
 
@@ -338,19 +333,7 @@ impl PooledArgs {
             .arg(&problem.cache.table)
             .arg(&self.table_len);
         own(launch);
-        let (partial, tickets, status) = workspace.launch_buffers();
-        launch
-            .arg(&problem.block_table)
-            .arg(&problem.context_lens)
-            .arg(out)
-            .arg(lse)
-            .arg(partial)
-            .arg(tickets)
-            .arg(status)
-            .arg(&self.max_pages)
-            .arg(&self.kv_heads)
-            .arg(&self.group)
-            .arg(&self.scale_log2);
+        self.tail.push(launch, &problem.block_table, &problem.context_lens, out, lse, workspace);
     }
 }
 

@@ -43,7 +43,9 @@ use bf16_field::KvKind;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes};
+use kvcodec_attention::gpu::{
+    DecodeWorkspace, FusedTail, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes,
+};
 use kvcodec_attention::pooled::{
     DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
 };
@@ -567,10 +569,7 @@ pub fn decode_device_fused(
     let plan = workspace.plan();
     let (capacity, num_pages, num_raw, num_bf16) =
         (cache.capacity as u64, pages as u32, raw_blocks as u32, bf16_pages as u32);
-    let (max_pages, kv_heads, group) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
-    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
-    let (partial, tickets, status) = workspace.launch_buffers();
+    let tail = FusedTail::new(shape, problem.max_pages, problem.scale);
     let mut launch = stream.launch_builder(&f);
     launch
         .arg(&problem.q)
@@ -583,18 +582,8 @@ pub fn decode_device_fused(
         .arg(&cache.bases)
         .arg(&cache.partial_k)
         .arg(&cache.partial_v)
-        .arg(&num_bf16)
-        .arg(&problem.block_table)
-        .arg(&problem.context_lens)
-        .arg(out)
-        .arg(lse)
-        .arg(partial)
-        .arg(tickets)
-        .arg(status)
-        .arg(&max_pages)
-        .arg(&kv_heads)
-        .arg(&group)
-        .arg(&scale_log2);
+        .arg(&num_bf16);
+    tail.push(&mut launch, &problem.block_table, &problem.context_lens, out, lse, workspace);
     let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the signature matches GAAC_ATTENTION_KERNEL's. The kernel reads q

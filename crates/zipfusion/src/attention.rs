@@ -32,7 +32,7 @@ use std::fmt;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, WARPS, check_launch_limits, shared_bytes};
+use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, WARPS, check_launch_limits, shared_bytes};
 use kvcodec_attention::pooled::{
     DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
 };
@@ -337,10 +337,7 @@ pub fn decode_device_fused(
         .map_err(kvcodec_gpu::Error::Cuda)?;
     let plan = workspace.plan();
     let (slot_stride, num_slots, num_bf16) = (stride as u64, slots as u32, bf16_pages as u32);
-    let (max_pages, kv_heads, group) =
-        (problem.max_pages as u32, shape.kv_heads as u32, shape.group() as u32);
-    let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
-    let (partial, tickets, status) = workspace.launch_buffers();
+    let tail = FusedTail::new(shape, problem.max_pages, problem.scale);
     let mut launch = stream.launch_builder(&f);
     launch
         .arg(&problem.q)
@@ -349,18 +346,8 @@ pub fn decode_device_fused(
         .arg(&num_slots)
         .arg(&cache.partial_k)
         .arg(&cache.partial_v)
-        .arg(&num_bf16)
-        .arg(&problem.block_table)
-        .arg(&problem.context_lens)
-        .arg(out)
-        .arg(lse)
-        .arg(partial)
-        .arg(tickets)
-        .arg(status)
-        .arg(&max_pages)
-        .arg(&kv_heads)
-        .arg(&group)
-        .arg(&scale_log2);
+        .arg(&num_bf16);
+    tail.push(&mut launch, &problem.block_table, &problem.context_lens, out, lse, workspace);
     let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the signature matches ZF_ATTENTION_KERNEL's. The kernel reads q
