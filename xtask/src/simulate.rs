@@ -501,6 +501,33 @@ struct Server<'a> {
     ids: Vec<PageId>,
     sizes_buf: Vec<u32>,
     outcomes: Vec<CompressOutcome>,
+    /// The decode step's requests whose token starts a page (the `touch_rows` hint), and
+    /// the next step's as this step and the admissions find them (no pass of their own).
+    crossing: Vec<u64>,
+    crossing_next: Vec<u64>,
+    /// How the step calls [`Pool::touch_rows`] (`KVCODEC_POOL_TOUCH`).
+    touch: Touch,
+}
+
+/// How a decode step calls the pool's [`Pool::touch_rows`] hint, from the environment
+/// variable `KVCODEC_POOL_TOUCH` (a measurement switch: `0` never, `next` before each
+/// row with the next crossing request, anything else or unset: once per step with every
+/// request whose token starts a page, before the first row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Touch {
+    Off,
+    Step,
+    Next,
+}
+
+impl Touch {
+    fn from_env() -> Touch {
+        match std::env::var("KVCODEC_POOL_TOUCH").as_deref() {
+            Ok("0") => Touch::Off,
+            Ok("next") => Touch::Next,
+            _ => Touch::Step,
+        }
+    }
 }
 
 impl<'a> Server<'a> {
@@ -521,6 +548,9 @@ impl<'a> Server<'a> {
             ids: Vec::new(),
             sizes_buf: Vec::new(),
             outcomes: Vec::new(),
+            crossing: Vec::new(),
+            crossing_next: Vec::new(),
+            touch: Touch::from_env(),
         }
     }
 
@@ -613,6 +643,9 @@ impl<'a> Server<'a> {
             self.count_outcomes(full);
             open.push(*self.ids.last().expect("at least one page"));
         }
+        if self.touch != Touch::Off && prompt.is_multiple_of(PAGE_TOKENS) {
+            self.crossing_next.push(id);
+        }
         self.running.push(Running {
             id,
             request: (prompt, output),
@@ -652,6 +685,19 @@ impl<'a> Server<'a> {
     fn decode(&mut self) -> anyhow::Result<u64> {
         let mut tokens = 0;
         let mut i = 0;
+        // The rows this step will take, announced to the pool before the first (their
+        // lines load together): what a serving stack's scheduler knows at the step's start
+        // (the requests the last step and the admissions since left at a page boundary; a
+        // hint: one preempted since is skipped by the pool).
+        let mut next = 0;
+        if self.touch != Touch::Off {
+            std::mem::swap(&mut self.crossing, &mut self.crossing_next);
+            self.crossing_next.clear();
+            match self.touch {
+                Touch::Step => self.pool.touch_rows(&self.crossing),
+                _ => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(1)]),
+            }
+        }
         while i < self.running.len() {
             let (id, t) = (self.running[i].id, self.running[i].prompt + self.running[i].generated);
             if t.is_multiple_of(PAGE_TOKENS) && !self.can_grow(i) {
@@ -664,6 +710,9 @@ impl<'a> Server<'a> {
                     i = self.running.iter().position(|r| r.id == id).context("still running")?;
                 }
                 if !self.can_grow(i) {
+                    if self.touch != Touch::Off {
+                        self.crossing_next.push(id); // it tries again next step
+                    }
                     i += 1; // the victim's slots come back when its epoch completes
                     continue;
                 }
@@ -673,6 +722,13 @@ impl<'a> Server<'a> {
                 // row's allocations first, so a compression cannot take it), and the
                 // previous row filled and compresses (unless the prompt's last page
                 // already did): two row calls.
+                if self.touch == Touch::Next {
+                    // The next crossing request's lines, while this one's row runs.
+                    next += 1;
+                    if let Some(&n) = self.crossing.get(next) {
+                        self.pool.touch_rows(&[n]);
+                    }
+                }
                 let r = &mut self.running[i];
                 std::mem::swap(&mut r.open, &mut self.ids);
                 r.open.resize(LAYERS as usize, 0);
@@ -696,6 +752,9 @@ impl<'a> Server<'a> {
                 self.pool.release(id)?;
                 self.running.swap_remove(i);
             } else {
+                if self.touch != Touch::Off && (t + 1).is_multiple_of(PAGE_TOKENS) {
+                    self.crossing_next.push(id);
+                }
                 i += 1;
             }
         }

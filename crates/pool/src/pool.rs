@@ -1029,6 +1029,75 @@ impl Pool {
         std::hint::black_box(acc);
     }
 
+    /// A hint before a decode step's rows: loads one word of each cache line the next
+    /// [`Pool::alloc_row`] and [`Pool::compress_pages`] of each sequence in `seqs` will
+    /// touch (the sequence's record, layer states and the tail of its slab list, the page
+    /// table entries and slab positions of the ids its row will take and of its previous
+    /// row's, the id block's counts; per layer the reservation counts and the last partial slab's record and
+    /// first bitmap word), in phases of independent loads over all the sequences, so that
+    /// the step's misses overlap instead of coming one row at a time. A scheduler calls it
+    /// once per step with the requests whose next token starts a page, before their row
+    /// calls. Changes nothing (no trace line, no [`Change`]): the pool after it is the
+    /// pool before it. Unknown sequences are skipped. Cost: O(`seqs.len()` x layers /
+    /// 4 + layers) loads.
+    pub fn touch_rows(&self, seqs: &[SeqId]) {
+        const BATCH: usize = 32;
+        if seqs.is_empty() {
+            return;
+        }
+        let layers = self.cfg.layers as usize;
+        let mut acc = touch(&self.reserved, |&r| r as u32) ^ touch(&self.room, |&r| r as u32);
+        for ls in &self.layers {
+            if let Some(&c) = ls.partial.last() {
+                acc ^= self.chunks[c as usize].live;
+                acc ^= self.free_bits[c as usize * self.words] as u32;
+            }
+        }
+        for part in seqs.chunks(BATCH) {
+            // Phase 1: the map lookups (independent across sequences).
+            let mut si = [NONE as usize; BATCH];
+            for (k, seq) in part.iter().enumerate() {
+                if let Some(&i) = self.seqs.get(seq) {
+                    si[k] = i as usize;
+                }
+            }
+            let si = &si[..part.len()];
+            // Phase 2: each sequence's record and its last id block.
+            let mut block = [NONE; BATCH];
+            for (k, &i) in si.iter().enumerate() {
+                if let Some(&b) = self.store.get(i).and_then(|s| s.blocks.last()) {
+                    block[k] = b;
+                }
+            }
+            // Phase 3: the layer states and the blocks' counts.
+            let mut used = [0u32; BATCH];
+            for (k, &i) in si.iter().enumerate() {
+                if let Some(s) = self.store.get(i) {
+                    acc ^= touch(&s.lay, |l| l.spare_chunk);
+                    acc ^= s.in_slab.last().map_or(0, |e| e.2);
+                }
+                if let Some(&u) = self.block_used.get(block[k] as usize) {
+                    used[k] = u;
+                    acc ^= self.block_seq[block[k] as usize];
+                }
+            }
+            // Phase 4: the entries (and slab positions) of the previous row's ids and the
+            // next row's, in the last block (a row's ids are consecutive).
+            for (k, &b) in block[..part.len()].iter().enumerate() {
+                if b == NONE {
+                    continue;
+                }
+                let base = (b * ID_BLOCK) as usize;
+                let lo = base + (used[k] as usize).saturating_sub(layers);
+                let hi = base + (used[k] as usize + layers).min(ID_BLOCK as usize);
+                if let (Some(e), Some(p)) = (self.entries.get(lo..hi), self.slab_pos.get(lo..hi)) {
+                    acc ^= touch(e, |e| e.layer) ^ touch(p, |&p| p);
+                }
+            }
+        }
+        std::hint::black_box(acc);
+    }
+
     fn after_alloc(&mut self, seq: SeqId, layer: u32, r: &Result<PageId>) {
         self.log(|pool| {
             format!("alloc {seq} {layer} => {}", ok_or(r, |&p| format!("{p} {}", pool.loc_text(p))))

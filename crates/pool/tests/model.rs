@@ -310,6 +310,11 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
             } else {
                 Vec::new()
             };
+            // The step's hint first (this row, every live sequence, an unknown one): it
+            // changes nothing the twin, which had none, does not show.
+            let mut touched = vec![seq, SeqId::MAX];
+            touched.extend_from_slice(&seqs);
+            pool.touch_rows(&touched);
             let mut ids = vec![0; layers as usize];
             let r = pool.alloc_row(seq, &mut ids);
             match expect.last() {

@@ -420,3 +420,30 @@ fn decode_rows_stay_on_the_one_pass_path() {
     // Per layer: the first allocation (a fresh slab) and the first move (a fresh segment).
     assert_eq!(pool.row_fallbacks(), 2 * u64::from(layers));
 }
+
+#[test]
+fn the_row_hint_changes_nothing_at_a_block_edge_or_for_unknown_sequences() {
+    let mut pool = tiny(2, 40, 0);
+    pool.reserve(1, 0).unwrap();
+    pool.reserve(2, 3).unwrap();
+    // Sequence 1 fills its first id block exactly (the hint's next-row ids lie past it);
+    // sequence 2 has no page yet; 3 is unknown.
+    for i in 0..ID_BLOCK {
+        pool.alloc(1, i % 2).unwrap();
+    }
+    pool.record_trace(true);
+    pool.record_changes(true);
+    let twin = pool.clone();
+    pool.touch_rows(&[]);
+    pool.touch_rows(&[1, 2, 3, 1]);
+    let (mut a, mut b) = (pool.clone(), twin.clone());
+    assert_eq!(a.take_trace(), b.take_trace(), "a hint writes no trace line");
+    assert!(a.take_changes().is_empty(), "a hint records no change");
+    let (mut pa, mut pb) = ([0; 2], [0; 2]);
+    a.alloc_row(1, &mut pa).unwrap();
+    b.alloc_row(1, &mut pb).unwrap();
+    assert_eq!(pa, pb);
+    assert_eq!(pa, [ID_BLOCK, ID_BLOCK + 1], "sequence 1's second id block");
+    assert_eq!(a.page_table().collect::<Vec<_>>(), b.page_table().collect::<Vec<_>>());
+    assert_eq!(a.take_trace(), b.take_trace());
+}
