@@ -9,11 +9,14 @@
 // GAAC_RESTORE_STAGES slot buffers in shared memory, filled by 16-byte cp.async copies
 // (512 contiguous bytes per warp instruction) GAAC_RESTORE_STAGES - 1 blocks ahead, so
 // a warp always has that many slots in flight while it restores one. Everything a block
-// needs (tags, planes, 4th bits, raw highs) is then read from shared memory.
+// needs (tags, planes, 4th bits, raw highs) is then read from shared memory. The range is
+// walked by runs of at most 32 blocks of one head: the run's status bytes come from one
+// load per lane and one ballot, the head's bases and the K/V choice once per run.
 //
 // A block is restored in two steps, both without a loop over the block's groups:
 // 1. Addends. Each lane writes its base words (the addends of a block of 3-bit groups,
-//    spec §3.3) into a per-warp image of one addend byte per value, in fragment order.
+//    spec §3.3) into a per-warp image of one addend byte per value, in fragment order,
+//    four tiles' words side by side per lane (one 16-byte store and load per four tiles).
 //    Lane l owns the tags of groups (D/16) l .. (D/16) (l + 1), i.e. half a token; a
 //    warp scan of its 4-bit and raw counts locates its 4th-bit bytes and raw highs, and
 //    the lane overwrites the image bytes of its own nonzero groups (about one group in
@@ -45,6 +48,12 @@ static inline __host__ __device__ size_t gaac_restore_warp_bytes(int head_dim, s
     return (size_t)GAAC_BLOCK_TOKENS * head_dim + 2 * (size_t)head_dim + GAAC_RESTORE_STAGES * capacity;
 }
 
+// A compile-time bool as a value, to instantiate a generic lambda for K and for V.
+template <bool B>
+struct GaacRestoreBool {
+    static constexpr bool value = B;
+};
+
 // One warp's contiguous range of blocks, streamed through its slot ring; raw blocks are
 // summed as BF16 from the overflow section.
 template <int D>
@@ -75,30 +84,29 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
     // 64-bit compare or add is left in it.
     const uint32_t count = (uint32_t)(end - begin);
     // Block k's stage is k mod STAGES; an empty group keeps the waits uniform. `fetch` is
-    // the slot of the next block to copy; a slot is at most P + 10 D bytes. The stage a
-    // copy fills and the stage a block is read from are pointers rotated by one slot per
-    // block (no stage product per block).
+    // the slot of the next block to copy; a slot is at most P + 10 D bytes, and copy k of
+    // a lane is needed while 512 k of the slot's bytes from its first 16-byte word on are
+    // left. Block k's stage starts `stage` bytes into the ring; the copy issued while
+    // block k is restored fills block k - 1's stage, `prev` (one rotated offset per block).
     constexpr int MAX_COPIES = (G::PLANES_LEN + 10 * D + 16 * GAAC_LANES - 1) / (16 * GAAC_LANES);
     const uint8_t* fetch = slots + begin * capacity + 16 * lane;
     uint32_t fetched = 0;
-    uint32_t issue_dst = ring_at + 16 * lane;  // the stage the next copy fills
-    const uint32_t ring_end = ring_at + cap * GAAC_RESTORE_STAGES;
-    auto issue = [&]() {
+    uint32_t stage = 0, prev = cap * (GAAC_RESTORE_STAGES - 1);
+    const uint32_t lane_at = ring_at + 16 * lane, lane_left = cap - 16 * lane;
+    auto issue_to = [&](uint32_t dst) {
         if (fetched < count) {
 #pragma unroll
             for (int k = 0; k < MAX_COPIES; ++k) {
-                if (16 * (lane + GAAC_LANES * k) < cap)
-                    gaac_cp_async16(issue_dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
+                if (16 * GAAC_LANES * k < lane_left)
+                    gaac_cp_async16(dst + 16 * GAAC_LANES * k, fetch + 16 * GAAC_LANES * k);
             }
         }
         gaac_cp_async_commit();
         ++fetched;
         fetch += capacity;
-        issue_dst += cap;
-        if (issue_dst >= ring_end) issue_dst -= cap * GAAC_RESTORE_STAGES;
     };
 #pragma unroll
-    for (int s = 0; s < GAAC_RESTORE_STAGES - 1; ++s) issue();
+    for (int s = 0; s < GAAC_RESTORE_STAGES - 1; ++s) issue_to(lane_at + cap * s);
 
     // The block's place in its copy, within its head, and its (layer, kind, head),
     // advanced by counting: no 64-bit division per block.
@@ -108,38 +116,45 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
     uint32_t loaded = 0xffffffffu;  // the head whose bases the warp holds
     bool is_v = false;
     uint32_t base_words[G::TILES];
-    uint32_t status_next = count ? statuses[local] : 0u;
     uint32_t sum = 0;
-    const uint8_t* blk = ring;  // the stage of block k
-    const uint8_t* const ring_last = ring + cap * (GAAC_RESTORE_STAGES - 1);
-    for (uint32_t k = 0; k < count; ++k) {
-        const uint32_t status = status_next;
-        uint32_t next_local = local + 1, next_in_head = in_head + 1, next_head = head_index;
-        if (next_in_head == per_head) next_in_head = 0, ++next_head;
-        if (next_local == per_copy) next_local = 0, next_in_head = 0, next_head = 0;
-        // Read a whole block ahead: its latency is hidden behind this block.
-        if (k + 1 < count) status_next = statuses[next_local];
+    // Runs of at most 32 blocks of one head (a head's blocks never cross its copy's end).
+    for (uint32_t k = 0; k < count;) {
+        uint32_t run = per_head - in_head;
+        if (run > count - k) run = count - k;
+        if (run > GAAC_LANES) run = GAAC_LANES;
+        // Bit j: block k + j is raw (lane j reads its status byte).
+        const uint32_t raw_mask =
+            __ballot_sync(0xffffffffu, (uint32_t)lane < run && statuses[local + lane] == GAAC_STATUS_RAW);
         if (head_index != loaded) {
             // Once per (layer, kind, head): the fused kernel's CTA owns one head.
             is_v = (head_index / (uint32_t)kv_heads) & 1u;
             gaac_load_head<D>(bases + (size_t)head_index * D, base, wstart, is_v, base_words, lane);
             loaded = head_index;
         }
-        gaac_cp_async_wait<GAAC_RESTORE_STAGES - 2>();
-        __syncwarp();  // block k is in shared memory for every lane; block k - 1 is done
-        issue();       // block k + STAGES - 1, into block k - 1's stage
-        if (status == GAAC_STATUS_RAW) {
-            const uint32_t* words =
-                reinterpret_cast<const uint32_t*>(overflow + raw_index[local] * 2ull * G::N);
-            for (int w = lane; w < G::N / 2; w += GAAC_LANES) sum += words[w];
-        } else {
-            const auto add = [&](int, uint2 words) { sum += words.x + words.y; };
-            if (is_v) gaac_restore_staged<true, D>(blk, image, wstart, base_words, lane, add);
-            else gaac_restore_staged<false, D>(blk, image, wstart, base_words, lane, add);
-        }
-        __syncwarp();  // every lane is done with the image and the stage
-        blk = blk == ring_last ? ring : blk + cap;
-        local = next_local, in_head = next_in_head, head_index = next_head;
+        const auto blocks_of_run = [&](auto kind) {
+            constexpr bool IS_V = decltype(kind)::value;
+            for (uint32_t j = 0; j < run; ++j) {
+                gaac_cp_async_wait<GAAC_RESTORE_STAGES - 2>();
+                __syncwarp();             // block k + j is in shared memory for every lane; k + j - 1 is done
+                issue_to(lane_at + prev);  // block k + j + STAGES - 1, into block k + j - 1's stage
+                if ((raw_mask >> j) & 1u) {
+                    const uint32_t* words =
+                        reinterpret_cast<const uint32_t*>(overflow + raw_index[local + j] * 2ull * G::N);
+                    for (int w = lane; w < G::N / 2; w += GAAC_LANES) sum += words[w];
+                } else {
+                    const auto add = [&](int, uint2 words) { sum += words.x + words.y; };
+                    gaac_restore_staged<IS_V, D, true>(ring + stage, image, wstart, base_words, lane, add);
+                }
+                __syncwarp();  // every lane is done with the image and the stage
+                prev = stage;
+                stage = stage == cap * (GAAC_RESTORE_STAGES - 1) ? 0u : stage + cap;
+            }
+        };
+        if (is_v) blocks_of_run(GaacRestoreBool<true>{});
+        else blocks_of_run(GaacRestoreBool<false>{});
+        k += run, local += run, in_head += run;
+        if (in_head == per_head) in_head = 0, ++head_index;
+        if (local == per_copy) local = 0, head_index = 0;
     }
     gaac_cp_async_wait<0>();
     // Lanes, then warps, then CTAs: one atomic per warp.

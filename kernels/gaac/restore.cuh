@@ -207,9 +207,20 @@ __device__ __forceinline__ void gaac_load_head(const uint8_t* hb, uint8_t* base,
     }
 }
 
+// Byte offset of tile t's word of lane l in a warp's addend image. WIDE = false: [TILES][32]
+// words (tile-major, one 4-byte word per lane and tile). WIDE = true: [TILES / 4][32] groups
+// of four words (a lane's words of tiles 4q .. 4q + 3 side by side), so that a lane stores
+// and loads four tiles' addends with one 16-byte shared-memory instruction, and the 32
+// lanes of one such instruction read 512 contiguous bytes (no bank conflict).
+template <bool WIDE>
+__host__ __device__ constexpr int gaac_image_at(int t, int l) {
+    return WIDE ? 16 * (GAAC_LANES * (t >> 2) + l) + 4 * (t & 3) : 4 * (GAAC_LANES * t + l);
+}
+
 // Patches the addend image of one coded block staged in shared memory (`blk`) for its
-// 4-bit and raw groups (spec §3.3-3.5): the image ([TILES][32] words, fragment order)
-// must hold every lane's 3-bit addend words when the warp calls this; `wstart` is the
+// 4-bit and raw groups (spec §3.3-3.5): the image ([TILES][32] words, fragment order, or
+// the four-tile groups of gaac_image_at<true> with WIDE) must hold every lane's 3-bit
+// addend words when the warp calls this; `wstart` is the
 // head's window starts (D bytes, spec §2.2). Returns the block's length `P + n4 + 5 nr`
 // from its tags (spec §3), for the caller's check against the slot; a tag 3 patches
 // nothing, and a block longer than `limit` bytes patches nothing (its 4th bits and raw
@@ -219,7 +230,7 @@ __device__ __forceinline__ void gaac_load_head(const uint8_t* hb, uint8_t* base,
 // scan's adds guarded by the shuffle's own predicate (gaac_scan_step, fewer instructions,
 // the block restore's choice) or by a lane compare and a select (as the fused attention was
 // measured faster with; docs/perf/gaac-gpu.md, "Version 3 measured").
-template <bool IS_V, int D, bool PREDICATED_SCAN = false>
+template <bool IS_V, int D, bool PREDICATED_SCAN = false, bool WIDE = false>
 __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
                                                      uint32_t limit, int lane) {
     using G = GaacGeometry<D>;
@@ -272,20 +283,43 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
         if (!IS_V) {
             // Channel 8j + i of token 8 nt + l / 4 is lane 4 (token mod 8) + i / 2, half
             // 2 (j mod 2) + (i mod 2) of tile nt (D/16) + j / 2 (spec §3.1): two bytes per lane.
-            uint8_t* p = img + 4 * (GAAC_LANES * ((token >> 3) * G::CHANNEL_TILES + (j >> 1)) + 4 * (token & 7)) +
-                         2 * (j & 1);
+            constexpr int LANE = gaac_image_at<WIDE>(0, 1);  // bytes from one lane's word to the next's
+            // WIDE (D / 16 tiles per token row, a multiple of 4): tile group nt (D/64) + j / 8,
+            // word (j / 2) mod 4, half j mod 2, i.e. 2 (j mod 8) bytes into the lane's group.
+            // Written as a lane-constant part plus the group's part, g = bit / 2 (j = LANE_GROUPS
+            // (l mod 2) + g; LANE_GROUPS = D / 16 is 4 or a multiple of 8).
+            const int g = bit >> 1;
+            uint8_t* p;
+            if constexpr (!WIDE) {
+                p = img + 4 * (GAAC_LANES * ((token >> 3) * G::CHANNEL_TILES + (j >> 1)) + 4 * (token & 7)) + 2 * (j & 1);
+            } else if constexpr (G::LANE_GROUPS == 4) {
+                p = img + 16 * (GAAC_LANES * (token >> 3) * (G::CHANNEL_TILES / 4) + 4 * (token & 7)) +
+                    8 * (lane & 1) + 2 * g;
+            } else {
+                p = img + 16 * (GAAC_LANES * ((token >> 3) * (G::CHANNEL_TILES / 4) + G::LANE_GROUPS / 8 * (lane & 1)) +
+                                4 * (token & 7)) +
+                    16 * GAAC_LANES * (g >> 3) + 2 * (g & 7);
+            }
             *reinterpret_cast<uint16_t*>(p) = (uint16_t)lo;
-            *reinterpret_cast<uint16_t*>(p + 4) = (uint16_t)(lo >> 16);
-            *reinterpret_cast<uint16_t*>(p + 8) = (uint16_t)hi;
-            *reinterpret_cast<uint16_t*>(p + 12) = (uint16_t)(hi >> 16);
+            *reinterpret_cast<uint16_t*>(p + LANE) = (uint16_t)(lo >> 16);
+            *reinterpret_cast<uint16_t*>(p + 2 * LANE) = (uint16_t)hi;
+            *reinterpret_cast<uint16_t*>(p + 3 * LANE) = (uint16_t)(hi >> 16);
         } else {
             // Channel 8j + i, token q is lane 4i + (q mod 8) / 2, half (q mod 2) + 2 (q / 8)
             // of tile j: one byte in each of eight lanes.
-            uint8_t* p = img + 4 * (GAAC_LANES * j + ((token & 7) >> 1)) + (token & 1) + 2 * (token >> 3);
+            constexpr int LANE = gaac_image_at<WIDE>(0, 1);
+            // WIDE: as the K side, a lane-constant part and the group's (LANE_GROUPS a multiple of 4).
+            uint8_t* p;
+            if constexpr (!WIDE) {
+                p = img + 4 * (GAAC_LANES * j + ((token & 7) >> 1)) + (token & 1) + 2 * (token >> 3);
+            } else {
+                p = img + gaac_image_at<WIDE>(G::LANE_GROUPS * (lane & 1), (token & 7) >> 1) + (token & 1) +
+                    2 * (token >> 3) + 16 * GAAC_LANES * ((bit >> 1) >> 2) + 4 * ((bit >> 1) & 3);
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                p[16 * i] = (uint8_t)(lo >> (8 * i));
-                p[16 * (i + 4)] = (uint8_t)(hi >> (8 * i));
+                p[4 * LANE * i] = (uint8_t)(lo >> (8 * i));
+                p[4 * LANE * (i + 4)] = (uint8_t)(hi >> (8 * i));
             }
         }
     }
@@ -301,15 +335,36 @@ __device__ __forceinline__ uint32_t gaac_patch_image(const uint8_t* blk, uint32_
 // tile t for 3-bit groups (gaac_patch_image adds the other groups'). The fields come from
 // the slab's pre-rotated plane words (gaac_slab_words) and the shifts run on the FMA pipe
 // (gaac_shr_add, gaac_join_quad_fma): fewer ALU instructions per tile than
-// gaac_restore_tile's, for a loop whose ALU pipe was the busiest.
-template <bool IS_V, int D, class Sink>
+// gaac_restore_tile's, for a loop whose ALU pipe was the busiest. WIDE: the image laid out
+// by gaac_image_at<true>, written and read with 16-byte accesses (the restore benchmark's
+// choice, docs/perf/gaac-gpu.md "Restore version 4"; the decoder measured the same with
+// either layout and keeps the default).
+template <bool IS_V, int D, bool WIDE = false, class Sink>
 __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t* image, const uint8_t* wstart,
                                                     const uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane,
                                                     Sink&& sink) {
     using G = GaacGeometry<D>;
+    uint32_t addends[G::TILES];
+    if constexpr (WIDE) {
+        // The image in groups of four tiles per lane (gaac_image_at<true>): one 16-byte
+        // store and one 16-byte load per lane for four tiles' addends.
+        uint4* image4 = reinterpret_cast<uint4*>(image) + lane;
 #pragma unroll
-    for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
-    gaac_patch_image<IS_V, D, true>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
+        for (int q = 0; q < G::TILES / 4; ++q) {
+            image4[GAAC_LANES * q] =
+                make_uint4(base_words[4 * q], base_words[4 * q + 1], base_words[4 * q + 2], base_words[4 * q + 3]);
+        }
+        gaac_patch_image<IS_V, D, true, true>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
+#pragma unroll
+        for (int q = 0; q < G::TILES / 4; ++q) {
+            const uint4 a = image4[GAAC_LANES * q];
+            addends[4 * q] = a.x, addends[4 * q + 1] = a.y, addends[4 * q + 2] = a.z, addends[4 * q + 3] = a.w;
+        }
+    } else {
+#pragma unroll
+        for (int t = 0; t < G::TILES; ++t) image[GAAC_LANES * t + lane] = base_words[t];
+        gaac_patch_image<IS_V, D, true>(blk, image, wstart, G::PLANES_LEN + 10 * D, lane);
+    }
 #pragma unroll
     for (int s = 0; s < G::SLABS; ++s) {
         const uint32_t* plane = reinterpret_cast<const uint32_t*>(blk + G::PLANE3_AT + GAAC_SLAB_BYTES * s) + lane;
@@ -318,8 +373,8 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
         const uint32_t* add = image + GAAC_LANES * GAAC_SLAB_TILES * s + lane;
 #pragma unroll
         for (int m = 0; m < GAAC_SLAB_TILES; ++m) {
-            sink(GAAC_SLAB_TILES * s + m,
-                 gaac_join_quad_fma(gaac_tile_exponents(w, m, add[GAAC_LANES * m]), sm[GAAC_LANES * m]));
+            const uint32_t a = WIDE ? addends[GAAC_SLAB_TILES * s + m] : add[GAAC_LANES * m];
+            sink(GAAC_SLAB_TILES * s + m, gaac_join_quad_fma(gaac_tile_exponents(w, m, a), sm[GAAC_LANES * m]));
         }
     }
 }
