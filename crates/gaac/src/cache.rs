@@ -264,12 +264,22 @@ impl CacheHeader {
     }
 
     /// Where each section starts.
+    ///
+    /// # Panics
+    /// If the container's length overflows `usize` (a header [`CacheHeader::parse`]
+    /// accepted, or one the encoder made, never does; the fields are public, so a header
+    /// built by hand can).
     pub fn sections(&self) -> Sections {
         sections(self.shape, self.block_shape(), self.slot_capacity, self.raw_blocks)
             .expect("parse and the encoder check the length")
     }
 
-    /// (layer, kind, head, block within the head) of block `index` in container order.
+    /// (layer, kind, head, block within the head) of block `index` in container order,
+    /// for `index < `[`CacheHeader::blocks`] (a larger index gives a layer past the
+    /// cache's).
+    ///
+    /// # Panics
+    /// If the cache has no full block (T < 16).
     pub fn block_coords(&self, index: usize) -> (usize, KvKind, usize, usize) {
         let per_head = self.blocks_per_head();
         let head = (index / per_head) % self.shape.kv_heads;
