@@ -156,9 +156,12 @@ impl CacheHeader {
             return Err(Error::UnknownFlags { flags });
         }
         let checksummed = flags & FLAG_CHECKSUM != 0;
-        let reserved = std::iter::once(header::RESERVED0).chain(header::RESERVED1..header::HEADER_CRC);
+        // The lowest nonzero one is reported: byte 7, then the checksum field 40..44 when
+        // no flag claims it, then 44..60.
         let unchecked = (header::CHECKSUM..header::CHECKSUM + 4).filter(|_| !checksummed);
-        if let Some(offset) = reserved.chain(unchecked).find(|&at| h[at] != 0) {
+        let mut reserved =
+            std::iter::once(header::RESERVED0).chain(unchecked).chain(header::RESERVED1..header::HEADER_CRC);
+        if let Some(offset) = reserved.find(|&at| h[at] != 0) {
             return Err(Error::ReservedNotZero { offset, value: h[offset] });
         }
         check_header_crc(h, header::HEADER_CRC)?;
