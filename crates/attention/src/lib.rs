@@ -2,7 +2,7 @@
 //! cached token of its sequence, read through a block table (vLLM's paged cache).
 //!
 //! This crate holds what every attention kernel of the workspace shares: the problem's
-//! types and checks ([`DecodeProblem`]), an FP64-accumulated [`reference`], the CPU
+//! types and checks ([`DecodeProblem`]), an FP64-accumulated [`reference()`], the CPU
 //! fallback [`decode_cpu`], the error measure [`relative_l2_error`], and on the GPU the
 //! BF16 twin ([`gpu`]): the kernel over plain BF16 pages that the fused kernels over GAAC
 //! and ZipFusion pages are built from and compared with (the GAAC seed's "fused decode

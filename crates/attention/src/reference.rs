@@ -42,7 +42,7 @@ pub fn reference(problem: &DecodeProblem<'_>) -> Result<Attention<f32>, Attentio
     Ok(Attention { out, lse })
 }
 
-/// The CPU fallback: [`reference`]'s output rounded to BF16 (round to nearest even), the
+/// The CPU fallback: [`reference()`]'s output rounded to BF16 (round to nearest even), the
 /// same function the GPU kernels compute, for problems small enough to run on the host.
 ///
 /// # Errors

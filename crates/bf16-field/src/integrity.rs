@@ -7,9 +7,12 @@
 //!   `W = Σ i·b_i` over the bytes `b_i`, so any thread can add its own bytes' share in
 //!   any order and the parts combine by addition ([`adler32_from_sums`]). A CRC needs a
 //!   table lookup per byte and carry-less products to combine, which costs a memory-bound
-//!   kernel far more. Adler-32 detects every change confined to one byte; its known
-//!   weakness, short inputs whose sums stay far below the modulus, does not apply to
-//!   payloads of thousands of values.
+//!   kernel far more. Adler-32 detects every change confined to one byte of the values;
+//!   its known weakness, short inputs whose sums stay far below the modulus, does not
+//!   apply to payloads of thousands of values. Changes of several values can cancel in
+//!   both sums (`+d, -d` at `i, i + s` with `-d, +d` at `j, j + s`), which one corrupted
+//!   byte of an encoding can cause where a byte holds bits of several values at a fixed
+//!   stride: GAAC's planes (`docs/formats/gaac.md` §7.3).
 //! * **Headers: CRC-32C** (Castagnoli), with the CPU's CRC instruction (`crc32c` crate):
 //!   a header is a few dozen bytes that the host parses before any kernel runs.
 //!

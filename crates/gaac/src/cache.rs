@@ -156,9 +156,12 @@ impl CacheHeader {
             return Err(Error::UnknownFlags { flags });
         }
         let checksummed = flags & FLAG_CHECKSUM != 0;
-        let reserved = std::iter::once(header::RESERVED0).chain(header::RESERVED1..header::HEADER_CRC);
+        // The lowest nonzero one is reported: byte 7, then the checksum field 40..44 when
+        // no flag claims it, then 44..60.
         let unchecked = (header::CHECKSUM..header::CHECKSUM + 4).filter(|_| !checksummed);
-        if let Some(offset) = reserved.chain(unchecked).find(|&at| h[at] != 0) {
+        let mut reserved =
+            std::iter::once(header::RESERVED0).chain(unchecked).chain(header::RESERVED1..header::HEADER_CRC);
+        if let Some(offset) = reserved.find(|&at| h[at] != 0) {
             return Err(Error::ReservedNotZero { offset, value: h[offset] });
         }
         check_header_crc(h, header::HEADER_CRC)?;
@@ -264,12 +267,22 @@ impl CacheHeader {
     }
 
     /// Where each section starts.
+    ///
+    /// # Panics
+    /// If the container's length overflows `usize` (a header [`CacheHeader::parse`]
+    /// accepted, or one the encoder made, never does; the fields are public, so a header
+    /// built by hand can).
     pub fn sections(&self) -> Sections {
         sections(self.shape, self.block_shape(), self.slot_capacity, self.raw_blocks)
             .expect("parse and the encoder check the length")
     }
 
-    /// (layer, kind, head, block within the head) of block `index` in container order.
+    /// (layer, kind, head, block within the head) of block `index` in container order,
+    /// for `index < `[`CacheHeader::blocks`] (a larger index gives a layer past the
+    /// cache's).
+    ///
+    /// # Panics
+    /// If the cache has no full block (T < 16).
     pub fn block_coords(&self, index: usize) -> (usize, KvKind, usize, usize) {
         let per_head = self.blocks_per_head();
         let head = (index / per_head) % self.shape.kv_heads;

@@ -37,6 +37,10 @@ corrupt_input!(reserved_not_zero: example_container() => |b| b[50] = 7;
     decode_cache, cache_info => Error::ReservedNotZero { offset: 50, value: 7 });
 corrupt_input!(checksum_field_without_flag: example_container() => |b| b[6] = 0;
     decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x9b });
+// Of several nonzero reserved bytes, the lowest is reported (spec §7.1 row 5), as
+// ZipFusion's header does: the unflagged checksum field (40) before bytes 44..60.
+corrupt_input!(lowest_reserved_byte_first: example_container() => |b| { b[6] = 0; b[50] = 7 };
+    decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x9b });
 corrupt_input!(header_checksum_mismatch: example_container() => |b| b[8] = 2;
     decode_cache, cache_info => Error::HeaderChecksumMismatch { stored: 0xf1c8_a0c5, computed: 0x56fb_b03c });
 corrupt_input!(zero_layers: example_container() => |b| { set_u32(b, 8, 0); rehash(b) };

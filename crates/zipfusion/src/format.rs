@@ -255,7 +255,7 @@ impl PageShape {
         if self.kv_heads == 0 || self.head_dim == 0 {
             return Err(Error::InvalidShape {
                 layers: 1,
-                kv_heads: 0,
+                kv_heads: self.kv_heads,
                 head_dim: self.head_dim,
                 tokens: PAGE_TOKENS,
             });

@@ -2,8 +2,8 @@
 //! in place, restoring each value in registers with a few integer operations ("ZipFusion:
 //! Fusing Lossless KV Decompression with Attention for Efficient LLM Decoding"; byte
 //! format in `docs/formats/zipfusion.md`). This crate is the CPU reference encoder and
-//! decoder and the definition of the bytes; the fused attention kernels (issue 9) will
-//! read exactly these bytes.
+//! decoder and the definition of the bytes; its GPU encoder and decoder ([`gpu`]) and the
+//! fused decode-attention kernel ([`attention`]) read and write exactly these bytes.
 //!
 //! * A full **page** of 16 tokens holds one layer's K and V, cut per KV head into
 //!   **blocks** of 16 tokens x 32 channels (spec §2, §5).
@@ -65,6 +65,11 @@
 //! **GPU.** [`gpu`]: page compression and page decode on the caller's stream, and the
 //! whole-cache container through [`kvcodec_gpu::GpuCacheCodec`], byte-identical to this
 //! CPU reference both ways, with the CPU's errors for invalid pages (spec §10).
+//!
+//! **Attention.** [`attention`]: fused decode attention over a paged ZipFusion cache (full
+//! pages in slots, or read through `kvcodec_pool`'s page table), bit-identical to the BF16
+//! twin of `kvcodec_attention` on the decoded copy; [`attention::decode_cpu`] is its CPU
+//! path.
 
 pub mod attention;
 mod block;

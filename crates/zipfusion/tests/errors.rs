@@ -128,6 +128,12 @@ fn page_arguments_are_checked() {
     assert_eq!(decode_page(&p, odd, Variant::Base), Err(Error::HeadDimUnsupported { head_dim: 48 }));
     let headless = PageShape { kv_heads: 0, head_dim: 64 };
     assert_rejects!(decode_page(&p, headless, Variant::Base), Error::InvalidShape { kv_heads: 0, .. });
+    // A zero head_dim is reported with the H it came with, not as H = 0.
+    let widthless = PageShape { kv_heads: 3, head_dim: 0 };
+    assert_eq!(
+        decode_page(&p, widthless, Variant::Base),
+        Err(Error::InvalidShape { layers: 1, kv_heads: 3, head_dim: 0, tokens: 16 })
+    );
     let huge = PageShape { kv_heads: 1 << 16, head_dim: 1 << 10 };
     assert_rejects!(decode_page(&p, huge, Variant::Base), Error::ShapeTooLarge { .. });
     assert_eq!(

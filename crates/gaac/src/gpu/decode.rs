@@ -55,7 +55,7 @@ impl CacheDecoder {
     ///
     /// # Errors
     /// [`GpuError::Codec`] with the CPU decoder's error for a header it rejects, a shape
-    /// mismatch ([`Error::CacheShapeMismatch`]) or a wrong length;
+    /// mismatch ([`crate::Error::CacheShapeMismatch`]) or a wrong length;
     /// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, bytes: &[u8], shape: Option<KvShape>) -> Result<Self, GpuError> {
