@@ -272,7 +272,8 @@ struct Chunk {
     owner: SeqId,
     /// A slab's slots.
     slots: u32,
-    /// A slab's slots held: by a page, or as a sequence's spare open slot.
+    /// A slab's slots held: by a page, or as a sequence's spare open slot, or by a
+    /// released sequence until its epoch completes ([`Retired::SlotList`]).
     live: u32,
     /// A slab's pending slots.
     pending: u32,
@@ -392,7 +393,8 @@ enum Retired {
     },
     /// A released sequence's slab slots (`in_slab`'s entries, then its layers' `slab`
     /// pages and spares; the page, NONE for a spare, is not read): freed in order, a
-    /// slab word's run of them at a time.
+    /// slab word's run of them at a time. Unlike [`Retired::Slots`] they stay counted
+    /// `live` in their slabs until then (a release touches no slab per slot).
     SlotList(Vec<(PageId, ChunkId, u32)>),
     Segments(Vec<ChunkId>),
     Blocks(Vec<u32>),
@@ -425,8 +427,9 @@ struct Adjust {
 ///   compressed bytes; [`Pool::move_page`] relocates a full page; the page table
 ///   ([`Pool::entry`]) maps each page id to its location.
 /// * A sequence's pages are freed together ([`Pool::release`]): its segments and its id
-///   blocks whole, its slab pages one by one. The cost of a release is
-///   O(layers + segments + id blocks + slab pages), not O(pages).
+///   blocks whole, its slab pages as one list (their slabs are counted at the
+///   reclamation, not at the release). The cost of a release is O(layers + segments +
+///   id blocks), of its reclamation O(segments + id blocks + slab pages), not O(pages).
 /// * Frees are stream-ordered: what is freed while the host prepares epoch `e`
 ///   (`e = last submitted + 1`) is reused only after [`Pool::complete`]`(e)`; a chunk
 ///   returns to its layer's private space or to the shared pool when it is free with
@@ -597,9 +600,11 @@ impl Pool {
             match p.what {
                 Retired::Slots { chunk, word, mask } => {
                     self.pending_count -= u64::from(mask.count_ones());
-                    self.release_slots(chunk, word, mask);
+                    self.release_slots(chunk, word, mask, false);
                 }
                 Retired::SlotList(mut list) => {
+                    // Still counted live in their slabs (the release does not touch a
+                    // slab per slot): freed here in one pass.
                     self.pending_count -= list.len() as u64;
                     let mut i = 0;
                     while let Some(&(_, chunk, slot)) = list.get(i) {
@@ -611,7 +616,7 @@ impl Pool {
                             mask |= 1 << (s % 64);
                             i += 1;
                         }
-                        self.release_slots(chunk, word, mask);
+                        self.release_slots(chunk, word, mask, true);
                     }
                     list.clear();
                     self.free_lists.push(list);
@@ -619,15 +624,28 @@ impl Pool {
                 Retired::Segments(list) => {
                     self.pending_count -= list.len() as u64;
                     self.reclaimed += list.len() as u64;
-                    let private = self.cfg.layers * self.cfg.private_chunks;
-                    for c in list {
-                        self.chunk_class[c as usize] = NONE;
-                        if c < private {
-                            let l = (c / self.cfg.private_chunks) as usize;
-                            self.layers[l].empty_private.push(c);
-                            self.room[l] += self.open_spc;
+                    let (per_layer, spc) = (self.cfg.private_chunks, self.open_spc);
+                    let private = self.cfg.layers * per_layer;
+                    // A private chunk's layer, `c / per_layer`, by a multiply (`m =
+                    // ceil(2^64 / per_layer)`: exact for `c` and `per_layer` below 2^32;
+                    // ~400 segments a release, a division each cost more than the rest).
+                    let m = u64::MAX / u64::from(per_layer.max(1)) + 1;
+                    let layer_of = |c: ChunkId| {
+                        if per_layer > 1 {
+                            ((u128::from(c) * u128::from(m)) >> 64) as usize
                         } else {
-                            self.shared_free.push(c);
+                            c as usize
+                        }
+                    };
+                    let Pool { chunk_class, layers, room, shared_free, .. } = self;
+                    for &c in &list {
+                        chunk_class[c as usize] = NONE;
+                        if c < private {
+                            let l = layer_of(c);
+                            layers[l].empty_private.push(c);
+                            room[l] += spc;
+                        } else {
+                            shared_free.push(c);
                         }
                     }
                 }
@@ -1436,7 +1454,8 @@ impl Pool {
 
     /// Frees every page of `seq` (finished, or evicted by the scheduler to make room)
     /// and releases what it still had reserved: its segments and id blocks whole, its
-    /// slab pages one by one. Returns the pages freed. Their room and ids are reused
+    /// slab pages as one list, each freed in its slab when the open epoch completes
+    /// ([`Pool::complete`]). Returns the pages freed. Their room and ids are reused
     /// after the open epoch completes.
     ///
     /// # Errors
@@ -1467,11 +1486,6 @@ impl Pool {
             if sl.spare_chunk != NONE {
                 slots.push((NONE, sl.spare_chunk, sl.spare_slot));
             }
-        }
-        for &(_, chunk, _) in &slots {
-            let ch = &mut self.chunks[chunk as usize];
-            ch.live -= 1;
-            ch.pending += 1;
         }
         for &c in &s.segments {
             self.chunk_class[c as usize] = RETIRED;
@@ -1590,8 +1604,17 @@ impl Pool {
             class => {
                 let running = self.seqs.values().map(|&si| &self.store[si as usize]);
                 let spares = running.flat_map(|s| &s.lay).filter(|sl| sl.spare_chunk == chunk).count() as u32;
+                // Released sequences' slots still counted live until their epoch.
+                let released = self
+                    .pending
+                    .iter()
+                    .filter_map(|p| match &p.what {
+                        Retired::SlotList(list) => Some(list.iter().filter(|e| e.1 == chunk).count() as u32),
+                        _ => None,
+                    })
+                    .sum::<u32>();
                 (info.class, info.slots, info.live, info.spare, info.pending) =
-                    (Some(class as usize), c.slots, c.live - spares, spares, c.pending)
+                    (Some(class as usize), c.slots, c.live - spares - released, spares, c.pending + released)
             }
         }
         Some(info)
@@ -1711,35 +1734,52 @@ impl Pool {
         self.pending.push_back(Pending { epoch, what: Retired::Slots { chunk: at_chunk, word, mask: bit } });
     }
 
-    /// Pending slab slots (`mask` of word `word`) become free; an empty slab goes home.
-    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64) {
+    /// Retired slab slots (`mask` of word `word`) become free: counted `pending` in the
+    /// slab ([`Pool::retire_slot`]), or `live` (`from_live`: a released sequence's slots,
+    /// which its release left as they were); an empty slab goes home.
+    #[inline(always)]
+    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64, from_live: bool) {
         let n = mask.count_ones();
         self.free_bits[chunk as usize * self.words + word as usize] |= mask;
         let ch = &mut self.chunks[chunk as usize];
-        ch.pending -= n;
+        if from_live {
+            ch.live -= n;
+        } else {
+            ch.pending -= n;
+        }
         let l = ch.layer as usize;
         let was_full = ch.partial_pos == NONE;
         let empty = ch.live == 0 && ch.pending == 0;
         self.room[l] += u64::from(n);
-        if was_full {
+        if empty {
+            self.slab_emptied(chunk, was_full);
+        } else if was_full {
             self.partial_push(chunk);
         }
-        if empty {
+    }
+
+    /// Slab `chunk`, all its slots free now, goes home (out of its layer's partial list
+    /// unless it was full).
+    #[cold]
+    #[inline(never)]
+    fn slab_emptied(&mut self, chunk: ChunkId, was_full: bool) {
+        if !was_full {
             self.partial_remove(chunk);
-            let ch = &mut self.chunks[chunk as usize];
-            self.room[l] -= u64::from(ch.slots);
-            ch.slots = 0;
-            let home = ch.home;
-            self.chunk_class[chunk as usize] = NONE;
-            let base = chunk as usize * self.words;
-            self.free_bits[base..base + self.words].fill(0);
-            match home {
-                ChunkHome::Private(h) => {
-                    self.layers[h as usize].empty_private.push(chunk);
-                    self.room[h as usize] += self.open_spc;
-                }
-                ChunkHome::Shared => self.shared_free.push(chunk),
+        }
+        let ch = &mut self.chunks[chunk as usize];
+        let l = ch.layer as usize;
+        self.room[l] -= u64::from(ch.slots);
+        ch.slots = 0;
+        let home = ch.home;
+        self.chunk_class[chunk as usize] = NONE;
+        let base = chunk as usize * self.words;
+        self.free_bits[base..base + self.words].fill(0);
+        match home {
+            ChunkHome::Private(h) => {
+                self.layers[h as usize].empty_private.push(chunk);
+                self.room[h as usize] += self.open_spc;
             }
+            ChunkHome::Shared => self.shared_free.push(chunk),
         }
     }
 
