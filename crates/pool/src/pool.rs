@@ -261,7 +261,8 @@ impl Slot {
 
 /// Chunk class tags besides a slab's class index.
 const SEGMENT: u32 = u32::MAX - 1;
-/// A segment whose sequence was released, waiting for its epoch.
+/// A segment whose sequence was released, waiting for its epoch ([`Pool::chunk_tag`]:
+/// reports only; `chunk_class` keeps SEGMENT).
 const RETIRED: u32 = u32::MAX - 2;
 
 #[derive(Clone, Debug)]
@@ -444,8 +445,12 @@ pub struct Pool {
     open_bytes: u32,
     open_spc: u64,
     chunks: Vec<Chunk>,
-    /// Per chunk: NONE (free), a slab's class, SEGMENT or RETIRED. Compact: a release
-    /// and a reclamation touch this, not the chunk structs.
+    /// Per chunk: NONE (free), a slab's class, or SEGMENT. A segment keeps its tag
+    /// from the moment it is taken until it is taken again: its release and its
+    /// reclamation write nothing per segment here (~400 scattered words a finished
+    /// request), so a free or retired chunk may still read SEGMENT; the free lists and
+    /// the pending queue say which ([`Pool::chunk_tag`], for reports). Compact: what
+    /// the hot paths read, not the chunk structs.
     chunk_class: Vec<u32>,
     /// Free bitmaps of all slabs, `words` words per chunk (bit set = slot free and
     /// reusable): one flat array.
@@ -637,9 +642,9 @@ impl Pool {
                             c as usize
                         }
                     };
-                    let Pool { chunk_class, layers, room, shared_free, .. } = self;
+                    // Their tags stay SEGMENT (see `chunk_class`).
+                    let Pool { layers, room, shared_free, .. } = self;
                     for &c in &list {
-                        chunk_class[c as usize] = NONE;
                         if c < private {
                             let l = layer_of(c);
                             layers[l].empty_private.push(c);
@@ -1487,9 +1492,6 @@ impl Pool {
                 slots.push((NONE, sl.spare_chunk, sl.spare_slot));
             }
         }
-        for &c in &s.segments {
-            self.chunk_class[c as usize] = RETIRED;
-        }
         let mut pages = 0;
         for &b in &s.blocks {
             let used = self.block_used[b as usize];
@@ -1578,7 +1580,7 @@ impl Pool {
     /// Chunk `chunk`'s state, or `None` past the last chunk.
     pub fn chunk_info(&self, chunk: ChunkId) -> Option<ChunkInfo> {
         let c = self.chunks.get(chunk as usize)?;
-        let tag = self.chunk_class[chunk as usize];
+        let tag = self.chunk_tag(chunk);
         let mut info = ChunkInfo {
             home: c.home,
             layer: (tag != NONE).then_some(c.layer),
@@ -1620,6 +1622,37 @@ impl Pool {
         Some(info)
     }
 
+    /// Chunk `chunk`'s tag for reports: NONE (free), a slab's class, SEGMENT (owned by
+    /// a running sequence) or RETIRED (a released sequence's, waiting for its epoch).
+    /// `chunk_class` says SEGMENT for all three of a segment's states; the free lists
+    /// and the pending queue tell them apart (O(free chunks + pending), a report's cost).
+    fn chunk_tag(&self, chunk: ChunkId) -> u32 {
+        let tag = self.chunk_class[chunk as usize];
+        if tag != SEGMENT {
+            return tag;
+        }
+        let home_free = match self.chunks[chunk as usize].home {
+            ChunkHome::Private(l) => &self.layers[l as usize].empty_private,
+            ChunkHome::Shared => &self.shared_free,
+        };
+        if home_free.contains(&chunk) {
+            return NONE;
+        }
+        let retired =
+            self.pending.iter().any(|p| matches!(&p.what, Retired::Segments(list) if list.contains(&chunk)));
+        if retired { RETIRED } else { SEGMENT }
+    }
+
+    /// Per chunk: whether it is free (in its home's free list).
+    fn free_chunks(&self) -> Vec<bool> {
+        let mut free = vec![false; self.chunks.len()];
+        let private = self.layers.iter().flat_map(|l| &l.empty_private);
+        for &c in self.shared_free.iter().chain(private) {
+            free[c as usize] = true;
+        }
+        free
+    }
+
     /// Totals over the pool.
     pub fn stats(&self) -> PoolStats {
         let mut s = PoolStats {
@@ -1628,8 +1661,11 @@ impl Pool {
             segments_reclaimed: self.reclaimed,
             ..PoolStats::default()
         };
-        s.chunks_in_use = self.chunk_class.iter().filter(|&&c| c != NONE).count() as u32;
-        s.segments = self.chunk_class.iter().filter(|&&c| c == SEGMENT || c == RETIRED).count() as u32;
+        // A free segment keeps its tag (see `chunk_class`).
+        let free = self.free_chunks();
+        let in_use = self.chunk_class.iter().zip(&free).filter(|&(_, &f)| !f);
+        s.chunks_in_use = in_use.clone().filter(|&(&c, _)| c != NONE).count() as u32;
+        s.segments = in_use.filter(|&(&c, _)| c == SEGMENT).count() as u32;
         // The internal entries (no sequence lookup per page: a report per step reads them
         // all).
         for (b, &used) in self.block_used.iter().enumerate() {
