@@ -634,7 +634,7 @@ impl Pool {
                     // A private chunk's layer, `c / per_layer`, by a multiply (`m =
                     // ceil(2^64 / per_layer)`: exact for `c` and `per_layer` below 2^32;
                     // ~400 segments a release, a division each cost more than the rest).
-                    let m = u64::MAX / u64::from(per_layer.max(1)) + 1;
+                    let m = if per_layer > 1 { u64::MAX / u64::from(per_layer) + 1 } else { 0 };
                     let layer_of = |c: ChunkId| {
                         if per_layer > 1 {
                             ((u128::from(c) * u128::from(m)) >> 64) as usize
