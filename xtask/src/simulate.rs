@@ -511,13 +511,15 @@ struct Server<'a> {
 
 /// How a decode step calls the pool's [`Pool::touch_rows`] hint, from the environment
 /// variable `KVCODEC_POOL_TOUCH` (a measurement switch: `0` never, `next` before each
-/// row with the next crossing request, anything else or unset: once per step with every
+/// row with the next crossing request, `b<n>` (e.g. `b8`) before every `n`-th row with
+/// the next `n` crossing requests, anything else or unset: once per step with every
 /// request whose token starts a page, before the first row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Touch {
     Off,
     Step,
     Next,
+    Batch(usize),
 }
 
 impl Touch {
@@ -525,6 +527,9 @@ impl Touch {
         match std::env::var("KVCODEC_POOL_TOUCH").as_deref() {
             Ok("0") => Touch::Off,
             Ok("next") => Touch::Next,
+            Ok(b) if b.strip_prefix('b').and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n > 0) => {
+                Touch::Batch(b[1..].parse().expect("checked"))
+            }
             _ => Touch::Step,
         }
     }
@@ -695,6 +700,7 @@ impl<'a> Server<'a> {
             self.crossing_next.clear();
             match self.touch {
                 Touch::Step => self.pool.touch_rows(&self.crossing),
+                Touch::Batch(n) => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(n)]),
                 _ => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(1)]),
             }
         }
@@ -722,12 +728,24 @@ impl<'a> Server<'a> {
                 // row's allocations first, so a compression cannot take it), and the
                 // previous row filled and compresses (unless the prompt's last page
                 // already did): two row calls.
-                if self.touch == Touch::Next {
-                    // The next crossing request's lines, while this one's row runs.
-                    next += 1;
-                    if let Some(&n) = self.crossing.get(next) {
-                        self.pool.touch_rows(&[n]);
+                match self.touch {
+                    Touch::Next => {
+                        // The next crossing request's lines, while this one's row runs.
+                        next += 1;
+                        if let Some(&n) = self.crossing.get(next) {
+                            self.pool.touch_rows(&[n]);
+                        }
                     }
+                    Touch::Batch(n) => {
+                        // The next `n` rows' lines, every `n` rows (what the first level
+                        // cache holds: ~45 lines a row).
+                        if next > 0 && next % n == 0 && next < self.crossing.len() {
+                            let end = (next + n).min(self.crossing.len());
+                            self.pool.touch_rows(&self.crossing[next..end]);
+                        }
+                        next += 1;
+                    }
+                    _ => {}
                 }
                 let r = &mut self.running[i];
                 std::mem::swap(&mut r.open, &mut self.ids);
@@ -944,7 +962,7 @@ impl Sim<'_> {
         for _ in 0..STEPS {
             let rows = s.rows;
             let t0 = Instant::now();
-            s.pool.complete(epoch)?; // the device is one step behind
+            timed_complete(&mut s.pool, epoch)?; // the device is one step behind
             let t1 = Instant::now();
             let admissible = s.pool.admissible_pages();
             let t2 = Instant::now();
@@ -965,7 +983,7 @@ impl Sim<'_> {
                 epoch += 1;
                 s.pool.submit(epoch)?;
                 let t4 = Instant::now();
-                s.pool.complete(epoch)?;
+                timed_complete(&mut s.pool, epoch)?;
                 let reclaim = us_since(t4);
                 parts[3] += reclaim;
                 us += reclaim;
@@ -1022,6 +1040,16 @@ impl Sim<'_> {
             prefill: (prefills.len(), mean(&prefills)),
         })
     }
+}
+
+/// [`Pool::complete`] inside the timed step (the previous step's epoch, and a finished
+/// request's reclamation): not inlined, so that an instruction count (`valgrind
+/// --tool=callgrind --toggle-collect=xtask::simulate::timed_complete
+/// --toggle-collect=xtask::simulate::Server::decode`) takes the timed work apart from
+/// the untimed prefills' completes.
+#[inline(never)]
+fn timed_complete(pool: &mut Pool, epoch: Epoch) -> kvcodec_pool::Result<()> {
+    pool.complete(epoch)
 }
 
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {

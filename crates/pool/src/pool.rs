@@ -261,7 +261,8 @@ impl Slot {
 
 /// Chunk class tags besides a slab's class index.
 const SEGMENT: u32 = u32::MAX - 1;
-/// A segment whose sequence was released, waiting for its epoch.
+/// A segment whose sequence was released, waiting for its epoch ([`Pool::chunk_tag`]:
+/// reports only; `chunk_class` keeps SEGMENT).
 const RETIRED: u32 = u32::MAX - 2;
 
 #[derive(Clone, Debug)]
@@ -272,7 +273,8 @@ struct Chunk {
     owner: SeqId,
     /// A slab's slots.
     slots: u32,
-    /// A slab's slots held: by a page, or as a sequence's spare open slot.
+    /// A slab's slots held: by a page, or as a sequence's spare open slot, or by a
+    /// released sequence until its epoch completes ([`Retired::SlotList`]).
     live: u32,
     /// A slab's pending slots.
     pending: u32,
@@ -392,7 +394,8 @@ enum Retired {
     },
     /// A released sequence's slab slots (`in_slab`'s entries, then its layers' `slab`
     /// pages and spares; the page, NONE for a spare, is not read): freed in order, a
-    /// slab word's run of them at a time.
+    /// slab word's run of them at a time. Unlike [`Retired::Slots`] they stay counted
+    /// `live` in their slabs until then (a release touches no slab per slot).
     SlotList(Vec<(PageId, ChunkId, u32)>),
     Segments(Vec<ChunkId>),
     Blocks(Vec<u32>),
@@ -425,8 +428,9 @@ struct Adjust {
 ///   compressed bytes; [`Pool::move_page`] relocates a full page; the page table
 ///   ([`Pool::entry`]) maps each page id to its location.
 /// * A sequence's pages are freed together ([`Pool::release`]): its segments and its id
-///   blocks whole, its slab pages one by one. The cost of a release is
-///   O(layers + segments + id blocks + slab pages), not O(pages).
+///   blocks whole, its slab pages as one list (their slabs are counted at the
+///   reclamation, not at the release). The cost of a release is O(layers + segments +
+///   id blocks), of its reclamation O(segments + id blocks + slab pages), not O(pages).
 /// * Frees are stream-ordered: what is freed while the host prepares epoch `e`
 ///   (`e = last submitted + 1`) is reused only after [`Pool::complete`]`(e)`; a chunk
 ///   returns to its layer's private space or to the shared pool when it is free with
@@ -441,8 +445,12 @@ pub struct Pool {
     open_bytes: u32,
     open_spc: u64,
     chunks: Vec<Chunk>,
-    /// Per chunk: NONE (free), a slab's class, SEGMENT or RETIRED. Compact: a release
-    /// and a reclamation touch this, not the chunk structs.
+    /// Per chunk: NONE (free), a slab's class, or SEGMENT. A segment keeps its tag
+    /// from the moment it is taken until it is taken again: its release and its
+    /// reclamation write nothing per segment here (~400 scattered words a finished
+    /// request), so a free or retired chunk may still read SEGMENT; the free lists and
+    /// the pending queue say which ([`Pool::chunk_tag`], for reports). Compact: what
+    /// the hot paths read, not the chunk structs.
     chunk_class: Vec<u32>,
     /// Free bitmaps of all slabs, `words` words per chunk (bit set = slot free and
     /// reusable): one flat array.
@@ -597,9 +605,11 @@ impl Pool {
             match p.what {
                 Retired::Slots { chunk, word, mask } => {
                     self.pending_count -= u64::from(mask.count_ones());
-                    self.release_slots(chunk, word, mask);
+                    self.release_slots(chunk, word, mask, false);
                 }
                 Retired::SlotList(mut list) => {
+                    // Still counted live in their slabs (the release does not touch a
+                    // slab per slot): freed here in one pass.
                     self.pending_count -= list.len() as u64;
                     let mut i = 0;
                     while let Some(&(_, chunk, slot)) = list.get(i) {
@@ -611,7 +621,7 @@ impl Pool {
                             mask |= 1 << (s % 64);
                             i += 1;
                         }
-                        self.release_slots(chunk, word, mask);
+                        self.release_slots(chunk, word, mask, true);
                     }
                     list.clear();
                     self.free_lists.push(list);
@@ -619,15 +629,28 @@ impl Pool {
                 Retired::Segments(list) => {
                     self.pending_count -= list.len() as u64;
                     self.reclaimed += list.len() as u64;
-                    let private = self.cfg.layers * self.cfg.private_chunks;
-                    for c in list {
-                        self.chunk_class[c as usize] = NONE;
-                        if c < private {
-                            let l = (c / self.cfg.private_chunks) as usize;
-                            self.layers[l].empty_private.push(c);
-                            self.room[l] += self.open_spc;
+                    let (per_layer, spc) = (self.cfg.private_chunks, self.open_spc);
+                    let private = self.cfg.layers * per_layer;
+                    // A private chunk's layer, `c / per_layer`, by a multiply (`m =
+                    // ceil(2^64 / per_layer)`: exact for `c` and `per_layer` below 2^32;
+                    // ~400 segments a release, a division each cost more than the rest).
+                    let m = if per_layer > 1 { u64::MAX / u64::from(per_layer) + 1 } else { 0 };
+                    let layer_of = |c: ChunkId| {
+                        if per_layer > 1 {
+                            ((u128::from(c) * u128::from(m)) >> 64) as usize
                         } else {
-                            self.shared_free.push(c);
+                            c as usize
+                        }
+                    };
+                    // Their tags stay SEGMENT (see `chunk_class`).
+                    let Pool { layers, room, shared_free, .. } = self;
+                    for &c in &list {
+                        if c < private {
+                            let l = layer_of(c);
+                            layers[l].empty_private.push(c);
+                            room[l] += spc;
+                        } else {
+                            shared_free.push(c);
                         }
                     }
                 }
@@ -1436,7 +1459,8 @@ impl Pool {
 
     /// Frees every page of `seq` (finished, or evicted by the scheduler to make room)
     /// and releases what it still had reserved: its segments and id blocks whole, its
-    /// slab pages one by one. Returns the pages freed. Their room and ids are reused
+    /// slab pages as one list, each freed in its slab when the open epoch completes
+    /// ([`Pool::complete`]). Returns the pages freed. Their room and ids are reused
     /// after the open epoch completes.
     ///
     /// # Errors
@@ -1467,14 +1491,6 @@ impl Pool {
             if sl.spare_chunk != NONE {
                 slots.push((NONE, sl.spare_chunk, sl.spare_slot));
             }
-        }
-        for &(_, chunk, _) in &slots {
-            let ch = &mut self.chunks[chunk as usize];
-            ch.live -= 1;
-            ch.pending += 1;
-        }
-        for &c in &s.segments {
-            self.chunk_class[c as usize] = RETIRED;
         }
         let mut pages = 0;
         for &b in &s.blocks {
@@ -1564,7 +1580,7 @@ impl Pool {
     /// Chunk `chunk`'s state, or `None` past the last chunk.
     pub fn chunk_info(&self, chunk: ChunkId) -> Option<ChunkInfo> {
         let c = self.chunks.get(chunk as usize)?;
-        let tag = self.chunk_class[chunk as usize];
+        let tag = self.chunk_tag(chunk);
         let mut info = ChunkInfo {
             home: c.home,
             layer: (tag != NONE).then_some(c.layer),
@@ -1590,11 +1606,51 @@ impl Pool {
             class => {
                 let running = self.seqs.values().map(|&si| &self.store[si as usize]);
                 let spares = running.flat_map(|s| &s.lay).filter(|sl| sl.spare_chunk == chunk).count() as u32;
+                // Released sequences' slots still counted live until their epoch.
+                let released = self
+                    .pending
+                    .iter()
+                    .filter_map(|p| match &p.what {
+                        Retired::SlotList(list) => Some(list.iter().filter(|e| e.1 == chunk).count() as u32),
+                        _ => None,
+                    })
+                    .sum::<u32>();
                 (info.class, info.slots, info.live, info.spare, info.pending) =
-                    (Some(class as usize), c.slots, c.live - spares, spares, c.pending)
+                    (Some(class as usize), c.slots, c.live - spares - released, spares, c.pending + released)
             }
         }
         Some(info)
+    }
+
+    /// Chunk `chunk`'s tag for reports: NONE (free), a slab's class, SEGMENT (owned by
+    /// a running sequence) or RETIRED (a released sequence's, waiting for its epoch).
+    /// `chunk_class` says SEGMENT for all three of a segment's states; the free lists
+    /// and the pending queue tell them apart (O(free chunks + pending), a report's cost).
+    fn chunk_tag(&self, chunk: ChunkId) -> u32 {
+        let tag = self.chunk_class[chunk as usize];
+        if tag != SEGMENT {
+            return tag;
+        }
+        let home_free = match self.chunks[chunk as usize].home {
+            ChunkHome::Private(l) => &self.layers[l as usize].empty_private,
+            ChunkHome::Shared => &self.shared_free,
+        };
+        if home_free.contains(&chunk) {
+            return NONE;
+        }
+        let retired =
+            self.pending.iter().any(|p| matches!(&p.what, Retired::Segments(list) if list.contains(&chunk)));
+        if retired { RETIRED } else { SEGMENT }
+    }
+
+    /// Per chunk: whether it is free (in its home's free list).
+    fn free_chunks(&self) -> Vec<bool> {
+        let mut free = vec![false; self.chunks.len()];
+        let private = self.layers.iter().flat_map(|l| &l.empty_private);
+        for &c in self.shared_free.iter().chain(private) {
+            free[c as usize] = true;
+        }
+        free
     }
 
     /// Totals over the pool.
@@ -1605,8 +1661,11 @@ impl Pool {
             segments_reclaimed: self.reclaimed,
             ..PoolStats::default()
         };
-        s.chunks_in_use = self.chunk_class.iter().filter(|&&c| c != NONE).count() as u32;
-        s.segments = self.chunk_class.iter().filter(|&&c| c == SEGMENT || c == RETIRED).count() as u32;
+        // A free segment keeps its tag (see `chunk_class`).
+        let free = self.free_chunks();
+        let in_use = self.chunk_class.iter().zip(&free).filter(|&(_, &f)| !f);
+        s.chunks_in_use = in_use.clone().filter(|&(&c, _)| c != NONE).count() as u32;
+        s.segments = in_use.filter(|&(&c, _)| c == SEGMENT).count() as u32;
         // The internal entries (no sequence lookup per page: a report per step reads them
         // all).
         for (b, &used) in self.block_used.iter().enumerate() {
@@ -1711,35 +1770,52 @@ impl Pool {
         self.pending.push_back(Pending { epoch, what: Retired::Slots { chunk: at_chunk, word, mask: bit } });
     }
 
-    /// Pending slab slots (`mask` of word `word`) become free; an empty slab goes home.
-    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64) {
+    /// Retired slab slots (`mask` of word `word`) become free: counted `pending` in the
+    /// slab ([`Pool::retire_slot`]), or `live` (`from_live`: a released sequence's slots,
+    /// which its release left as they were); an empty slab goes home.
+    #[inline(always)]
+    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64, from_live: bool) {
         let n = mask.count_ones();
         self.free_bits[chunk as usize * self.words + word as usize] |= mask;
         let ch = &mut self.chunks[chunk as usize];
-        ch.pending -= n;
+        if from_live {
+            ch.live -= n;
+        } else {
+            ch.pending -= n;
+        }
         let l = ch.layer as usize;
         let was_full = ch.partial_pos == NONE;
         let empty = ch.live == 0 && ch.pending == 0;
         self.room[l] += u64::from(n);
-        if was_full {
+        if empty {
+            self.slab_emptied(chunk, was_full);
+        } else if was_full {
             self.partial_push(chunk);
         }
-        if empty {
+    }
+
+    /// Slab `chunk`, all its slots free now, goes home (out of its layer's partial list
+    /// unless it was full).
+    #[cold]
+    #[inline(never)]
+    fn slab_emptied(&mut self, chunk: ChunkId, was_full: bool) {
+        if !was_full {
             self.partial_remove(chunk);
-            let ch = &mut self.chunks[chunk as usize];
-            self.room[l] -= u64::from(ch.slots);
-            ch.slots = 0;
-            let home = ch.home;
-            self.chunk_class[chunk as usize] = NONE;
-            let base = chunk as usize * self.words;
-            self.free_bits[base..base + self.words].fill(0);
-            match home {
-                ChunkHome::Private(h) => {
-                    self.layers[h as usize].empty_private.push(chunk);
-                    self.room[h as usize] += self.open_spc;
-                }
-                ChunkHome::Shared => self.shared_free.push(chunk),
+        }
+        let ch = &mut self.chunks[chunk as usize];
+        let l = ch.layer as usize;
+        self.room[l] -= u64::from(ch.slots);
+        ch.slots = 0;
+        let home = ch.home;
+        self.chunk_class[chunk as usize] = NONE;
+        let base = chunk as usize * self.words;
+        self.free_bits[base..base + self.words].fill(0);
+        match home {
+            ChunkHome::Private(h) => {
+                self.layers[h as usize].empty_private.push(chunk);
+                self.room[h as usize] += self.open_spc;
             }
+            ChunkHome::Shared => self.shared_free.push(chunk),
         }
     }
 
