@@ -78,8 +78,10 @@ impl SizeClasses {
         if step == 0 || !step.is_multiple_of(SLOT_ALIGN) {
             return Err(Error::ClassNotAligned { bytes: step, align: SLOT_ALIGN });
         }
-        let mut bytes: Vec<u32> =
-            (min_bytes.div_ceil(step).max(1)..).map(|k| k * step).take_while(|&b| b < page_bytes).collect();
+        let mut bytes: Vec<u32> = (min_bytes.div_ceil(step).max(1)..)
+            .map_while(|k| k.checked_mul(step))
+            .take_while(|&b| b < page_bytes)
+            .collect();
         bytes.push(page_bytes);
         SizeClasses::new(bytes)
     }

@@ -140,6 +140,13 @@ pub enum Error {
         /// The last epoch submitted.
         last: Epoch,
     },
+    /// `compress` of a page to 0 bytes: no format of this workspace stores a page in
+    /// none (a caller's size went wrong), and moving it would lose the page's values.
+    #[error("page {page} cannot be compressed to 0 bytes")]
+    ZeroCompressedBytes {
+        /// The page.
+        page: u32,
+    },
     /// `complete` with an epoch not yet submitted, or before the last one completed.
     #[error("epoch {epoch} completed: it must lie in [{completed}, {submitted}]")]
     CompleteOrder {

@@ -462,7 +462,7 @@ pub fn replay_on_device(
     checkpoint_every: u64,
 ) -> Result<ReplayReport, DeviceError> {
     let first = text.lines().next().unwrap_or_default();
-    let cfg = crate::trace::parse_config(first)?;
+    let cfg = crate::trace::replay_config(first)?;
     let mut dev = DevicePool::new(gpu, &cfg, ID_BLOCK)?;
     let mut state =
         Replay { report: ReplayReport::default(), gens: Vec::new(), events: Vec::new(), admitting: false };

@@ -495,6 +495,21 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Host bytes an empty pool of `cfg` allocates (its chunk records and bitmaps, its
+    /// per-layer state and free lists), so that a reader of an untrusted configuration
+    /// (a trace's first line, [`crate::trace`]) can refuse one before allocating it.
+    /// Saturates instead of overflowing; `cfg` need not be valid.
+    pub fn model_bytes(cfg: &PoolConfig) -> u64 {
+        let chunks = u64::from(cfg.layers)
+            .saturating_mul(u64::from(cfg.private_chunks))
+            .saturating_add(u64::from(cfg.shared_chunks));
+        let open = cfg.classes.open_bytes().max(1);
+        let words = (cfg.chunk_bytes / u64::from(open)).div_ceil(64);
+        let per_chunk = (std::mem::size_of::<Chunk>() as u64 + 4 + 4).saturating_add(words.saturating_mul(8));
+        let per_layer = std::mem::size_of::<LayerState>() as u64 + 16;
+        chunks.saturating_mul(per_chunk).saturating_add(u64::from(cfg.layers).saturating_mul(per_layer))
+    }
+
     /// An empty pool: every chunk free, epoch 0 submitted and completed.
     ///
     /// # Errors
@@ -781,7 +796,7 @@ impl Pool {
     /// at its whole length in open (BF16) pages per layer, beyond the reservations of the
     /// running sequences.
     pub fn admissible_requests(&self, prompt_tokens: u64, output_tokens: u64) -> u64 {
-        let pages = self.cfg.pages_for_tokens(prompt_tokens + output_tokens).max(1);
+        let pages = self.cfg.pages_for_tokens(prompt_tokens.saturating_add(output_tokens)).max(1);
         self.admissible_pages() / pages
     }
 
@@ -1187,7 +1202,7 @@ impl Pool {
     /// slot is freed for the open epoch.
     ///
     /// # Errors
-    /// [`Error::UnknownPage`], [`Error::NotOpen`].
+    /// [`Error::UnknownPage`], [`Error::NotOpen`], [`Error::ZeroCompressedBytes`].
     pub fn compress(&mut self, page: PageId, compressed_bytes: u32) -> Result<CompressOutcome> {
         let r = self.compress_inner(page, compressed_bytes);
         self.after_compress(page, compressed_bytes, &r);
@@ -1301,7 +1316,7 @@ impl Pool {
                 return i;
             }
             let e = &mut entries[page as usize];
-            if !e.is_open() {
+            if !e.is_open() || content == 0 {
                 return i;
             }
             let kept = Slot { at: e.offset() | BF16, content, ..*e };
@@ -1342,6 +1357,9 @@ impl Pool {
         let e = &mut self.entries[page as usize];
         if !e.is_open() {
             return Err(Error::NotOpen { page });
+        }
+        if compressed_bytes == 0 {
+            return Err(Error::ZeroCompressedBytes { page });
         }
         (e.at, e.content) = (e.offset() | BF16, compressed_bytes);
         let class = self.cfg.classes.fit(compressed_bytes).unwrap_or(self.open);

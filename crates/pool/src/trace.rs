@@ -31,6 +31,11 @@ use crate::pool::Pool;
 /// The first word of a trace's configuration line, then the version.
 pub const TRACE_MAGIC: &str = "kvcodec-pool trace v2";
 
+/// The most host memory a replay lets a trace's configuration line ask for
+/// ([`Pool::model_bytes`]): 1 GiB, about 20 million chunks of 2 MiB (an H200's whole
+/// memory is ~70 thousand), so that a hostile first line cannot exhaust the host.
+pub const MAX_REPLAY_MODEL_BYTES: u64 = 1 << 30;
+
 /// A replay that could not parse a line, or got another outcome than the trace's.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -49,6 +54,15 @@ pub enum ReplayError {
         /// Why the pool refused it.
         source: crate::Error,
     },
+    /// The configuration line asks for a pool whose model would take `bytes` of host
+    /// memory, more than [`MAX_REPLAY_MODEL_BYTES`].
+    #[error("trace line 1: a pool of {bytes} bytes of host state, more than the replay allows ({limit})")]
+    TooLarge {
+        /// Host bytes the model would allocate ([`Pool::model_bytes`]).
+        bytes: u64,
+        /// [`MAX_REPLAY_MODEL_BYTES`].
+        limit: u64,
+    },
     /// Line `line` replayed to another outcome.
     #[error("trace line {line}: expected {expected:?}, the model gave {got:?}")]
     Mismatch {
@@ -59,6 +73,19 @@ pub enum ReplayError {
         /// The line the model wrote.
         got: String,
     },
+}
+
+/// A trace's configuration line parsed ([`parse_config`]) and bounded for a replay.
+///
+/// # Errors
+/// As [`parse_config`]; [`ReplayError::TooLarge`] past [`MAX_REPLAY_MODEL_BYTES`].
+pub(crate) fn replay_config(first: &str) -> Result<PoolConfig, ReplayError> {
+    let cfg = parse_config(first)?;
+    let bytes = Pool::model_bytes(&cfg);
+    if bytes > MAX_REPLAY_MODEL_BYTES {
+        return Err(ReplayError::TooLarge { bytes, limit: MAX_REPLAY_MODEL_BYTES });
+    }
+    Ok(cfg)
 }
 
 /// The configuration line of a trace of a pool of `cfg`.
@@ -113,7 +140,8 @@ pub fn parse_config(text: &str) -> Result<PoolConfig, ReplayError> {
 /// same through [`replay_with`] and mirrors every epoch on the GPU.
 ///
 /// # Errors
-/// The first line that does not parse or replays to another outcome.
+/// The first line that does not parse or replays to another outcome;
+/// [`ReplayError::TooLarge`] for a configuration past [`MAX_REPLAY_MODEL_BYTES`].
 pub fn replay(text: &str) -> Result<Pool, ReplayError> {
     replay_with(text, false, |_, _| Ok(()))
 }
@@ -123,7 +151,8 @@ pub fn replay(text: &str) -> Result<Pool, ReplayError> {
 /// its [`crate::Change`]s from the first operation on (`after` takes them).
 ///
 /// # Errors
-/// The first line that does not parse or replays to another outcome, as `E`, or the
+/// The first line that does not parse or replays to another outcome (a configuration
+/// past [`MAX_REPLAY_MODEL_BYTES`]: [`ReplayError::TooLarge`]), as `E`, or the
 /// first error of `after`.
 pub fn replay_with<E: From<ReplayError>>(
     text: &str,
@@ -132,7 +161,7 @@ pub fn replay_with<E: From<ReplayError>>(
 ) -> Result<Pool, E> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty());
     let (_, first) = lines.next().ok_or(ReplayError::Parse { line: 1, text: String::new() })?;
-    let mut pool = Pool::new(parse_config(first)?).map_err(|source| ReplayError::Config { source })?;
+    let mut pool = Pool::new(replay_config(first)?).map_err(|source| ReplayError::Config { source })?;
     pool.record_trace(true);
     pool.record_changes(changes);
     for (line, text) in lines {

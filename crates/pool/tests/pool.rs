@@ -447,3 +447,49 @@ fn the_row_hint_changes_nothing_at_a_block_edge_or_for_unknown_sequences() {
     assert_eq!(a.page_table().collect::<Vec<_>>(), b.page_table().collect::<Vec<_>>());
     assert_eq!(a.take_trace(), b.take_trace());
 }
+
+#[test]
+fn a_trace_asking_for_a_pool_past_the_replay_bound_is_refused_before_allocating() {
+    // Found by a hostile-input pass: this 130-byte line made the replay allocate 2.1 GB.
+    let huge = format!(
+        "{} layers=16777216 chunk_bytes=16 private_chunks=1 shared_chunks=0 page_tokens=16 tail_fill_percent=0 classes=16",
+        trace::TRACE_MAGIC
+    );
+    match trace::replay(&huge) {
+        Err(trace::ReplayError::TooLarge { bytes, limit }) => {
+            assert!(bytes > limit);
+            assert_eq!(limit, trace::MAX_REPLAY_MODEL_BYTES);
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let shared = format!(
+        "{} layers=1 chunk_bytes=16 private_chunks=0 shared_chunks=200000000 page_tokens=16 tail_fill_percent=0 classes=16",
+        trace::TRACE_MAGIC
+    );
+    assert!(matches!(trace::replay(&shared), Err(trace::ReplayError::TooLarge { .. })));
+    // A pool of the seed's size is far inside the bound.
+    let cfg = tiny_config(32, 8, 1000);
+    assert!(Pool::model_bytes(&cfg) < trace::MAX_REPLAY_MODEL_BYTES / 1000);
+    assert!(trace::replay(&trace::config_line(&cfg)).is_ok());
+}
+
+#[test]
+fn a_page_compressed_to_zero_bytes_is_refused_by_the_single_and_the_row_call() {
+    let mut pool = tiny(2, 2, 8);
+    pool.reserve(1, 2).unwrap();
+    let a = pool.alloc(1, 0).unwrap();
+    let b = pool.alloc(1, 1).unwrap();
+    assert_eq!(pool.compress(a, 0), Err(Error::ZeroCompressedBytes { page: a }));
+    // The page is still open and compresses normally afterwards.
+    assert!(matches!(pool.compress(a, 16).unwrap(), CompressOutcome::Moved(_)));
+    let mut out = [CompressOutcome::Kept];
+    assert_eq!(pool.compress_pages(&[b], &[0], &mut out), Err(Error::ZeroCompressedBytes { page: b }));
+}
+
+#[test]
+fn extreme_arguments_saturate_instead_of_overflowing() {
+    let pool = tiny(2, 2, 8);
+    assert_eq!(pool.admissible_requests(u64::MAX, u64::MAX), 0);
+    // Every multiple of 16 from u32::MAX up overflows: only the open class is left.
+    assert_eq!(SizeClasses::stepped(u32::MAX, 16, 16).unwrap().bytes(), &[16]);
+}
