@@ -444,7 +444,7 @@ pub fn gaac_cache(data: &[u8]) {
         Ok(cache) => cache,
         Err(e) => {
             shown(&e);
-            // cache_info runs the same structural checks; the checksum is over values.
+            // cache_info runs the same structural checks; the checksum is not one of them.
             if !matches!(e, gaac::Error::ChecksumMismatch { .. }) {
                 assert_eq!(gaac::cache_info(data).map(|_| ()), Err(e), "cache_info runs the same checks");
             }

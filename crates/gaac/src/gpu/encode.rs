@@ -2,7 +2,7 @@
 
 use bf16_field::KvShape;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
-use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
+use kvcodec_gpu::integrity::AdlerSums;
 use kvcodec_gpu::{GpuContext, check_aligned, check_len, device_address, launch_config};
 
 use super::{
@@ -10,7 +10,7 @@ use super::{
     encode_warp_bytes,
 };
 use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, check_capacity, max_encoded_len, too_large};
-use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN};
+use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN, VERSION};
 
 /// The 64 header bytes as the header kernel takes them.
 #[repr(C, align(16))]
@@ -108,6 +108,7 @@ impl CacheEncoder {
             e => e,
         })?;
         let header = CacheHeader {
+            version: VERSION,
             shape,
             slot_capacity: capacity,
             calibration_tokens,
@@ -157,10 +158,6 @@ impl CacheEncoder {
         let stream = gpu.stream();
         check_aligned("words", device_address(words, stream))?;
         let words = words.slice(..n);
-        if let Some(sums) = &mut self.sums {
-            sums.clear(gpu)?;
-            add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
-        }
         let g = self.layout;
         if let Some((tokens, grid)) = self.calibration {
             let f = gpu.function(GaacKernel::Calibrate)?;
@@ -193,20 +190,15 @@ impl CacheEncoder {
             stream.memset_zeros(&mut self.warp_raw)?;
         }
         let head_dim = self.shape.head_dim as u32;
-        let (warps, value_bytes) = (self.launch.warps() as u32, 2 * n as u64);
+        let warps = self.launch.warps() as u32;
         let header = HeaderArg(self.header);
-        let null = 0u64;
         let f = gpu.function(GaacKernel::EncodeHeader)?;
         let mut builder = stream.launch_builder(&f);
         builder.arg(&mut self.warp_raw).arg(&warps).arg(&header);
-        match &self.sums {
-            Some(sums) => builder.arg(sums.counters()),
-            None => builder.arg(&null),
-        };
-        builder.arg(&value_bytes).arg(&g).arg(&head_dim).arg(&mut self.info).arg(&mut self.out);
+        builder.arg(&g).arg(&head_dim).arg(&mut self.info).arg(&mut self.out);
         // SAFETY: the signature matches gaac_encode_header; warp_raw holds `warps` words
-        // (the block kernel's counts, or zeros); `sums` is null or two u64 counters; info
-        // holds two words; the header's 64 bytes fit `out`.
+        // (the block kernel's counts, or zeros); info holds two words; the header's 64
+        // bytes fit `out`.
         unsafe { builder.launch(launch_config(1, SCAN_THREADS, 0)) }?;
         let f = gpu.function(GaacKernel::EncodeOverflow)?;
         let mut builder = stream.launch_builder(&f);
@@ -218,6 +210,18 @@ impl CacheEncoder {
         // raw blocks, tails and bases land inside `out`, which holds the largest container
         // (every block raw); `words` holds the cache.
         unsafe { builder.launch(config) }?;
+        if let Some(sums) = &mut self.sums {
+            // Version 2's checksum: the Adler-32 of the finished bytes after the header.
+            sums.clear(gpu)?;
+            super::launch_body_sums(gpu, &self.out, self.out.len(), &self.info, sums)?;
+            let f = gpu.function(GaacKernel::EncodeSeal)?;
+            let mut builder = stream.launch_builder(&f);
+            builder.arg(sums.counters()).arg(&self.info).arg(&mut self.out);
+            // SAFETY: the signature matches gaac_encode_seal; `sums` holds the two
+            // counters gaac_body_sums filled, info the container's length; the header's
+            // 64 bytes fit `out`.
+            unsafe { builder.launch(launch_config(1, 32, 0)) }?;
+        }
         Ok(())
     }
 
