@@ -4,10 +4,11 @@
 // Encode (a container, spec 5): gaac_encode_d<D> codes every 16-token block into its slot
 // (one warp per block, each warp a contiguous range of blocks), writes its status byte,
 // and counts the raw blocks of its range; gaac_encode_header scans those counts (the raw
-// blocks' places in the overflow section), writes the header with R and the CRC-32C, and
-// the container's length; gaac_encode_overflow copies the raw blocks, the tails and the
-// bases; with the checksum, gaac_body_sums sums the bytes after the header and
-// gaac_encode_seal writes their Adler-32 and the CRC-32C again (version 2). Sealing (a paged pool) is gaac_encode_d<D> alone, with each raw
+// blocks' places in the overflow section), writes the header with R, version 1's
+// checksum and the CRC-32C, and the container's length; gaac_encode_overflow copies the
+// raw blocks, the tails and the bases; with version 2's checksum, gaac_body_sums sums the
+// bytes after the header and gaac_encode_seal writes their Adler-32 and the CRC-32C
+// again. Sealing (a paged pool) is gaac_encode_d<D> alone, with each raw
 // block's BF16 words written beside its slot instead of counted.
 //
 // Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
@@ -345,10 +346,12 @@ GAAC_ENCODE_ENTRY(256, 1)
 
 // One CTA of GAAC_SCAN_THREADS after gaac_encode_d<D>: the exclusive scan of the warps'
 // raw counts (in place: each warp's first raw block's place in the overflow section), R,
-// the header with R and the CRC-32C (a checksummed container's checksum and CRC come
-// later, from gaac_encode_seal), and info = {container length, R}.
+// the header with R, version 1's checksum (from the values' `sums`, when non-null) and
+// the CRC-32C, and info = {container length, R}. Version 2's checksum and CRC come
+// later, from gaac_encode_seal.
 extern "C" __global__ void __launch_bounds__(GAAC_SCAN_THREADS)
-    gaac_encode_header(unsigned* __restrict__ warp_raw, unsigned warps, GaacHeader header, GaacLayout g,
+    gaac_encode_header(unsigned* __restrict__ warp_raw, unsigned warps, GaacHeader header,
+                       const unsigned long long* __restrict__ sums, unsigned long long value_bytes, GaacLayout g,
                        unsigned head_dim, unsigned long long* __restrict__ info, uint8_t* __restrict__ out) {
     __shared__ unsigned totals[GAAC_SCAN_THREADS / 32];
     __shared__ unsigned carry;
@@ -390,6 +393,10 @@ extern "C" __global__ void __launch_bounds__(GAAC_SCAN_THREADS)
     __align__(16) uint8_t h[GAAC_HEADER_LEN];
     for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(h)[i] = header.bytes[i];
     for (int i = 0; i < 4; ++i) h[GAAC_HEADER_RAW_BLOCKS + i] = (uint8_t)(raw >> (8 * i));
+    if (sums) {
+        const uint32_t c = kv_adler_from_sums(value_bytes, sums[0], sums[1]);
+        for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CHECKSUM + i] = (uint8_t)(c >> (8 * i));
+    }
     const uint32_t crc = kv_crc32c_skip(h, GAAC_HEADER_LEN, GAAC_HEADER_CRC);
     for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CRC + i] = (uint8_t)(crc >> (8 * i));
     for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(h)[i];

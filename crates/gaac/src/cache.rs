@@ -18,8 +18,9 @@ use rayon::prelude::*;
 use crate::bases::Bases;
 use crate::block::{self, FragmentOrder, HeadTables, TagCounts, block_info};
 use crate::format::{
-    BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, FLAG_CHECKSUM, FLAG_SELF_CALIBRATED, HEADER_LEN,
-    KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION, VERSION_1, header,
+    BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, DEFAULT_VERSION, FLAG_CHECKSUM,
+    FLAG_SELF_CALIBRATED, HEADER_LEN, KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION,
+    VERSION_1, header,
 };
 use crate::{Error, Result};
 
@@ -35,9 +36,27 @@ pub struct EncodeOptions {
     /// ([`DEFAULT_CALIBRATION_TOKENS`]), or all if fewer.
     pub calibration_tokens: Option<usize>,
     /// Store a checksum in the header (spec §5.1), which every decoder then verifies: the
-    /// Adler-32 of the container's bytes after the header (version 2), which catches every
-    /// single-byte corruption (spec §7.3); off by default.
+    /// Adler-32 of the container's bytes after the header in version 2, which catches
+    /// every single-byte corruption, of the values in version 1 (spec §7.3); off by
+    /// default.
     pub checksum: bool,
+    /// The format version to write, 1 or 2 (spec §5.1: they differ only in what the
+    /// checksum covers); `None`: [`DEFAULT_VERSION`].
+    pub version: Option<u16>,
+}
+
+impl EncodeOptions {
+    /// The version these options write: [`EncodeOptions::version`] or
+    /// [`DEFAULT_VERSION`].
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedVersion`] for a version other than 1 or 2.
+    pub fn write_version(&self) -> Result<u16> {
+        match self.version.unwrap_or(DEFAULT_VERSION) {
+            version @ (VERSION_1 | VERSION) => Ok(version),
+            version => Err(Error::UnsupportedVersion { version }),
+        }
+    }
 }
 
 /// A container's header (spec §5.1), parsed and checked.
@@ -501,7 +520,8 @@ fn check_zero(bytes: &[u8], from: usize) -> Result<()> {
 /// # Errors
 /// The shape's ([`Error::InvalidShape`], [`Error::HeadDimUnsupported`],
 /// [`Error::ShapeTooLarge`]), [`Error::SlotCapacityInvalid`],
-/// [`Error::BasesShapeMismatch`], [`Error::ZeroCalibrationTokens`].
+/// [`Error::BasesShapeMismatch`], [`Error::ZeroCalibrationTokens`],
+/// [`Error::UnsupportedVersion`] for a version other than 1 or 2.
 pub fn encode_cache(cache: &KvCache, options: &EncodeOptions) -> Result<Vec<u8>> {
     encode_words(&cache.words_in(WordOrder::LayerMajor), cache.shape(), options)
 }
@@ -513,6 +533,7 @@ pub fn encode_cache(cache: &KvCache, options: &EncodeOptions) -> Result<Vec<u8>>
 /// Those of [`encode_cache`], and [`Error::WordCountMismatch`].
 pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> Result<Vec<u8>> {
     let block = block_shape_of(shape)?;
+    let version = options.write_version()?;
     let capacity = options.slot_capacity.unwrap_or(block.default_capacity());
     check_capacity(block, capacity)?;
     if words.len() != shape.total_values() {
@@ -576,7 +597,7 @@ pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> R
         .collect();
     let raw: Vec<usize> = (0..blocks).filter(|&i| statuses[i] == STATUS_RAW).collect();
     let mut header = CacheHeader {
-        version: VERSION,
+        version,
         shape,
         slot_capacity: capacity,
         calibration_tokens,
@@ -608,7 +629,10 @@ pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> R
     }
     debug_assert_eq!(at, sec.end, "{tail_tokens} tail tokens");
     // The header last: version 2's checksum covers every byte after it (spec §5.1).
-    header.checksum = options.checksum.then(|| adler32_bytes(&out[HEADER_LEN..]));
+    header.checksum = options.checksum.then(|| match version {
+        VERSION_1 => adler32_words(words),
+        _ => adler32_bytes(&out[HEADER_LEN..]),
+    });
     out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
     Ok(out)
 }

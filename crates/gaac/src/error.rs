@@ -176,8 +176,8 @@ pub enum Error {
         /// The four bytes found.
         found: [u8; 4],
     },
-    /// A format version this crate does not read.
-    #[error("unsupported format version {version} (this crate reads version 1)")]
+    /// A format version this crate does not read or write (it reads and writes 1 and 2).
+    #[error("unsupported format version {version} (this crate reads and writes versions 1 and 2)")]
     UnsupportedVersion {
         /// The version found.
         version: u16,

@@ -245,12 +245,16 @@ pub const fn plane3_position(index: usize) -> (usize, u32) {
 
 /// The container's first four bytes (spec §5.1).
 pub const MAGIC: [u8; 4] = *b"KVGA";
-/// The format version this crate writes (spec §5.1): its checksum (flag bit 0) is the
-/// Adler-32 of every byte after the header.
+/// The newest format version (spec §5.1): its checksum (flag bit 0) is the Adler-32 of
+/// every byte after the header, which catches every single-byte corruption (spec §7.3).
 pub const VERSION: u16 = 2;
 /// The first format version, which the decoders still read (spec §5.1): its checksum is
 /// the Adler-32 of the decoded values, which misses some corruptions (spec §7.3).
 pub const VERSION_1: u16 = 1;
+/// The version the encoders write unless [`crate::EncodeOptions::version`] says otherwise:
+/// still version 1, until version 2's GPU kernels (`gaac_body_sums`, `gaac_encode_seal`)
+/// have passed the GPU tests on a device; then [`VERSION`].
+pub const DEFAULT_VERSION: u16 = VERSION_1;
 /// Bytes of the container header (spec §5.1).
 pub const HEADER_LEN: usize = 64;
 /// Sections after the header start at multiples of this (spec §5.2).

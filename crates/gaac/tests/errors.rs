@@ -161,6 +161,12 @@ fn encoder_arguments() {
         encode(EncodeOptions { calibration_tokens: Some(0), ..Default::default() }),
         Err(Error::ZeroCalibrationTokens)
     );
+    for version in [0, 3] {
+        assert_eq!(
+            encode(EncodeOptions { version: Some(version), ..Default::default() }),
+            Err(Error::UnsupportedVersion { version })
+        );
+    }
     let wrong = Bases::from_bytes(2, 1, 64, vec![0; 256]).unwrap();
     assert_eq!(
         encode(EncodeOptions { bases: Some(wrong), ..Default::default() }),

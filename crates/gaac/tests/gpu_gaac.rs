@@ -45,16 +45,18 @@ fn with_outliers(layers: usize, heads: usize, dim: usize, tokens: usize, seed: u
 fn codecs(cache: &KvCache) -> Vec<GaacCodec> {
     let bases = Bases::calibrate(cache);
     let block = BlockShape::new(cache.shape().head_dim).unwrap();
-    let codec = |slot_capacity: Option<usize>, checksum| GaacCodec {
+    let codec = |slot_capacity: Option<usize>, checksum, version| GaacCodec {
         bases: Some(bases.clone()),
         slot_capacity,
         checksum,
+        version,
     };
     vec![
-        codec(None, false),
-        codec(None, true),
-        codec(Some(block.planes_len()), false),
-        codec(Some(block.max_coded_len() / 16 * 16), true),
+        codec(None, false, None),
+        codec(None, true, Some(1)),
+        codec(None, true, Some(2)),
+        codec(Some(block.planes_len()), false, Some(2)),
+        codec(Some(block.max_coded_len() / 16 * 16), true, Some(2)),
     ]
 }
 
@@ -66,7 +68,8 @@ fn gpu_caches_are_byte_identical_to_cpu_both_ways() {
     for (i, (name, cache)) in fixtures.iter().enumerate() {
         let bases = Bases::calibrate(&fixtures[1 - i].1);
         for checksum in [false, true] {
-            let codec = GaacCodec { bases: Some(bases.clone()), slot_capacity: None, checksum };
+            let codec =
+                GaacCodec { bases: Some(bases.clone()), slot_capacity: None, checksum, version: Some(2) };
             round_trip(&codec, Some(&gpu), name, cache);
         }
     }
@@ -465,10 +468,12 @@ fn seal_llama3_8b_shape_timing() {
 #[test]
 fn version_2_checksum_on_the_gpu_and_version_1_containers() {
     let cache = kv_like(1, 1, 64, 16, 7);
-    let codec = GaacCodec { checksum: true, ..Default::default() };
+    let codec = GaacCodec { checksum: true, version: Some(2), ..Default::default() };
     let shape = cache.shape();
     let v2 = codec.encode(&cache).unwrap();
     let v1 = common::as_version_1(&v2, &cache);
+    let codec_v1 = GaacCodec { version: Some(1), ..codec.clone() };
+    assert_eq!(codec_v1.encode(&cache).unwrap(), v1);
     let info = cache_info(&v2).unwrap();
     let block = info.header.block_shape();
     let plane = info.sections.slots + block.plane3_at();
@@ -491,6 +496,7 @@ fn version_2_checksum_on_the_gpu_and_version_1_containers() {
         return;
     };
     assert_eq!(codec.gpu_encode_cache(&gpu, &cache).unwrap(), v2, "the GPU encoder writes version 2");
+    assert_eq!(codec_v1.gpu_encode_cache(&gpu, &cache).unwrap(), v1, "and version 1");
     assert_eq!(codec.gpu_decode_cache(&gpu, &v1, shape).unwrap(), cache, "a version 1 container");
     for &(at, value) in &missed {
         let with = |bytes: &[u8]| {

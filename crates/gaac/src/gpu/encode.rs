@@ -2,7 +2,7 @@
 
 use bf16_field::KvShape;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
-use kvcodec_gpu::integrity::AdlerSums;
+use kvcodec_gpu::integrity::{AdlerSums, RecordRuns, add_record_sums};
 use kvcodec_gpu::{GpuContext, check_aligned, check_len, device_address, launch_config};
 
 use super::{
@@ -10,7 +10,7 @@ use super::{
     encode_warp_bytes,
 };
 use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, check_capacity, max_encoded_len, too_large};
-use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN, VERSION};
+use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN, VERSION_1};
 
 /// The 64 header bytes as the header kernel takes them.
 #[repr(C, align(16))]
@@ -65,6 +65,8 @@ pub struct CacheEncoder {
     /// `[container length, R]`.
     info: CudaSlice<u64>,
     sums: Option<AdlerSums>,
+    /// The format version written (spec §5.1): what the checksum covers.
+    version: u16,
     /// The header with R, the checksum and the CRC left for the header kernel.
     header: [u8; HEADER_LEN],
 }
@@ -84,11 +86,13 @@ impl CacheEncoder {
     ///
     /// # Errors
     /// The CPU encoder's errors for the shape, the slot capacity and the bases
-    /// ([`crate::Error::BasesShapeMismatch`], [`crate::Error::ZeroCalibrationTokens`]);
+    /// ([`crate::Error::BasesShapeMismatch`], [`crate::Error::ZeroCalibrationTokens`],
+    /// [`crate::Error::UnsupportedVersion`]);
     /// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, shape: KvShape, options: &EncodeOptions) -> Result<Self, GpuError> {
         let block = block_shape_of(shape)?;
+        let version = options.write_version()?;
         let capacity = options.slot_capacity.unwrap_or(block.default_capacity());
         check_capacity(block, capacity)?;
         let calibration_tokens = match &options.bases {
@@ -108,7 +112,7 @@ impl CacheEncoder {
             e => e,
         })?;
         let header = CacheHeader {
-            version: VERSION,
+            version,
             shape,
             slot_capacity: capacity,
             calibration_tokens,
@@ -139,6 +143,7 @@ impl CacheEncoder {
             warp_raw: gpu.zeros(launch.warps())?,
             info: gpu.zeros(2)?,
             sums: if options.checksum { Some(AdlerSums::new(gpu, 1)?) } else { None },
+            version,
             header: header.to_bytes(),
         };
         gpu.synchronize()?;
@@ -158,6 +163,12 @@ impl CacheEncoder {
         let stream = gpu.stream();
         check_aligned("words", device_address(words, stream))?;
         let words = words.slice(..n);
+        // Version 1's checksum: the values' sums, which the header kernel turns into it.
+        let values_sums = self.version == VERSION_1;
+        if let Some(sums) = self.sums.as_mut().filter(|_| values_sums) {
+            sums.clear(gpu)?;
+            add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
+        }
         let g = self.layout;
         if let Some((tokens, grid)) = self.calibration {
             let f = gpu.function(GaacKernel::Calibrate)?;
@@ -190,15 +201,20 @@ impl CacheEncoder {
             stream.memset_zeros(&mut self.warp_raw)?;
         }
         let head_dim = self.shape.head_dim as u32;
-        let warps = self.launch.warps() as u32;
+        let (warps, value_bytes) = (self.launch.warps() as u32, 2 * n as u64);
         let header = HeaderArg(self.header);
+        let null = 0u64;
         let f = gpu.function(GaacKernel::EncodeHeader)?;
         let mut builder = stream.launch_builder(&f);
         builder.arg(&mut self.warp_raw).arg(&warps).arg(&header);
-        builder.arg(&g).arg(&head_dim).arg(&mut self.info).arg(&mut self.out);
+        match self.sums.as_ref().filter(|_| values_sums) {
+            Some(sums) => builder.arg(sums.counters()),
+            None => builder.arg(&null),
+        };
+        builder.arg(&value_bytes).arg(&g).arg(&head_dim).arg(&mut self.info).arg(&mut self.out);
         // SAFETY: the signature matches gaac_encode_header; warp_raw holds `warps` words
-        // (the block kernel's counts, or zeros); info holds two words; the header's 64
-        // bytes fit `out`.
+        // (the block kernel's counts, or zeros); `sums` is null or two u64 counters; info
+        // holds two words; the header's 64 bytes fit `out`.
         unsafe { builder.launch(launch_config(1, SCAN_THREADS, 0)) }?;
         let f = gpu.function(GaacKernel::EncodeOverflow)?;
         let mut builder = stream.launch_builder(&f);
@@ -210,7 +226,7 @@ impl CacheEncoder {
         // raw blocks, tails and bases land inside `out`, which holds the largest container
         // (every block raw); `words` holds the cache.
         unsafe { builder.launch(config) }?;
-        if let Some(sums) = &mut self.sums {
+        if let Some(sums) = self.sums.as_mut().filter(|_| !values_sums) {
             // Version 2's checksum: the Adler-32 of the finished bytes after the header.
             sums.clear(gpu)?;
             super::launch_body_sums(gpu, &self.out, self.out.len(), &self.info, sums)?;
