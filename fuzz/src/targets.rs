@@ -444,7 +444,7 @@ pub fn gaac_cache(data: &[u8]) {
         Ok(cache) => cache,
         Err(e) => {
             shown(&e);
-            // cache_info runs the same structural checks; the checksum is over values.
+            // cache_info runs the same structural checks; the checksum is not one of them.
             if !matches!(e, gaac::Error::ChecksumMismatch { .. }) {
                 assert_eq!(gaac::cache_info(data).map(|_| ()), Err(e), "cache_info runs the same checks");
             }
@@ -458,6 +458,7 @@ pub fn gaac_cache(data: &[u8]) {
         bases: Some(info.bases.clone()),
         slot_capacity: Some(info.header.slot_capacity),
         checksum: info.header.checksum.is_some(),
+        version: Some(info.header.version),
     };
     let shape = cache.shape();
     assert_eq!(codec.decode(data, shape).expect("the trait accepts it too"), cache);
@@ -482,7 +483,7 @@ pub fn gaac_bases_json(data: &[u8]) {
 }
 
 /// A GAAC round trip of arbitrary words: bytes 0-3 give L in 1..=2, H in 1..=2, D 64 or
-/// 128 and T in 1..=40; byte 4 the options (bit 0 checksum, bit 1 given bases from the
+/// 128 (bit 0 of byte 2; bit 1 the format version, 1 or 2) and T in 1..=40; byte 4 the options (bit 0 checksum, bit 1 given bases from the
 /// data, bits 2-7 the slot's extra 16-byte units, 0 = the default slot) and byte 5 the
 /// self-calibration tokens. `decode(encode(x)) == x`, within `max_encoded_len`.
 pub fn gaac_roundtrip(data: &[u8]) {
@@ -509,6 +510,7 @@ pub fn gaac_roundtrip(data: &[u8]) {
         slot_capacity,
         calibration_tokens: Some(1 + calibration as usize % 48),
         checksum: opts & 1 != 0,
+        version: Some(1 + u16::from(d >> 1 & 1)),
     };
     let container = gaac::encode_words(&words, shape, &options).expect("valid arguments");
     let capacity = slot_capacity.unwrap_or(block.default_capacity());

@@ -4,9 +4,11 @@
 // Encode (a container, spec 5): gaac_encode_d<D> codes every 16-token block into its slot
 // (one warp per block, each warp a contiguous range of blocks), writes its status byte,
 // and counts the raw blocks of its range; gaac_encode_header scans those counts (the raw
-// blocks' places in the overflow section), writes the header with R, the checksum and the
-// CRC-32C, and the container's length; gaac_encode_overflow copies the raw blocks, the
-// tails and the bases. Sealing (a paged pool) is gaac_encode_d<D> alone, with each raw
+// blocks' places in the overflow section), writes the header with R, version 1's
+// checksum and the CRC-32C, and the container's length; gaac_encode_overflow copies the
+// raw blocks, the tails and the bases; with version 2's checksum, gaac_body_sums sums the
+// bytes after the header and gaac_encode_seal writes their Adler-32 and the CRC-32C
+// again. Sealing (a paged pool) is gaac_encode_d<D> alone, with each raw
 // block's BF16 words written beside its slot instead of counted.
 //
 // Decode: gaac_decode_d<D> checks every block (spec 7.2, and its status byte) and
@@ -16,7 +18,8 @@
 // warp takes runs of 4 blocks from a work counter (GaacBlockQueue, decoder versions 4
 // and 6). gaac_decode_finish
 // copies the raw blocks and the tails and checks the bases, the paddings and the raw count
-// (spec 7.1 rows 13-17). A problem leaves a GAAC_DECODE_* code in the status word; the
+// (spec 7.1 rows 13-17); gaac_body_sums sums a version 2 container's bytes for its
+// checksum (row 19). A problem leaves a GAAC_DECODE_* code in the status word; the
 // host then reruns the CPU decoder for the exact error.
 //
 // Block addresses are advanced by counting (a division only where a run of blocks
@@ -343,8 +346,9 @@ GAAC_ENCODE_ENTRY(256, 1)
 
 // One CTA of GAAC_SCAN_THREADS after gaac_encode_d<D>: the exclusive scan of the warps'
 // raw counts (in place: each warp's first raw block's place in the overflow section), R,
-// the header with R, the checksum (from `sums`, when non-null) and the CRC-32C, and
-// info = {container length, R}.
+// the header with R, version 1's checksum (from the values' `sums`, when non-null) and
+// the CRC-32C, and info = {container length, R}. Version 2's checksum and CRC come
+// later, from gaac_encode_seal.
 extern "C" __global__ void __launch_bounds__(GAAC_SCAN_THREADS)
     gaac_encode_header(unsigned* __restrict__ warp_raw, unsigned warps, GaacHeader header,
                        const unsigned long long* __restrict__ sums, unsigned long long value_bytes, GaacLayout g,
@@ -456,6 +460,44 @@ extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
     for (unsigned long long u = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; u < g.bases_len / 16;
          u += (unsigned long long)gridDim.x * blockDim.x)
         reinterpret_cast<uint4*>(out + GAAC_HEADER_LEN)[u] = reinterpret_cast<const uint4*>(bases)[u];
+}
+
+// The checksum of version 2 (spec 5.1): the Adler-32 sums of a container's bytes
+// 64..*end (`end` a multiple of 16, on the device: the encoder's info[0], the decoder's
+// length), positions relative to byte 64, added to sums[0..2]; grid-stride, 16-byte
+// loads, at most GAAC_WARPS warps per CTA. A thread tracks its position modulo 65521, so
+// its weighted sum grows by less than 2^28 a load (any container that fits a device).
+extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
+    gaac_body_sums(const uint8_t* __restrict__ container, const unsigned long long* __restrict__ end,
+                   unsigned long long* __restrict__ sums) {
+    const unsigned long long units = *end / 16, stride = (unsigned long long)gridDim.x * blockDim.x;
+    const uint32_t m = (uint32_t)KV_ADLER_MOD, step = (uint32_t)(16 * stride % KV_ADLER_MOD);
+    unsigned long long u = GAAC_HEADER_LEN / 16 + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    uint32_t rel = (uint32_t)((16 * u - GAAC_HEADER_LEN) % KV_ADLER_MOD);
+    unsigned long long s = 0, ws = 0;
+    for (; u < units; u += stride) {
+        uint32_t sum = 0, offs = 0;
+        kv_adler_add16(reinterpret_cast<const uint4*>(container)[u], 0u, sum, offs);
+        s += sum;
+        ws += (unsigned long long)rel * sum + offs;
+        rel += step;
+        if (rel >= m) rel -= m;
+    }
+    kv_adler_warp_flush_mod(s, ws, 0ull, sums);
+}
+
+// After gaac_body_sums of a checksummed encode: the header's checksum, the Adler-32 of
+// bytes 64..info[0] (spec 5.1), and its CRC-32C again. One thread.
+extern "C" __global__ void gaac_encode_seal(const unsigned long long* __restrict__ sums,
+                                            const unsigned long long* __restrict__ info, uint8_t* __restrict__ out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    __align__(16) uint8_t h[GAAC_HEADER_LEN];
+    for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(h)[i] = reinterpret_cast<const uint4*>(out)[i];
+    const uint32_t c = kv_adler_from_sums(info[0] - GAAC_HEADER_LEN, sums[0], sums[1]);
+    for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CHECKSUM + i] = (uint8_t)(c >> (8 * i));
+    const uint32_t crc = kv_crc32c_skip(h, GAAC_HEADER_LEN, GAAC_HEADER_CRC);
+    for (int i = 0; i < 4; ++i) h[GAAC_HEADER_CRC + i] = (uint8_t)(crc >> (8 * i));
+    for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(h)[i];
 }
 
 // ---------------------------------------------------------------------------------------

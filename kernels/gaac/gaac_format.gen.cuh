@@ -3,7 +3,7 @@
 // this file differs from what they give.
 #pragma once
 
-#define GAAC_VERSION 1u                                  // container format version (spec 5.1)
+#define GAAC_VERSION 2u                                  // container format version (spec 5.1)
 #define GAAC_MAGIC 0x4147564bu                           // "KVGA" read as a little-endian u32
 #define GAAC_HEADER_LEN 64ull                            // bytes of the container header (spec 5.1)
 #define GAAC_BLOCK_TOKENS 16                             // tokens per block (spec 3)
@@ -38,4 +38,4 @@
 #define GAAC_DECODE_SLOT_PADDING_NOT_ZERO 5u             // a slot byte after its block (or in a raw block's slot) is not zero
 #define GAAC_DECODE_UNKNOWN_TAG 6u                       // a group of tag 3
 #define GAAC_DECODE_BLOCK_EXCEEDS_SLOT 7u                // the tags size a block past its slot
-#define GAAC_DECODE_CHECKSUM 8u                          // the decoded values' Adler-32 differs from the header's checksum (set by the host)
+#define GAAC_DECODE_CHECKSUM 8u                          // the header's checksum differs from the Adler-32 of the bytes after the header (version 2) or of the decoded values (version 1) (set by the host)

@@ -41,6 +41,26 @@ pub fn adler32_words(words: &[u16]) -> u32 {
         .fold(1, |acc, (adler, bytes)| adler32_combine(acc, adler, bytes))
 }
 
+/// Adler-32 (RFC 1950) of `bytes`, computed in parallel above [`PARALLEL_MIN_VALUES`]
+/// values' worth of bytes (the container checksums that cover encoded bytes, such as GAAC
+/// version 2's). The empty input gives 1.
+pub fn adler32_bytes(bytes: &[u8]) -> u32 {
+    let serial = |chunk: &[u8]| {
+        let mut adler = simd_adler32::Adler32::new();
+        adler.write(chunk);
+        adler.finish()
+    };
+    if bytes.len() < 2 * PARALLEL_MIN_VALUES {
+        return serial(bytes);
+    }
+    bytes
+        .par_chunks(2 * PARALLEL_CHUNK_VALUES)
+        .map(|chunk| (serial(chunk), chunk.len() as u64))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .fold(1, |acc, (adler, len)| adler32_combine(acc, adler, len))
+}
+
 /// One thread's Adler-32, with the CPU's vector unit (`simd-adler32`: AVX2, SSSE3 or
 /// SSE2, picked at run time).
 fn adler32_serial(words: &[u16]) -> u32 {
@@ -129,6 +149,19 @@ mod tests {
         }
         let max = vec![0xffffu16; PARALLEL_MIN_VALUES + 5];
         assert_eq!(adler32_words(&max), reference(&max));
+    }
+
+    #[test]
+    fn adler_of_bytes_is_that_of_the_same_words() {
+        assert_eq!(adler32_bytes(&[]), 1);
+        assert_eq!(adler32_bytes(b"Wikipedia"), adler2::adler32_slice(b"Wikipedia"));
+        for n in [3, 5552, PARALLEL_MIN_VALUES + 3 * PARALLEL_CHUNK_VALUES + 11] {
+            let w = words(n, n as u64);
+            let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+            assert_eq!(adler32_bytes(&bytes), reference(&w), "n = {n}");
+            // An odd length, in parallel too.
+            assert_eq!(adler32_bytes(&bytes[1..]), adler2::adler32_slice(&bytes[1..]), "n = {n}");
+        }
     }
 
     #[test]

@@ -11,15 +11,16 @@
 use std::fmt;
 
 use bf16_field::header::{check_header_crc, header_prefix, le_u32, read_shape};
-use bf16_field::integrity::{adler32_words, header_crc32c};
+use bf16_field::integrity::{adler32_bytes, adler32_words, header_crc32c};
 use bf16_field::{KvCache, KvKind, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::bases::Bases;
 use crate::block::{self, FragmentOrder, HeadTables, TagCounts, block_info};
 use crate::format::{
-    BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, FLAG_CHECKSUM, FLAG_SELF_CALIBRATED, HEADER_LEN,
-    KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION, header,
+    BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, DEFAULT_VERSION, FLAG_CHECKSUM,
+    FLAG_SELF_CALIBRATED, HEADER_LEN, KNOWN_FLAGS, MAGIC, SECTION_ALIGN, STATUS_CODED, STATUS_RAW, VERSION,
+    VERSION_1, header,
 };
 use crate::{Error, Result};
 
@@ -34,14 +35,35 @@ pub struct EncodeOptions {
     /// Tokens a cache without given bases calibrates on; `None`: the first 128
     /// ([`DEFAULT_CALIBRATION_TOKENS`]), or all if fewer.
     pub calibration_tokens: Option<usize>,
-    /// Store the Adler-32 of the cache's values in the header (spec §5.1), which every
-    /// decoder then verifies; off by default.
+    /// Store a checksum in the header (spec §5.1), which every decoder then verifies: the
+    /// Adler-32 of the container's bytes after the header in version 2, which catches
+    /// every single-byte corruption, of the values in version 1 (spec §7.3); off by
+    /// default.
     pub checksum: bool,
+    /// The format version to write, 1 or 2 (spec §5.1: they differ only in what the
+    /// checksum covers); `None`: [`DEFAULT_VERSION`].
+    pub version: Option<u16>,
+}
+
+impl EncodeOptions {
+    /// The version these options write: [`EncodeOptions::version`] or
+    /// [`DEFAULT_VERSION`].
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedVersion`] for a version other than 1 or 2.
+    pub fn write_version(&self) -> Result<u16> {
+        match self.version.unwrap_or(DEFAULT_VERSION) {
+            version @ (VERSION_1 | VERSION) => Ok(version),
+            version => Err(Error::UnsupportedVersion { version }),
+        }
+    }
 }
 
 /// A container's header (spec §5.1), parsed and checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheHeader {
+    /// The format version: [`VERSION`] (what the encoders write) or [`VERSION_1`].
+    pub version: u16,
     /// L, H, D and T.
     pub shape: KvShape,
     /// The slot capacity in bytes.
@@ -51,7 +73,8 @@ pub struct CacheHeader {
     pub calibration_tokens: Option<usize>,
     /// Blocks kept raw in the overflow section.
     pub raw_blocks: usize,
-    /// The Adler-32 of the cache's values (flag bit 0), if stored.
+    /// The checksum (flag bit 0), if stored: the Adler-32 of the container's bytes after
+    /// the header in version 2, of the cache's values (layer-major) in version 1.
     pub checksum: Option<u32>,
 }
 
@@ -150,7 +173,12 @@ impl CacheHeader {
     /// [`Error::RawCountMismatch`] (more raw blocks than blocks), and
     /// [`Error::ShapeTooLarge`] when the container's length overflows `usize`.
     pub fn parse(bytes: &[u8]) -> Result<CacheHeader> {
-        let h = header_prefix::<HEADER_LEN>(bytes, MAGIC, header::VERSION, VERSION)?;
+        // Version 1 or 2 (spec §5.1): the same layout, another checksum.
+        let version = match bytes.get(header::VERSION..header::VERSION + 2) {
+            Some(&[lo, hi]) if u16::from_le_bytes([lo, hi]) == VERSION_1 => VERSION_1,
+            _ => VERSION,
+        };
+        let h = header_prefix::<HEADER_LEN>(bytes, MAGIC, header::VERSION, version)?;
         let flags = h[header::FLAGS];
         if flags & !KNOWN_FLAGS != 0 {
             return Err(Error::UnknownFlags { flags });
@@ -190,6 +218,7 @@ impl CacheHeader {
         }
         sections(shape, block, slot_capacity, raw as usize).ok_or_else(|| too_large(shape))?;
         Ok(CacheHeader {
+            version,
             shape,
             slot_capacity,
             calibration_tokens: self_calibrated.then_some(calibration as usize),
@@ -236,7 +265,7 @@ impl CacheHeader {
         put(header::RAW_BLOCKS, u32_of(self.raw_blocks));
         put(header::CHECKSUM, self.checksum.unwrap_or(0));
         h[header::MAGIC..header::MAGIC + 4].copy_from_slice(&MAGIC);
-        h[header::VERSION..header::VERSION + 2].copy_from_slice(&VERSION.to_le_bytes());
+        h[header::VERSION..header::VERSION + 2].copy_from_slice(&self.version.to_le_bytes());
         let mut flags = 0;
         if self.checksum.is_some() {
             flags |= FLAG_CHECKSUM;
@@ -371,7 +400,8 @@ impl fmt::Display for CacheInfo {
             Some(n) => format!("self-calibrated on the first {n} tokens"),
             None => "given".to_string(),
         };
-        let checksum = h.checksum.map_or("none".to_string(), |c| format!("adler32 {c:08x}"));
+        let covered = if h.version == VERSION_1 { "values" } else { "bytes" };
+        let checksum = h.checksum.map_or("none".to_string(), |c| format!("adler32 of the {covered} {c:08x}"));
         writeln!(
             f,
             "slot {} bytes (coded block of 3-bit groups: {}, raw: {}); bases {bases}; checksum {checksum}",
@@ -490,7 +520,8 @@ fn check_zero(bytes: &[u8], from: usize) -> Result<()> {
 /// # Errors
 /// The shape's ([`Error::InvalidShape`], [`Error::HeadDimUnsupported`],
 /// [`Error::ShapeTooLarge`]), [`Error::SlotCapacityInvalid`],
-/// [`Error::BasesShapeMismatch`], [`Error::ZeroCalibrationTokens`].
+/// [`Error::BasesShapeMismatch`], [`Error::ZeroCalibrationTokens`],
+/// [`Error::UnsupportedVersion`] for a version other than 1 or 2.
 pub fn encode_cache(cache: &KvCache, options: &EncodeOptions) -> Result<Vec<u8>> {
     encode_words(&cache.words_in(WordOrder::LayerMajor), cache.shape(), options)
 }
@@ -502,6 +533,7 @@ pub fn encode_cache(cache: &KvCache, options: &EncodeOptions) -> Result<Vec<u8>>
 /// Those of [`encode_cache`], and [`Error::WordCountMismatch`].
 pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> Result<Vec<u8>> {
     let block = block_shape_of(shape)?;
+    let version = options.write_version()?;
     let capacity = options.slot_capacity.unwrap_or(block.default_capacity());
     check_capacity(block, capacity)?;
     if words.len() != shape.total_values() {
@@ -564,12 +596,16 @@ pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> R
         )
         .collect();
     let raw: Vec<usize> = (0..blocks).filter(|&i| statuses[i] == STATUS_RAW).collect();
-    let checksum = options.checksum.then(|| adler32_words(words));
-    let header =
-        CacheHeader { shape, slot_capacity: capacity, calibration_tokens, raw_blocks: raw.len(), checksum };
+    let mut header = CacheHeader {
+        version,
+        shape,
+        slot_capacity: capacity,
+        calibration_tokens,
+        raw_blocks: raw.len(),
+        checksum: None,
+    };
     let sec = header.sections();
     let mut out = vec![0u8; sec.end];
-    out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
     out[sec.bases..sec.bases + bases.as_bytes().len()].copy_from_slice(bases.as_bytes());
     out[sec.statuses..sec.statuses + blocks].copy_from_slice(&statuses);
     out[sec.slots..sec.overflow].copy_from_slice(&slots);
@@ -592,6 +628,12 @@ pub fn encode_words(words: &[u16], shape: KvShape, options: &EncodeOptions) -> R
         }
     }
     debug_assert_eq!(at, sec.end, "{tail_tokens} tail tokens");
+    // The header last: version 2's checksum covers every byte after it (spec §5.1).
+    header.checksum = options.checksum.then(|| match version {
+        VERSION_1 => adler32_words(words),
+        _ => adler32_bytes(&out[HEADER_LEN..]),
+    });
+    out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
     Ok(out)
 }
 
@@ -615,7 +657,7 @@ pub fn decode_cache(bytes: &[u8]) -> Result<KvCache> {
 ///
 /// # Errors
 /// Those of [`cache_info`], [`Error::OutputTooSmall`], and [`Error::ChecksumMismatch`]
-/// (the values written).
+/// (version 2: nothing written; version 1: the values written).
 pub fn decode_cache_into(bytes: &[u8], out: &mut [u16]) -> Result<CacheHeader> {
     let info = cache_info(bytes)?;
     decode_checked_into(bytes, &info, out)?;
@@ -631,6 +673,15 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
         return Err(Error::OutputTooSmall { needed: n, got: out.len() });
     }
     let out = &mut out[..n];
+    // Version 2's checksum covers the bytes, so it is checked before a value is written.
+    if header.version != VERSION_1
+        && let Some(stored) = header.checksum
+    {
+        let computed = adler32_bytes(&bytes[HEADER_LEN..]);
+        if computed != stored {
+            return Err(Error::ChecksumMismatch { stored, computed });
+        }
+    }
     let block = header.block_shape();
     let sec = info.sections;
     let capacity = header.slot_capacity;
@@ -688,7 +739,9 @@ fn decode_checked_into(bytes: &[u8], info: &CacheInfo, out: &mut [u16]) -> Resul
             *w = u16::from_le_bytes([b[0], b[1]]);
         }
     });
-    if let Some(stored) = header.checksum {
+    if header.version == VERSION_1
+        && let Some(stored) = header.checksum
+    {
         let computed = adler32_words(out);
         if computed != stored {
             return Err(Error::ChecksumMismatch { stored, computed });

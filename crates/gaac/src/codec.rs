@@ -25,6 +25,9 @@ pub struct GaacCodec {
     /// Store the Adler-32 of the values (spec §5.1), which every decoder then verifies;
     /// off by default.
     pub checksum: bool,
+    /// The format version to write (spec §5.1); `None`:
+    /// [`crate::format::DEFAULT_VERSION`].
+    pub version: Option<u16>,
 }
 
 impl GaacCodec {
@@ -35,6 +38,7 @@ impl GaacCodec {
             slot_capacity: self.slot_capacity,
             calibration_tokens: None,
             checksum: self.checksum,
+            version: self.version,
         }
     }
 }

@@ -176,8 +176,8 @@ pub enum Error {
         /// The four bytes found.
         found: [u8; 4],
     },
-    /// A format version this crate does not read.
-    #[error("unsupported format version {version} (this crate reads version 1)")]
+    /// A format version this crate does not read or write (it reads and writes 1 and 2).
+    #[error("unsupported format version {version} (this crate reads and writes versions 1 and 2)")]
     UnsupportedVersion {
         /// The version found.
         version: u16,
@@ -273,13 +273,16 @@ pub enum Error {
         /// Why, with offsets from the slot's start.
         source: Box<Error>,
     },
-    /// The decoded values' Adler-32 differs from the header's checksum. The values have
-    /// been written to the output; every other error writes nothing.
-    #[error("checksum {stored:#010x}, the decoded values give {computed:#010x}")]
+    /// The header's checksum differs from the container's (spec §7.1 row 19): in version
+    /// 2 the Adler-32 of the bytes after the header, checked before a value is written; in
+    /// version 1 that of the decoded values, which have been written to the output. Every
+    /// other error writes nothing.
+    #[error("checksum {stored:#010x}, the container gives {computed:#010x}")]
     ChecksumMismatch {
         /// The header's checksum.
         stored: u32,
-        /// The Adler-32 of the decoded values.
+        /// The Adler-32 the decoder computed (of the bytes after the header in version 2,
+        /// of the decoded values in version 1).
         computed: u32,
     },
 }

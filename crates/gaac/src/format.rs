@@ -1,4 +1,4 @@
-//! Every constant of the GAAC format, version 1, and its layout arithmetic: groups and
+//! Every constant of the GAAC format, version 2, and its layout arithmetic: groups and
 //! tags, the block's planes and their fragment order, slots, and the container header.
 //!
 //! Each item names the section of `docs/formats/gaac.md` ("spec §n") that defines it.
@@ -245,13 +245,22 @@ pub const fn plane3_position(index: usize) -> (usize, u32) {
 
 /// The container's first four bytes (spec §5.1).
 pub const MAGIC: [u8; 4] = *b"KVGA";
-/// The format version this crate writes and reads (spec §5.1).
-pub const VERSION: u16 = 1;
+/// The newest format version (spec §5.1): its checksum (flag bit 0) is the Adler-32 of
+/// every byte after the header, which catches every single-byte corruption (spec §7.3).
+pub const VERSION: u16 = 2;
+/// The first format version, which the decoders still read (spec §5.1): its checksum is
+/// the Adler-32 of the decoded values, which misses some corruptions (spec §7.3).
+pub const VERSION_1: u16 = 1;
+/// The version the encoders write unless [`crate::EncodeOptions::version`] says otherwise:
+/// still version 1, until version 2's GPU kernels (`gaac_body_sums`, `gaac_encode_seal`)
+/// have passed the GPU tests on a device; then [`VERSION`].
+pub const DEFAULT_VERSION: u16 = VERSION_1;
 /// Bytes of the container header (spec §5.1).
 pub const HEADER_LEN: usize = 64;
 /// Sections after the header start at multiples of this (spec §5.2).
 pub const SECTION_ALIGN: usize = 16;
-/// Flag bit 0: the header holds the Adler-32 of the values (spec §5.1).
+/// Flag bit 0: the header holds a checksum (spec §5.1): in version 2 the Adler-32 of the
+/// container's bytes after the header, in version 1 that of the values.
 pub const FLAG_CHECKSUM: u8 = 0x01;
 /// Flag bit 1: the bases were calibrated on the cache's own first tokens, not given
 /// (spec §5.1; the GAAC paper, "Usage": "each sequence calibrates its own bases").
@@ -290,7 +299,8 @@ pub mod header {
     pub const CALIBRATION_TOKENS: usize = 32;
     /// `u32` blocks kept raw.
     pub const RAW_BLOCKS: usize = 36;
-    /// `u32` Adler-32 of the values (flag bit 0), else 0.
+    /// `u32` checksum (flag bit 0), else 0: the Adler-32 of bytes 64.. (version 2) or of
+    /// the values (version 1).
     pub const CHECKSUM: usize = 40;
     /// Reserved bytes 44..60, zero.
     pub const RESERVED1: usize = 44;

@@ -29,20 +29,22 @@ corrupt_input!(header_truncated: example_container() => |b| b.truncate(10);
     decode_cache, cache_info => Error::Truncated { needed: 64, got: 10 });
 corrupt_input!(bad_magic: example_container() => |b| b[0] = b'X';
     decode_cache, cache_info => Error::BadMagic { found: *b"XVGA" });
-corrupt_input!(unsupported_version: example_container() => |b| b[4] = 2;
-    decode_cache, cache_info => Error::UnsupportedVersion { version: 2 });
+corrupt_input!(unsupported_version: example_container() => |b| b[4] = 3;
+    decode_cache, cache_info => Error::UnsupportedVersion { version: 3 });
+corrupt_input!(version_zero: example_container() => |b| b[4] = 0;
+    decode_cache, cache_info => Error::UnsupportedVersion { version: 0 });
 corrupt_input!(unknown_flags: example_container() => |b| b[6] |= 0x04;
     decode_cache, cache_info => Error::UnknownFlags { flags: 0x05 });
 corrupt_input!(reserved_not_zero: example_container() => |b| b[50] = 7;
     decode_cache, cache_info => Error::ReservedNotZero { offset: 50, value: 7 });
 corrupt_input!(checksum_field_without_flag: example_container() => |b| b[6] = 0;
-    decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x9b });
+    decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x8e });
 // Of several nonzero reserved bytes, the lowest is reported (spec §7.1 row 5), as
 // ZipFusion's header does: the unflagged checksum field (40) before bytes 44..60.
 corrupt_input!(lowest_reserved_byte_first: example_container() => |b| { b[6] = 0; b[50] = 7 };
-    decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x9b });
+    decode_cache, cache_info => Error::ReservedNotZero { offset: 40, value: 0x8e });
 corrupt_input!(header_checksum_mismatch: example_container() => |b| b[8] = 2;
-    decode_cache, cache_info => Error::HeaderChecksumMismatch { stored: 0xf1c8_a0c5, computed: 0x56fb_b03c });
+    decode_cache, cache_info => Error::HeaderChecksumMismatch { stored: 0xdfa4_762c, computed: 0x7897_66d5 });
 corrupt_input!(zero_layers: example_container() => |b| { set_u32(b, 8, 0); rehash(b) };
     decode_cache, cache_info => Error::InvalidShape { layers: 0, kv_heads: 1, head_dim: 64, tokens: 19 });
 corrupt_input!(head_dim_unsupported: example_container() => |b| { set_u32(b, 16, 32); rehash(b) };
@@ -90,9 +92,31 @@ corrupt_input!(slot_padding_not_zero: example_container() => |b| b[K_SLOT + 1446
 corrupt_input!(raw_block_slot_not_zero: example_container() => |b| b[V_SLOT + 5] = 1;
     decode_cache, cache_info => in_block(KvKind::V, Error::SlotPaddingNotZero { offset: 5, value: 1 }));
 
+/// Version 2 (spec §7.1 row 19): a byte after the header that no structural check sees
+/// (a mantissa bit of the K block, a byte of the raw V block or of a tail) fails the
+/// checksum of the bytes, before a value is written.
 #[test]
-fn checksum_mismatch_writes_the_values() {
-    let mut bytes = example_container();
+fn checksum_mismatch_writes_nothing() {
+    let good = example_container();
+    for at in [K_SLOT + 32 + 384, V_SLOT + 1488 + 7, good.len() - 1] {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x01;
+        let mut out = vec![0x5a5au16; example_cache().shape().total_values()];
+        let err = gaac::decode_cache_into(&bytes, &mut out).unwrap_err();
+        let stored = u32::from_le_bytes(good[40..44].try_into().unwrap());
+        let computed = bf16_field::integrity::adler32_bytes(&bytes[64..]);
+        assert_eq!(err, Error::ChecksumMismatch { stored, computed }, "byte {at}");
+        assert_eq!(decode_cache(&bytes), Err(err), "byte {at}");
+        assert!(cache_info(&bytes).is_ok(), "the structure is valid");
+        assert!(out.iter().all(|&w| w == 0x5a5a), "byte {at}: nothing written");
+    }
+}
+
+/// Version 1 (spec §7.1 row 19): the values' checksum, checked after they are written.
+#[test]
+fn version_1_checksum_mismatch_writes_the_values() {
+    let mut bytes = common::as_version_1(&example_container(), &example_cache());
+    assert_eq!(decode_cache(&bytes).unwrap(), example_cache(), "a valid version 1 container");
     bytes[K_SLOT + 32 + 384] ^= 0x01; // a mantissa bit of the K block
     let mut out = vec![0u16; example_cache().shape().total_values()];
     let err = gaac::decode_cache_into(&bytes, &mut out).unwrap_err();
@@ -137,6 +161,12 @@ fn encoder_arguments() {
         encode(EncodeOptions { calibration_tokens: Some(0), ..Default::default() }),
         Err(Error::ZeroCalibrationTokens)
     );
+    for version in [0, 3] {
+        assert_eq!(
+            encode(EncodeOptions { version: Some(version), ..Default::default() }),
+            Err(Error::UnsupportedVersion { version })
+        );
+    }
     let wrong = Bases::from_bytes(2, 1, 64, vec![0; 256]).unwrap();
     assert_eq!(
         encode(EncodeOptions { bases: Some(wrong), ..Default::default() }),

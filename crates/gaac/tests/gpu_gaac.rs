@@ -45,16 +45,18 @@ fn with_outliers(layers: usize, heads: usize, dim: usize, tokens: usize, seed: u
 fn codecs(cache: &KvCache) -> Vec<GaacCodec> {
     let bases = Bases::calibrate(cache);
     let block = BlockShape::new(cache.shape().head_dim).unwrap();
-    let codec = |slot_capacity: Option<usize>, checksum| GaacCodec {
+    let codec = |slot_capacity: Option<usize>, checksum, version| GaacCodec {
         bases: Some(bases.clone()),
         slot_capacity,
         checksum,
+        version,
     };
     vec![
-        codec(None, false),
-        codec(None, true),
-        codec(Some(block.planes_len()), false),
-        codec(Some(block.max_coded_len() / 16 * 16), true),
+        codec(None, false, None),
+        codec(None, true, Some(1)),
+        codec(None, true, Some(2)),
+        codec(Some(block.planes_len()), false, Some(2)),
+        codec(Some(block.max_coded_len() / 16 * 16), true, Some(2)),
     ]
 }
 
@@ -66,7 +68,8 @@ fn gpu_caches_are_byte_identical_to_cpu_both_ways() {
     for (i, (name, cache)) in fixtures.iter().enumerate() {
         let bases = Bases::calibrate(&fixtures[1 - i].1);
         for checksum in [false, true] {
-            let codec = GaacCodec { bases: Some(bases.clone()), slot_capacity: None, checksum };
+            let codec =
+                GaacCodec { bases: Some(bases.clone()), slot_capacity: None, checksum, version: Some(2) };
             round_trip(&codec, Some(&gpu), name, cache);
         }
     }
@@ -238,10 +241,12 @@ fn hostile_containers_get_the_cpu_error_through_the_gpu_status() {
     for (what, bad, expected) in &cases {
         assert_eq!(&assert_gpu_rejects_like_cpu(&codec, &gpu, bad, shape, what), expected, "{what}");
     }
-    // A mantissa bit of the K block: only the checksum sees it.
-    let e =
-        assert_gpu_rejects_like_cpu(&codec, &gpu, &with(&|b| b[K_SLOT + 32 + 384] ^= 1), shape, "mantissa");
-    assert!(matches!(e, Error::ChecksumMismatch { .. }), "{e:?}");
+    // A mantissa bit of the K block, a byte of the raw V block, a tail byte: only the
+    // checksum (format version 2: of the bytes after the header) sees them.
+    for at in [K_SLOT + 32 + 384, V_SLOT + 1488 + 7, good.len() - 1] {
+        let e = assert_gpu_rejects_like_cpu(&codec, &gpu, &with(&|b| b[at] ^= 1), shape, "checksum");
+        assert!(matches!(e, Error::ChecksumMismatch { .. }), "byte {at}: {e:?}");
+    }
     let other = KvShape::new(1, 1, 64, 18).unwrap();
     match codec.gpu_decode_cache(&gpu, &good, other) {
         Err(GpuError::Codec(e)) => {
@@ -453,4 +458,63 @@ fn seal_llama3_8b_shape_timing() {
         timing.median_ms * 1e3,
         timing.min_ms * 1e3
     );
+}
+
+/// Format version 2 on the GPU: 3-bit plane edits that version 1's checksum of the values
+/// misses (spec §7.3) get `ChecksumMismatch` through the GPU status. The same container
+/// as version 1 wrote it decodes on the GPU to the CPU's values, those edits included
+/// (version 1's blind spot, kept so that no valid container is lost), and its checksum
+/// still catches a mantissa bit there.
+#[test]
+fn version_2_checksum_on_the_gpu_and_version_1_containers() {
+    let cache = kv_like(1, 1, 64, 16, 7);
+    let codec = GaacCodec { checksum: true, version: Some(2), ..Default::default() };
+    let shape = cache.shape();
+    let v2 = codec.encode(&cache).unwrap();
+    let v1 = common::as_version_1(&v2, &cache);
+    let codec_v1 = GaacCodec { version: Some(1), ..codec.clone() };
+    assert_eq!(codec_v1.encode(&cache).unwrap(), v1);
+    let info = cache_info(&v2).unwrap();
+    let block = info.header.block_shape();
+    let plane = info.sections.slots + block.plane3_at();
+    // The first edits version 1's checksum misses (the CPU decides).
+    let mut missed = Vec::new();
+    'search: for at in plane..plane + block.plane3_len() {
+        for value in 0..=255u8 {
+            let mut bad = v1.clone();
+            bad[at] = value;
+            if codec.decode(&bad, shape).is_ok_and(|decoded| decoded != cache) {
+                missed.push((at, value));
+                if missed.len() == 3 {
+                    break 'search;
+                }
+            }
+        }
+    }
+    assert_eq!(missed.len(), 3, "spec §7.3: version 1 misses some plane edits");
+    let Some(gpu) = gpu_or_skip("version_2_checksum_on_the_gpu_and_version_1_containers") else {
+        return;
+    };
+    assert_eq!(codec.gpu_encode_cache(&gpu, &cache).unwrap(), v2, "the GPU encoder writes version 2");
+    assert_eq!(codec_v1.gpu_encode_cache(&gpu, &cache).unwrap(), v1, "and version 1");
+    assert_eq!(codec.gpu_decode_cache(&gpu, &v1, shape).unwrap(), cache, "a version 1 container");
+    for &(at, value) in &missed {
+        let with = |bytes: &[u8]| {
+            let mut bad = bytes.to_vec();
+            bad[at] = value;
+            bad
+        };
+        let e = assert_gpu_rejects_like_cpu(&codec, &gpu, &with(&v2), shape, "version 2 plane edit");
+        assert!(matches!(e, Error::ChecksumMismatch { .. }), "byte {at} = {value}: {e:?}");
+        let bad = with(&v1);
+        assert_eq!(
+            codec.gpu_decode_cache(&gpu, &bad, shape).unwrap(),
+            codec.decode(&bad, shape).unwrap(),
+            "version 1, byte {at} = {value}: the GPU decodes as the CPU"
+        );
+    }
+    let mut bad = v1.clone();
+    bad[plane + block.plane3_len()] ^= 1; // a mantissa bit
+    let e = assert_gpu_rejects_like_cpu(&codec, &gpu, &bad, shape, "version 1 mantissa");
+    assert!(matches!(e, Error::ChecksumMismatch { .. }), "{e:?}");
 }

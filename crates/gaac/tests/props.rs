@@ -30,9 +30,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn self_calibrated_round_trip(cache in caches(), tokens in 1usize..=40, checksum: bool) {
-        let options = EncodeOptions { calibration_tokens: Some(tokens), checksum, ..Default::default() };
+    fn self_calibrated_round_trip(cache in caches(), tokens in 1usize..=40, checksum: bool, version in 1u16..=2) {
+        let options =
+            EncodeOptions { calibration_tokens: Some(tokens), checksum, version: Some(version), ..Default::default() };
         let bytes = encode_cache(&cache, &options).unwrap();
+        prop_assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), version);
         prop_assert_eq!(decode_cache(&bytes).unwrap(), cache);
     }
 

@@ -161,19 +161,12 @@ const CODECS: &[Entry] = &[
             Ok(codec_rows(ctx, &ExansCodec::default())?.into_iter().chain(exans_host::rows(ctx)?).collect())
         },
     },
-    Entry {
-        name: "gaac",
-        rows: |ctx| {
-            let (bases, source) = ctx.gaac_bases()?;
-            let codec = GaacCodec { bases: Some(bases.clone()), ..Default::default() };
-            let mut rows = codec_rows(ctx, &codec)?;
-            rows.iter_mut().for_each(|r| r.calibrated_on = Some(source.clone()));
-            Ok(rows)
-        },
-    },
+    Entry { name: "gaac", rows: |ctx| gaac_rows(ctx, false) },
     // Self-calibration: each encode calibrates on the cache's first 128 tokens (on the
     // device in the GPU rows).
     Entry { name: "gaac-self", rows: |ctx| codec_rows(ctx, &GaacCodec::default()) },
+    // Format version 2's checksum: the Adler-32 of the container's bytes after the header.
+    Entry { name: "gaac-checksum", rows: |ctx| gaac_rows(ctx, true) },
     Entry {
         name: "splitzip-checksum",
         rows: |ctx| {
@@ -325,6 +318,18 @@ pub(crate) fn other_text_of_model(input: &Path) -> Option<PathBuf> {
 }
 
 /// A codec's CPU row and, with a GPU, its device-resident GPU row.
+/// The rows of GAAC with the calibrated bases (the calibration file's, or the fixture's
+/// own), with or without the checksum.
+fn gaac_rows(ctx: &Ctx<'_>, checksum: bool) -> anyhow::Result<Vec<Row>> {
+    let (bases, source) = ctx.gaac_bases()?;
+    // The checksum rows: format version 2's (the Adler-32 of the container's bytes).
+    let version = checksum.then_some(gaac::format::VERSION);
+    let codec = GaacCodec { bases: Some(bases.clone()), checksum, version, ..Default::default() };
+    let mut rows = codec_rows(ctx, &codec)?;
+    rows.iter_mut().for_each(|r| r.calibrated_on = Some(source.clone()));
+    Ok(rows)
+}
+
 fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![cpu_row(ctx, codec)?];
     if let Some((gpu, copy)) = ctx.gpu {

@@ -9,7 +9,7 @@ use super::{
     DECODE_STATUS, Dim, GaacKernel, GpuError, Launch, LayoutArg, check_gpu_shape, decode_warp_bytes,
 };
 use crate::cache::{CacheHeader, cache_info};
-use crate::format::STATUS_RAW;
+use crate::format::{HEADER_LEN, STATUS_RAW, VERSION_1};
 
 /// The status code the host reports for a checksum mismatch (`CHECKSUM` of
 /// [`DECODE_STATUS`]).
@@ -38,7 +38,11 @@ pub struct CacheDecoder {
     /// handed out so far, in runs of 4, to the warps).
     counters: CudaSlice<u32>,
     status: DeviceStatus,
+    /// The checksum's sums (flag bit 0): over the bytes after the header (version 2) or
+    /// the decoded values (version 1).
     sums: Option<AdlerSums>,
+    /// The container's length, where `gaac_body_sums` reads it.
+    end: CudaSlice<u64>,
 }
 
 impl std::fmt::Debug for CacheDecoder {
@@ -89,6 +93,7 @@ impl CacheDecoder {
             counters: gpu.zeros(2)?,
             status: DeviceStatus::new(gpu)?,
             sums: if header.checksum.is_some() { Some(AdlerSums::new(gpu, 1)?) } else { None },
+            end: gpu.upload(&[sections.end as u64])?,
         };
         gpu.synchronize()?;
         Ok(decoder)
@@ -140,7 +145,11 @@ impl CacheDecoder {
         unsafe { builder.launch(gpu.grid_stride_config(self.bytes.len().min(1 << 24) / 16, 256)) }?;
         if let Some(sums) = &mut self.sums {
             sums.clear(gpu)?;
-            add_record_sums(gpu, &out.slice(..n), &RecordRuns::contiguous(n), sums)?;
+            if self.header.version == VERSION_1 {
+                add_record_sums(gpu, &out.slice(..n), &RecordRuns::contiguous(n), sums)?;
+            } else {
+                super::launch_body_sums(gpu, &self.device, self.bytes.len(), &self.end, sums)?;
+            }
         }
         Ok(())
     }
@@ -151,13 +160,17 @@ impl CacheDecoder {
     /// # Errors
     /// [`GpuError::Codec`]; [`GpuError::Disagreement`]; [`kvcodec_gpu::Error::Cuda`].
     pub fn finish(&self, gpu: &GpuContext) -> Result<(), GpuError> {
-        let value_bytes = 2 * self.header.shape.total_values() as u64;
+        let summed_bytes = if self.header.version == VERSION_1 {
+            2 * self.header.shape.total_values() as u64
+        } else {
+            (self.bytes.len() - HEADER_LEN) as u64
+        };
         let status = status_with_checksum(
             gpu,
             &self.status,
             self.header.checksum,
             self.sums.as_ref(),
-            value_bytes,
+            summed_bytes,
             CHECKSUM_STATUS,
         )?;
         if status == 0 {

@@ -10,7 +10,7 @@ use super::{
     encode_warp_bytes,
 };
 use crate::cache::{CacheHeader, EncodeOptions, block_shape_of, check_capacity, max_encoded_len, too_large};
-use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN};
+use crate::format::{BLOCK_TOKENS, BlockShape, DEFAULT_CALIBRATION_TOKENS, HEADER_LEN, VERSION_1};
 
 /// The 64 header bytes as the header kernel takes them.
 #[repr(C, align(16))]
@@ -65,6 +65,8 @@ pub struct CacheEncoder {
     /// `[container length, R]`.
     info: CudaSlice<u64>,
     sums: Option<AdlerSums>,
+    /// The format version written (spec §5.1): what the checksum covers.
+    version: u16,
     /// The header with R, the checksum and the CRC left for the header kernel.
     header: [u8; HEADER_LEN],
 }
@@ -84,11 +86,13 @@ impl CacheEncoder {
     ///
     /// # Errors
     /// The CPU encoder's errors for the shape, the slot capacity and the bases
-    /// ([`crate::Error::BasesShapeMismatch`], [`crate::Error::ZeroCalibrationTokens`]);
+    /// ([`crate::Error::BasesShapeMismatch`], [`crate::Error::ZeroCalibrationTokens`],
+    /// [`crate::Error::UnsupportedVersion`]);
     /// [`kvcodec_gpu::Error::Unsupported`] past the GPU limits;
     /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, shape: KvShape, options: &EncodeOptions) -> Result<Self, GpuError> {
         let block = block_shape_of(shape)?;
+        let version = options.write_version()?;
         let capacity = options.slot_capacity.unwrap_or(block.default_capacity());
         check_capacity(block, capacity)?;
         let calibration_tokens = match &options.bases {
@@ -108,6 +112,7 @@ impl CacheEncoder {
             e => e,
         })?;
         let header = CacheHeader {
+            version,
             shape,
             slot_capacity: capacity,
             calibration_tokens,
@@ -138,6 +143,7 @@ impl CacheEncoder {
             warp_raw: gpu.zeros(launch.warps())?,
             info: gpu.zeros(2)?,
             sums: if options.checksum { Some(AdlerSums::new(gpu, 1)?) } else { None },
+            version,
             header: header.to_bytes(),
         };
         gpu.synchronize()?;
@@ -157,7 +163,9 @@ impl CacheEncoder {
         let stream = gpu.stream();
         check_aligned("words", device_address(words, stream))?;
         let words = words.slice(..n);
-        if let Some(sums) = &mut self.sums {
+        // Version 1's checksum: the values' sums, which the header kernel turns into it.
+        let values_sums = self.version == VERSION_1;
+        if let Some(sums) = self.sums.as_mut().filter(|_| values_sums) {
             sums.clear(gpu)?;
             add_record_sums(gpu, &words, &RecordRuns::contiguous(n), sums)?;
         }
@@ -199,7 +207,7 @@ impl CacheEncoder {
         let f = gpu.function(GaacKernel::EncodeHeader)?;
         let mut builder = stream.launch_builder(&f);
         builder.arg(&mut self.warp_raw).arg(&warps).arg(&header);
-        match &self.sums {
+        match self.sums.as_ref().filter(|_| values_sums) {
             Some(sums) => builder.arg(sums.counters()),
             None => builder.arg(&null),
         };
@@ -218,6 +226,18 @@ impl CacheEncoder {
         // raw blocks, tails and bases land inside `out`, which holds the largest container
         // (every block raw); `words` holds the cache.
         unsafe { builder.launch(config) }?;
+        if let Some(sums) = self.sums.as_mut().filter(|_| !values_sums) {
+            // Version 2's checksum: the Adler-32 of the finished bytes after the header.
+            sums.clear(gpu)?;
+            super::launch_body_sums(gpu, &self.out, self.out.len(), &self.info, sums)?;
+            let f = gpu.function(GaacKernel::EncodeSeal)?;
+            let mut builder = stream.launch_builder(&f);
+            builder.arg(sums.counters()).arg(&self.info).arg(&mut self.out);
+            // SAFETY: the signature matches gaac_encode_seal; `sums` holds the two
+            // counters gaac_body_sums filled, info the container's length; the header's
+            // 64 bytes fit `out`.
+            unsafe { builder.launch(launch_config(1, 32, 0)) }?;
+        }
         Ok(())
     }
 

@@ -3,20 +3,24 @@
 //!
 //! **Caches** ([`CacheEncoder`], [`CacheDecoder`], and through them
 //! [`kvcodec_gpu::GpuCacheCodec`] for [`crate::GaacCodec`]): the container of spec §5.
-//! Encoding is three launches on the caller's stream: `gaac_encode_d<D>` codes every
+//! Encoding is three launches on the caller's stream (five with the checksum): `gaac_encode_d<D>` codes every
 //! block into its slot (one warp per block, each warp a contiguous range of blocks,
 //! 16-byte loads, each value's code (sign+mantissa byte and 3-bit field) into a
 //! shared-memory tile, the slot built from it in shared memory and written with 16-byte
 //! stores), writes its status byte and counts the raw blocks of its range;
 //! `gaac_encode_header` (one CTA) scans those counts into the raw blocks' places in the
-//! overflow section and writes the header with R, the checksum and the CRC-32C;
-//! `gaac_encode_overflow` copies the raw blocks, the tails and the bases. The container's
+//! overflow section and writes the header with R and the CRC-32C;
+//! `gaac_encode_overflow` copies the raw blocks, the tails and the bases; with the
+//! checksum, `gaac_body_sums` sums the container's bytes after the header and
+//! `gaac_encode_seal` writes their Adler-32 (format version 2, spec §5.1). The container's
 //! length stays on the device until [`CacheEncoder::encoded_len`] reads it. Decoding is
 //! `gaac_decode_d<D>` (checks each block's status byte and bytes, spec §7.2, and restores
 //! the coded ones through a per-warp `cp.async` ring of slots, the restore of
 //! `docs/perf/gaac-gpu.md`; each warp takes runs of blocks from a work counter) and
 //! `gaac_decode_finish` (raw blocks, tails, and the checks of the bases, paddings and raw
-//! count); a problem leaves a [`DECODE_STATUS`] code that
+//! count), and for a checksummed version 2 container `gaac_body_sums` over its bytes after
+//! the header (version 1: the values' sums, over the output); a problem leaves a
+//! [`DECODE_STATUS`] code that
 //! [`CacheDecoder::finish`] turns into the CPU decoder's exact error.
 //!
 //! **Sealing** ([`seal_blocks_device`]): the paged cache's step, one 16-token block of
@@ -77,6 +81,11 @@ pub enum GaacKernel {
     DecodeFinish,
     /// The bases of a cache from its own first tokens (spec §5.4), in [`CALIBRATE_MODULE`].
     Calibrate,
+    /// The Adler-32 sums of a container's bytes after the header (version 2's checksum,
+    /// spec §5.1), its length read on the device.
+    BodySums,
+    /// The checksum and CRC-32C of an encoded container's header, from [`GaacKernel::BodySums`].
+    EncodeSeal,
 }
 
 /// A head_dim the block kernels are compiled for.
@@ -128,9 +137,40 @@ impl Kernel for GaacKernel {
             GaacKernel::Decode(Dim::D256) => "gaac_decode_d256",
             GaacKernel::DecodeFinish => "gaac_decode_finish",
             GaacKernel::Calibrate => "gaac_calibrate",
+            GaacKernel::BodySums => "gaac_body_sums",
+            GaacKernel::EncodeSeal => "gaac_encode_seal",
         }
     }
 }
+
+/// Launches `gaac_body_sums`: adds the Adler-32 sums of `container`'s bytes from 64 to
+/// the length in `end[0]` (a multiple of 16, at most `max_len`, on the device) to `sums`
+/// (one record, cleared by the caller), on `gpu`'s stream: version 2's checksum (spec
+/// §5.1).
+///
+/// # Errors
+/// [`kvcodec_gpu::Error::Cuda`].
+pub(crate) fn launch_body_sums(
+    gpu: &GpuContext,
+    container: &cudarc::driver::CudaSlice<u8>,
+    max_len: usize,
+    end: &cudarc::driver::CudaSlice<u64>,
+    sums: &mut kvcodec_gpu::integrity::AdlerSums,
+) -> Result<(), GpuError> {
+    use cudarc::driver::PushKernelArg;
+    let f = gpu.function(GaacKernel::BodySums)?;
+    let mut builder = gpu.stream().launch_builder(&f);
+    builder.arg(container).arg(end).arg(sums.counters_mut());
+    // SAFETY: the signature matches gaac_body_sums; `end[0]` <= max_len <=
+    // container.len() (the callers' lengths: the decoder's container, the encoder's
+    // largest one), so every 16-byte load lies inside `container`, whose device
+    // allocation is 256-byte aligned; `sums` holds two u64 counters.
+    unsafe { builder.launch(gpu.grid_stride_config(max_len / 16, BODY_SUMS_THREADS)) }?;
+    Ok(())
+}
+
+/// Threads per CTA of `gaac_body_sums` (its launch bound, `GAAC_WARPS * 32`).
+const BODY_SUMS_THREADS: u32 = WARPS * 32;
 
 /// The head_dims the GPU kernels take.
 pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
@@ -179,7 +219,7 @@ pub const DECODE_STATUS: StatusCodes = StatusCodes {
         StatusValue {
             value: 8,
             name: "CHECKSUM",
-            meaning: "the decoded values' Adler-32 differs from the header's checksum (set by the host)",
+            meaning: "the header's checksum differs from the Adler-32 of the bytes after the header (version 2) or of the decoded values (version 1) (set by the host)",
         },
     ],
 };

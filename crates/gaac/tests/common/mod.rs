@@ -44,9 +44,15 @@ pub fn example_cache() -> KvCache {
     KvCache::new(KvShape::new(1, 1, 64, 19).unwrap(), vec![k], vec![v]).unwrap()
 }
 
-/// The example's options: its bases, the default slot (1488 bytes), the checksum.
+/// The example's options: its bases, the default slot (1488 bytes), the checksum, format
+/// version 2.
 pub fn example_options() -> EncodeOptions {
-    EncodeOptions { bases: Some(example_bases()), checksum: true, ..Default::default() }
+    EncodeOptions {
+        bases: Some(example_bases()),
+        checksum: true,
+        version: Some(gaac::format::VERSION),
+        ..Default::default()
+    }
 }
 
 /// The example container (64 + 128 + 16 + 2 x 1488 + 2048 + 768 bytes).
@@ -58,4 +64,19 @@ pub fn example_container() -> Vec<u8> {
 pub fn rehash(bytes: &mut [u8]) {
     let crc = bf16_field::integrity::header_crc32c(&bytes[..64], 60);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// `bytes` (a version 2 container this crate's encoder wrote from `cache`) as format
+/// version 1 has it (spec §5.1): the same layout with version 1 and, when flag bit 0 is
+/// set, the Adler-32 of the values (layer-major) as its checksum. Made by hand, so that
+/// the tests also check that the encoder's version 1 output is exactly this.
+pub fn as_version_1(bytes: &[u8], cache: &KvCache) -> Vec<u8> {
+    let mut v1 = bytes.to_vec();
+    v1[4..6].copy_from_slice(&gaac::format::VERSION_1.to_le_bytes());
+    if v1[6] & gaac::format::FLAG_CHECKSUM != 0 {
+        let words = cache.words_in(bf16_field::WordOrder::LayerMajor);
+        v1[40..44].copy_from_slice(&bf16_field::integrity::adler32_words(&words).to_le_bytes());
+    }
+    rehash(&mut v1);
+    v1
 }
