@@ -147,6 +147,13 @@ pub enum Error {
         /// The page.
         page: u32,
     },
+    /// `submit` of the largest epoch: the pool names the work prepared after a submit
+    /// `epoch + 1`, which must exist.
+    #[error("epoch {epoch} cannot be submitted: the last epoch is u64::MAX - 1")]
+    EpochLimit {
+        /// The epoch given.
+        epoch: Epoch,
+    },
     /// `complete` with an epoch not yet submitted, or before the last one completed.
     #[error("epoch {epoch} completed: it must lie in [{completed}, {submitted}]")]
     CompleteOrder {

@@ -29,8 +29,9 @@
 //!   less than [`PoolConfig::tail_fill_percent`] of it: that tail stays BF16. [`Pool::move_page`] moves a full page again (a page kept BF16 is
 //!   compressed into the segment when room appears).
 //! * **Release per segment.** A finished or evicted sequence ([`Pool::release`]) frees
-//!   its segments and id blocks whole and its slab slots one by one: O(layers +
-//!   segments + id blocks + slab pages), not O(pages) (a Llama-3.1-8B request of 8K
+//!   its segments and id blocks whole and queues its slab slots as one list, which the
+//!   reclamation frees a slab bitmap word's run at a time: O(layers + segments + id
+//!   blocks) at the release, not O(pages) (a Llama-3.1-8B request of 8K
 //!   tokens: 16896 pages, about 400 segments of 2 MiB). Its segments' holes (pages moved
 //!   away) and their unused tails are held until then; there is nothing to compact.
 //! * **Stream-ordered reclamation.** The host numbers its decode steps (epochs):
@@ -58,7 +59,9 @@
 //!   layer), [`Pool::compress_pages`] (the pages the last token filled) and, for a
 //!   prompt, [`Pool::prefill_layer`]. Each is the loop of the single calls (the same
 //!   pages, trace lines and [`Change`]s) with one lookup of the sequence, whose
-//!   per-layer state is one array (docs/perf/pool.md, "Version 4").
+//!   per-layer state is one array (docs/perf/pool.md, "Version 4"). Before a step's
+//!   rows, [`Pool::touch_rows`] (a hint that changes nothing) loads the lines those rows
+//!   will touch, so that their cache misses overlap.
 //!
 //! # Size classes and the two clients
 //! * **ZipFusion** pages are `M + 768 e + 1024 (nb - e)` bytes for `e` coded blocks of `nb`

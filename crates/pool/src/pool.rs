@@ -495,10 +495,11 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Host bytes an empty pool of `cfg` allocates (its chunk records and bitmaps, its
+    /// Host bytes an *empty* pool of `cfg` allocates (its chunk records and bitmaps, its
     /// per-layer state and free lists), so that a reader of an untrusted configuration
     /// (a trace's first line, [`crate::trace`]) can refuse one before allocating it.
-    /// Saturates instead of overflowing; `cfg` need not be valid.
+    /// What sequences and pages add later is [`Pool::host_bytes`]'s. Saturates instead
+    /// of overflowing; `cfg` need not be valid.
     pub fn model_bytes(cfg: &PoolConfig) -> u64 {
         let chunks = u64::from(cfg.layers)
             .saturating_mul(u64::from(cfg.private_chunks))
@@ -508,6 +509,22 @@ impl Pool {
         let per_chunk = (std::mem::size_of::<Chunk>() as u64 + 4 + 4).saturating_add(words.saturating_mul(8));
         let per_layer = std::mem::size_of::<LayerState>() as u64 + 16;
         chunks.saturating_mul(per_chunk).saturating_add(u64::from(cfg.layers).saturating_mul(per_layer))
+    }
+
+    /// An estimate of the host bytes the pool holds now: [`Pool::model_bytes`] plus its
+    /// page table, id blocks and sequence records by their capacity (a sequence record
+    /// with its layer records, `layers x 40` bytes), without the trace and change logs.
+    /// O(1): a replay of an untrusted trace checks it after every line.
+    pub fn host_bytes(&self) -> u64 {
+        let layers = self.cfg.layers as usize;
+        let per_seq = std::mem::size_of::<Seq>() + layers * std::mem::size_of::<SeqLayer>();
+        let grown = self.entries.capacity() * std::mem::size_of::<Slot>()
+            + self.slab_pos.capacity() * 4
+            + (self.block_seq.capacity() + self.block_used.capacity() + self.free_blocks.capacity()) * 4
+            + self.store.capacity() * per_seq
+            + self.seqs.capacity() * 16
+            + self.pending.capacity() * 32;
+        Pool::model_bytes(&self.cfg).saturating_add(grown as u64)
     }
 
     /// An empty pool: every chunk free, epoch 0 submitted and completed.
@@ -590,8 +607,12 @@ impl Pool {
     /// stream. Work the host prepares after this call belongs to `epoch + 1`.
     ///
     /// # Errors
-    /// [`Error::SubmitOrder`] unless `epoch` is after the last submitted.
+    /// [`Error::SubmitOrder`] unless `epoch` is after the last submitted;
+    /// [`Error::EpochLimit`] for `Epoch::MAX`.
     pub fn submit(&mut self, epoch: Epoch) -> Result<()> {
+        if epoch == Epoch::MAX {
+            return Err(Error::EpochLimit { epoch });
+        }
         if epoch <= self.submitted {
             return Err(Error::SubmitOrder { epoch, last: self.submitted });
         }
@@ -1595,7 +1616,9 @@ impl Pool {
         Some(&self.store[si].segments[..])
     }
 
-    /// Chunk `chunk`'s state, or `None` past the last chunk.
+    /// Chunk `chunk`'s state, or `None` past the last chunk. A report, not a decode-step
+    /// call: it tells a free or retired segment from a live one by the free lists and the
+    /// pending queue, O(free chunks + pending releases).
     pub fn chunk_info(&self, chunk: ChunkId) -> Option<ChunkInfo> {
         let c = self.chunks.get(chunk as usize)?;
         let tag = self.chunk_tag(chunk);
@@ -1671,7 +1694,8 @@ impl Pool {
         free
     }
 
-    /// Totals over the pool.
+    /// Totals over the pool. A report, not a decode-step call: O(chunks + live pages +
+    /// pending releases).
     pub fn stats(&self) -> PoolStats {
         let mut s = PoolStats {
             shared_free: self.shared_free.len() as u32,

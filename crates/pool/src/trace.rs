@@ -31,9 +31,10 @@ use crate::pool::Pool;
 /// The first word of a trace's configuration line, then the version.
 pub const TRACE_MAGIC: &str = "kvcodec-pool trace v2";
 
-/// The most host memory a replay lets a trace's configuration line ask for
-/// ([`Pool::model_bytes`]): 1 GiB, about 20 million chunks of 2 MiB (an H200's whole
-/// memory is ~70 thousand), so that a hostile first line cannot exhaust the host.
+/// The most host memory a replay lets a trace's model take: its configuration line's
+/// empty pool ([`Pool::model_bytes`]) and, after every line, what the model has grown to
+/// ([`Pool::host_bytes`]): 1 GiB, about 20 million chunks of 2 MiB (an H200's whole
+/// memory is ~70 thousand), so that a hostile trace cannot exhaust the host.
 pub const MAX_REPLAY_MODEL_BYTES: u64 = 1 << 30;
 
 /// A replay that could not parse a line, or got another outcome than the trace's.
@@ -55,7 +56,8 @@ pub enum ReplayError {
         source: crate::Error,
     },
     /// The configuration line asks for a pool whose model would take `bytes` of host
-    /// memory, more than [`MAX_REPLAY_MODEL_BYTES`].
+    /// memory, or the replayed lines grew it to `bytes`, more than
+    /// [`MAX_REPLAY_MODEL_BYTES`].
     #[error("trace line 1: a pool of {bytes} bytes of host state, more than the replay allows ({limit})")]
     TooLarge {
         /// Host bytes the model would allocate ([`Pool::model_bytes`]).
@@ -81,6 +83,7 @@ pub enum ReplayError {
 /// As [`parse_config`]; [`ReplayError::TooLarge`] past [`MAX_REPLAY_MODEL_BYTES`].
 pub(crate) fn replay_config(first: &str) -> Result<PoolConfig, ReplayError> {
     let cfg = parse_config(first)?;
+    cfg.validate().map_err(|source| ReplayError::Config { source })?;
     let bytes = Pool::model_bytes(&cfg);
     if bytes > MAX_REPLAY_MODEL_BYTES {
         return Err(ReplayError::TooLarge { bytes, limit: MAX_REPLAY_MODEL_BYTES });
@@ -191,6 +194,13 @@ pub fn replay_with<E: From<ReplayError>>(
         }
         // One line at a time: what the model keeps would grow with the trace.
         pool.clear_trace();
+        // New sequences and id blocks grow the model: a trace stops at the bound (past
+        // it by one line's growth at most: one sequence's layer records, which the
+        // empty pool's bound already covers).
+        let bytes = pool.host_bytes();
+        if bytes > MAX_REPLAY_MODEL_BYTES {
+            return Err(ReplayError::TooLarge { bytes, limit: MAX_REPLAY_MODEL_BYTES }.into());
+        }
         after(&mut pool, text)?;
     }
     pool.record_trace(false);
