@@ -92,6 +92,8 @@ __device__ void gaac_restore_range(const uint8_t* __restrict__ slots, unsigned l
     const uint8_t* fetch = slots + begin * capacity + 16 * lane;
     uint32_t fetched = 0;
     uint32_t stage = 0, prev = cap * (GAAC_RESTORE_STAGES - 1);
+    // cap >= P >= 1440 > 16 x 31 (a slot holds at least its block's planes, spec 4), so
+    // lane_left does not wrap.
     const uint32_t lane_at = ring_at + 16 * lane, lane_left = cap - 16 * lane;
     auto issue_to = [&](uint32_t dst) {
         if (fetched < count) {

@@ -344,6 +344,8 @@ __device__ __forceinline__ void gaac_restore_staged(const uint8_t* blk, uint32_t
                                                     const uint32_t (&base_words)[GaacGeometry<D>::TILES], int lane,
                                                     Sink&& sink) {
     using G = GaacGeometry<D>;
+    // WIDE also needs `image` 16-byte aligned (its 16-byte accesses).
+    static_assert(!WIDE || G::TILES % 4 == 0, "the wide image holds whole groups of four tiles");
     uint32_t addends[G::TILES];
     if constexpr (WIDE) {
         // The image in groups of four tiles per lane (gaac_image_at<true>): one 16-byte
