@@ -289,6 +289,10 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
                     ..Default::default()
                 };
                 add(format!("{name}-self-checksum"), gaac::encode_cache(&piece, &own).expect("encode"));
+                // Format version 2: its checksum over the bytes (a mutated version 1
+                // header fails its CRC before the version-2 branch is reached).
+                let own_v2 = gaac::EncodeOptions { version: Some(2), ..own };
+                add(format!("{name}-self-checksum-v2"), gaac::encode_cache(&piece, &own_v2).expect("encode"));
             }
             let cache = KvCache::from_words(
                 KvShape::new(1, 1, 64, 17).expect("shape"),

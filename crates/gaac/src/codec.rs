@@ -22,8 +22,9 @@ pub struct GaacCodec {
     pub bases: Option<Bases>,
     /// Slot capacity in bytes; `None`: the default for the cache's head_dim (spec §4).
     pub slot_capacity: Option<usize>,
-    /// Store the Adler-32 of the values (spec §5.1), which every decoder then verifies;
-    /// off by default.
+    /// Store the checksum (spec §5.1: version 2, the Adler-32 of the container's bytes
+    /// after the header; version 1, that of the values), which every decoder then
+    /// verifies; off by default.
     pub checksum: bool,
     /// The format version to write (spec §5.1); `None`:
     /// [`crate::format::DEFAULT_VERSION`].

@@ -274,9 +274,10 @@ pub enum Error {
         source: Box<Error>,
     },
     /// The header's checksum differs from the container's (spec §7.1 row 19): in version
-    /// 2 the Adler-32 of the bytes after the header, checked before a value is written; in
-    /// version 1 that of the decoded values, which have been written to the output. Every
-    /// other error writes nothing.
+    /// 2 the Adler-32 of the bytes after the header, which the CPU decoder checks before a
+    /// value is written (the GPU decoder has written its output by then); in version 1
+    /// that of the decoded values, which have been written to the output. Every other
+    /// error of the CPU decoder writes nothing.
     #[error("checksum {stored:#010x}, the container gives {computed:#010x}")]
     ChecksumMismatch {
         /// The header's checksum.

@@ -49,9 +49,12 @@
 //! **Integrity.** Decoders check every header field, status, tag, length and padding
 //! byte (spec §7) and never panic; planes have no redundancy, so a flipped bit decodes
 //! to another value unless the container carries its checksum
-//! ([`EncodeOptions::checksum`], [`GaacCodec::checksum`]). The checksum catches every
-//! flipped bit but not every corrupted byte: about 0.1-0.4% of single-byte replacements
-//! in the planes move several values in a pattern Adler-32 cannot see (spec §7.3).
+//! ([`EncodeOptions::checksum`], [`GaacCodec::checksum`]). Format version 2's checksum
+//! (the Adler-32 of the bytes after the header; [`EncodeOptions::version`]) catches every
+//! corrupted byte; version 1's (the Adler-32 of the values, what the encoders still write
+//! by default) every flipped bit but not every corrupted byte: about 0.1-0.4% of
+//! single-byte replacements in the planes move several values in a pattern it cannot
+//! see (spec §7.3). Every decoder reads both versions.
 //!
 //! **GPU.** [`gpu`]: the whole-cache encoder and decoder through
 //! [`kvcodec_gpu::GpuCacheCodec`] (encoding needs given bases), byte-identical to this CPU

@@ -126,8 +126,10 @@ fn gpu_self_calibrated_containers_are_byte_identical_to_cpu() {
     let mut caches = kvcodec_testkit::fixtures();
     caches.push(("L2 H2 D64 T150".into(), with_outliers(2, 2, 64, 150, 3)));
     for (name, cache) in &caches {
-        for checksum in [false, true] {
-            let codec = GaacCodec { checksum, ..Default::default() };
+        // Version 2's checksum sums the bases the device calibrated (after the overflow
+        // kernel copied them): both versions.
+        for (checksum, version) in [(false, None), (true, Some(1)), (true, Some(2))] {
+            let codec = GaacCodec { checksum, version, ..Default::default() };
             let bytes = round_trip(&codec, Some(&gpu), name, cache);
             let info = cache_info(&bytes).unwrap();
             assert_eq!(info.header.calibration_tokens, Some(cache.shape().tokens.min(128)), "{name}");
@@ -148,14 +150,15 @@ fn gpu_self_calibrated_containers_are_byte_identical_to_cpu() {
     for (name, cache) in edges.iter().chain(&caches) {
         let tokens = cache.shape().tokens;
         for n in [None, Some(1), Some(2), Some(tokens - 1), Some(tokens), Some(tokens + 5), Some(1 << 40)] {
-            for checksum in [false, true] {
-                let options = EncodeOptions { calibration_tokens: n, checksum, ..Default::default() };
+            for (checksum, version) in [(false, None), (true, Some(1)), (true, Some(2))] {
+                let options =
+                    EncodeOptions { calibration_tokens: n, checksum, version, ..Default::default() };
                 let cpu =
                     encode_words(&cache.words_in(WordOrder::LayerMajor), cache.shape(), &options).unwrap();
                 let on_gpu = gpu_encode_with(&gpu, cache, &options).unwrap();
                 assert!(
                     on_gpu == cpu,
-                    "{name}, n {n:?}, checksum {checksum}: GPU bytes differ from the CPU's"
+                    "{name}, n {n:?}, checksum {checksum}, version {version:?}: GPU bytes differ from the CPU's"
                 );
                 let back = GaacCodec::default().gpu_decode_cache(&gpu, &on_gpu, cache.shape()).unwrap();
                 assert!(back == *cache, "{name}, n {n:?}");

@@ -3,13 +3,15 @@
 //!
 //! **Caches** ([`CacheEncoder`], [`CacheDecoder`], and through them
 //! [`kvcodec_gpu::GpuCacheCodec`] for [`crate::GaacCodec`]): the container of spec §5.
-//! Encoding is three launches on the caller's stream (five with the checksum): `gaac_encode_d<D>` codes every
+//! Encoding is three launches on the caller's stream (four with version 1's checksum,
+//! five with version 2's): `gaac_encode_d<D>` codes every
 //! block into its slot (one warp per block, each warp a contiguous range of blocks,
 //! 16-byte loads, each value's code (sign+mantissa byte and 3-bit field) into a
 //! shared-memory tile, the slot built from it in shared memory and written with 16-byte
 //! stores), writes its status byte and counts the raw blocks of its range;
 //! `gaac_encode_header` (one CTA) scans those counts into the raw blocks' places in the
-//! overflow section and writes the header with R and the CRC-32C;
+//! overflow section and writes the header with R, version 1's checksum (from the values'
+//! sums) and the CRC-32C;
 //! `gaac_encode_overflow` copies the raw blocks, the tails and the bases; with the
 //! checksum, `gaac_body_sums` sums the container's bytes after the header and
 //! `gaac_encode_seal` writes their Adler-32 (format version 2, spec §5.1). The container's
@@ -158,6 +160,7 @@ pub(crate) fn launch_body_sums(
     sums: &mut kvcodec_gpu::integrity::AdlerSums,
 ) -> Result<(), GpuError> {
     use cudarc::driver::PushKernelArg;
+    debug_assert!(max_len.is_multiple_of(16), "containers are a multiple of 16 bytes (spec §5.2)");
     let f = gpu.function(GaacKernel::BodySums)?;
     let mut builder = gpu.stream().launch_builder(&f);
     builder.arg(container).arg(end).arg(sums.counters_mut());
