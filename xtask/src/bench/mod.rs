@@ -317,7 +317,6 @@ pub(crate) fn other_text_of_model(input: &Path) -> Option<PathBuf> {
     crate::fixture_files().unwrap_or_default().into_iter().find(|f| other_text(f))
 }
 
-/// A codec's CPU row and, with a GPU, its device-resident GPU row.
 /// The rows of GAAC with the calibrated bases (the calibration file's, or the fixture's
 /// own), with or without the checksum.
 fn gaac_rows(ctx: &Ctx<'_>, checksum: bool) -> anyhow::Result<Vec<Row>> {
@@ -330,6 +329,7 @@ fn gaac_rows(ctx: &Ctx<'_>, checksum: bool) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A codec's CPU row and, with a GPU, its device-resident GPU row.
 fn codec_rows<C: GpuCacheCodec>(ctx: &Ctx<'_>, codec: &C) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![cpu_row(ctx, codec)?];
     if let Some((gpu, copy)) = ctx.gpu {
