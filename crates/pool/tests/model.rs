@@ -219,6 +219,16 @@ fn check(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
             prop_assert_eq!((info.live, info.pending), (0, 1), "a released segment waits whole");
         }
     }
+    // The totals agree with the chunks' own reports (`stats` reads the chunk tags and the
+    // free lists; `chunk_info` the tag, the free lists and the pending queue per chunk).
+    let infos: Vec<_> = (0..cfg.chunks()).map(|c| pool.chunk_info(c).unwrap()).collect();
+    let stats = pool.stats();
+    prop_assert_eq!(stats.chunks_in_use as usize, infos.iter().filter(|i| i.layer.is_some()).count());
+    prop_assert_eq!(
+        stats.segments as usize,
+        infos.iter().filter(|i| i.layer.is_some() && i.class.is_none()).count(),
+        "segments: owned and released ones waiting for their epoch"
+    );
     // The mirror built from the recorded changes is the page table's device words.
     let words: BTreeMap<PageId, u64> = table.iter().map(|(p, e)| (*p, e.device_word(CHUNK))).collect();
     for (id, &word) in model.mirror.iter().enumerate() {
