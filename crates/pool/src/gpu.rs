@@ -185,8 +185,11 @@ impl DevicePool {
     /// [`INVALID_WORD`], on `gpu`'s stream.
     ///
     /// # Errors
-    /// [`DeviceError::Gpu`] (out of device memory, a driver failure).
+    /// [`DeviceError::Pool`] for a configuration [`PoolConfig::validate`] refuses (its
+    /// arena's size could overflow); [`DeviceError::Gpu`] (out of device memory, a driver
+    /// failure).
     pub fn new(gpu: &GpuContext, cfg: &PoolConfig, ids: u32) -> Result<DevicePool, DeviceError> {
+        cfg.validate()?;
         let stream = gpu.stream();
         let arena = gpu.zeros::<u8>(cfg.arena_bytes() as usize)?;
         let table = stream.clone_htod(&vec![INVALID_WORD; ids.max(1) as usize])?;
