@@ -509,27 +509,21 @@ struct Server<'a> {
     touch: Touch,
 }
 
-/// How a decode step calls the pool's [`Pool::touch_rows`] hint, from the environment
-/// variable `KVCODEC_POOL_TOUCH` (a measurement switch: `0` never, `next` before each
-/// row with the next crossing request, `b<n>` (e.g. `b8`) before every `n`-th row with
-/// the next `n` crossing requests, anything else or unset: once per step with every
-/// request whose token starts a page, before the first row).
+/// Whether a decode step calls the pool's [`Pool::touch_rows`] hint, from the environment
+/// variable `KVCODEC_POOL_TOUCH` (a measurement switch: `0` never; anything else or
+/// unset: once per step with every request whose token starts a page, before the first
+/// row). The hint per next row and in batches of rows were measured no better and
+/// removed (docs/perf/pool.md, version 6 candidates and "Measured on the H200 host").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Touch {
     Off,
     Step,
-    Next,
-    Batch(usize),
 }
 
 impl Touch {
     fn from_env() -> Touch {
         match std::env::var("KVCODEC_POOL_TOUCH").as_deref() {
             Ok("0") => Touch::Off,
-            Ok("next") => Touch::Next,
-            Ok(b) if b.strip_prefix('b').and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n > 0) => {
-                Touch::Batch(b[1..].parse().expect("checked"))
-            }
             _ => Touch::Step,
         }
     }
@@ -694,15 +688,10 @@ impl<'a> Server<'a> {
         // lines load together): what a serving stack's scheduler knows at the step's start
         // (the requests the last step and the admissions since left at a page boundary; a
         // hint: one preempted since is skipped by the pool).
-        let mut next = 0;
         if self.touch != Touch::Off {
             std::mem::swap(&mut self.crossing, &mut self.crossing_next);
             self.crossing_next.clear();
-            match self.touch {
-                Touch::Step => self.pool.touch_rows(&self.crossing),
-                Touch::Batch(n) => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(n)]),
-                _ => self.pool.touch_rows(&self.crossing[..self.crossing.len().min(1)]),
-            }
+            self.pool.touch_rows(&self.crossing);
         }
         while i < self.running.len() {
             let (id, t) = (self.running[i].id, self.running[i].prompt + self.running[i].generated);
@@ -728,25 +717,6 @@ impl<'a> Server<'a> {
                 // row's allocations first, so a compression cannot take it), and the
                 // previous row filled and compresses (unless the prompt's last page
                 // already did): two row calls.
-                match self.touch {
-                    Touch::Next => {
-                        // The next crossing request's lines, while this one's row runs.
-                        next += 1;
-                        if let Some(&n) = self.crossing.get(next) {
-                            self.pool.touch_rows(&[n]);
-                        }
-                    }
-                    Touch::Batch(n) => {
-                        // The next `n` rows' lines, every `n` rows (what the first level
-                        // cache holds: ~45 lines a row).
-                        if next > 0 && next % n == 0 && next < self.crossing.len() {
-                            let end = (next + n).min(self.crossing.len());
-                            self.pool.touch_rows(&self.crossing[next..end]);
-                        }
-                        next += 1;
-                    }
-                    _ => {}
-                }
                 let r = &mut self.running[i];
                 std::mem::swap(&mut r.open, &mut self.ids);
                 r.open.resize(LAYERS as usize, 0);

@@ -30,20 +30,18 @@ pub const ADLER_MODULUS: u32 = 65521;
 /// byte first), computed in parallel above [`PARALLEL_MIN_VALUES`] values. The empty
 /// input gives 1.
 pub fn adler32_words(words: &[u16]) -> u32 {
-    if words.len() < PARALLEL_MIN_VALUES {
-        return adler32_serial(words);
+    // The values' little-endian bytes: the words' own memory on a little-endian machine.
+    if cfg!(target_endian = "little") {
+        return adler32_bytes(bytemuck::cast_slice(words));
     }
-    words
-        .par_chunks(PARALLEL_CHUNK_VALUES)
-        .map(|chunk| (adler32_serial(chunk), 2 * chunk.len() as u64))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .fold(1, |acc, (adler, bytes)| adler32_combine(acc, adler, bytes))
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    adler32_bytes(&bytes)
 }
 
 /// Adler-32 (RFC 1950) of `bytes`, computed in parallel above [`PARALLEL_MIN_VALUES`]
-/// values' worth of bytes (the container checksums that cover encoded bytes, such as GAAC
-/// version 2's). The empty input gives 1.
+/// values' worth of bytes, each thread with the CPU's vector unit (`simd-adler32`: AVX2,
+/// SSSE3 or SSE2, picked at run time): the container checksums that cover encoded bytes
+/// (GAAC version 2's) and, through [`adler32_words`], the values'. The empty input gives 1.
 pub fn adler32_bytes(bytes: &[u8]) -> u32 {
     let serial = |chunk: &[u8]| {
         let mut adler = simd_adler32::Adler32::new();
@@ -59,21 +57,6 @@ pub fn adler32_bytes(bytes: &[u8]) -> u32 {
         .collect::<Vec<_>>()
         .into_iter()
         .fold(1, |acc, (adler, len)| adler32_combine(acc, adler, len))
-}
-
-/// One thread's Adler-32, with the CPU's vector unit (`simd-adler32`: AVX2, SSSE3 or
-/// SSE2, picked at run time).
-fn adler32_serial(words: &[u16]) -> u32 {
-    let mut adler = simd_adler32::Adler32::new();
-    if cfg!(target_endian = "little") {
-        adler.write(bytemuck::cast_slice(words));
-    } else {
-        for chunk in words.chunks(4096) {
-            let bytes: Vec<u8> = chunk.iter().flat_map(|w| w.to_le_bytes()).collect();
-            adler.write(&bytes);
-        }
-    }
-    adler.finish()
 }
 
 /// The Adler-32 of `a ‖ b` from `adler_a`, `adler_b` and `b`'s length in bytes (zlib's
