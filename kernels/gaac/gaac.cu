@@ -464,13 +464,14 @@ extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
 
 // The checksum of version 2 (spec 5.1): the Adler-32 sums of a container's bytes
 // 64..*end (`end` a multiple of 16, on the device: the encoder's info[0], the decoder's
-// length), positions relative to byte 64, added to sums[0..2]; grid-stride, 16-byte
-// loads, at most GAAC_WARPS warps per CTA. A thread tracks its position modulo 65521, so
-// its weighted sum grows by less than 2^28 a load (any container that fits a device).
+// length; never past `max_len`, the buffer's bytes, whatever the device wrote there),
+// positions relative to byte 64, added to sums[0..2]; grid-stride, 16-byte loads, at most
+// GAAC_WARPS warps per CTA. A thread tracks its position modulo 65521, so its weighted
+// sum grows by less than 2^28 a load (any container that fits a device).
 extern "C" __global__ void __launch_bounds__(GAAC_WARPS * 32)
     gaac_body_sums(const uint8_t* __restrict__ container, const unsigned long long* __restrict__ end,
-                   unsigned long long* __restrict__ sums) {
-    const unsigned long long units = *end / 16, stride = (unsigned long long)gridDim.x * blockDim.x;
+                   unsigned long long max_len, unsigned long long* __restrict__ sums) {
+    const unsigned long long units = min(*end, max_len) / 16, stride = (unsigned long long)gridDim.x * blockDim.x;
     const uint32_t m = (uint32_t)KV_ADLER_MOD, step = (uint32_t)(16 * stride % KV_ADLER_MOD);
     unsigned long long u = GAAC_HEADER_LEN / 16 + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
     uint32_t rel = (uint32_t)((16 * u - GAAC_HEADER_LEN) % KV_ADLER_MOD);

@@ -62,8 +62,8 @@ impl EncodeOptions {
 /// A container's header (spec §5.1), parsed and checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheHeader {
-    /// The format version: [`VERSION_1`] (what the encoders write by default,
-    /// [`crate::format::DEFAULT_VERSION`]) or [`VERSION`] (2).
+    /// The format version: [`VERSION`] (2, what the encoders write by default,
+    /// [`crate::format::DEFAULT_VERSION`]) or [`VERSION_1`].
     pub version: u16,
     /// L, H, D and T.
     pub shape: KvShape,

@@ -252,9 +252,8 @@ pub const VERSION: u16 = 2;
 /// the Adler-32 of the decoded values, which misses some corruptions (spec §7.3).
 pub const VERSION_1: u16 = 1;
 /// The version the encoders write unless [`crate::EncodeOptions::version`] says otherwise:
-/// still version 1, until version 2's GPU kernels (`gaac_body_sums`, `gaac_encode_seal`)
-/// have passed the GPU tests on a device; then [`VERSION`].
-pub const DEFAULT_VERSION: u16 = VERSION_1;
+/// [`VERSION`] (version 1 on request, for readers that predate version 2).
+pub const DEFAULT_VERSION: u16 = VERSION;
 /// Bytes of the container header (spec §5.1).
 pub const HEADER_LEN: usize = 64;
 /// Sections after the header start at multiples of this (spec §5.2).

@@ -146,7 +146,8 @@ impl Kernel for GaacKernel {
 }
 
 /// Launches `gaac_body_sums`: adds the Adler-32 sums of `container`'s bytes from 64 to
-/// the length in `end[0]` (a multiple of 16, at most `max_len`, on the device) to `sums`
+/// the length in `end[0]` (a multiple of 16, on the device; the kernel reads no further
+/// than `max_len <= container.len()` whatever `end[0]` holds) to `sums`
 /// (one record, cleared by the caller), on `gpu`'s stream: version 2's checksum (spec
 /// §5.1).
 ///
@@ -163,11 +164,13 @@ pub(crate) fn launch_body_sums(
     debug_assert!(max_len.is_multiple_of(16), "containers are a multiple of 16 bytes (spec §5.2)");
     let f = gpu.function(GaacKernel::BodySums)?;
     let mut builder = gpu.stream().launch_builder(&f);
-    builder.arg(container).arg(end).arg(sums.counters_mut());
-    // SAFETY: the signature matches gaac_body_sums; `end[0]` <= max_len <=
-    // container.len() (the callers' lengths: the decoder's container, the encoder's
-    // largest one), so every 16-byte load lies inside `container`, whose device
-    // allocation is 256-byte aligned; `sums` holds two u64 counters.
+    assert!(max_len <= container.len(), "the sums read inside the container");
+    let max_len_arg = max_len as u64;
+    builder.arg(container).arg(end).arg(&max_len_arg).arg(sums.counters_mut());
+    // SAFETY: the signature matches gaac_body_sums; the kernel reads below
+    // `min(end[0], max_len)` and max_len <= container.len() (asserted), so every 16-byte
+    // load lies inside `container`, whose device allocation is 256-byte aligned; `sums`
+    // holds two u64 counters.
     unsafe { builder.launch(gpu.grid_stride_config(max_len / 16, BODY_SUMS_THREADS)) }?;
     Ok(())
 }
