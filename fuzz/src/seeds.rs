@@ -283,15 +283,18 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
                 });
                 let given = gaac::EncodeOptions { bases, ..Default::default() };
                 add(format!("{name}-l1h1d64t35"), gaac::encode_cache(&piece, &given).expect("encode"));
+                // Format version 1, which the decoders still read: its checksum over the
+                // values.
                 let own = gaac::EncodeOptions {
                     checksum: true,
                     calibration_tokens: Some(16),
+                    version: Some(gaac::format::VERSION_1),
                     ..Default::default()
                 };
                 add(format!("{name}-self-checksum"), gaac::encode_cache(&piece, &own).expect("encode"));
                 // Format version 2: its checksum over the bytes (a mutated version 1
                 // header fails its CRC before the version-2 branch is reached).
-                let own_v2 = gaac::EncodeOptions { version: Some(2), ..own };
+                let own_v2 = gaac::EncodeOptions { version: Some(gaac::format::VERSION), ..own };
                 add(format!("{name}-self-checksum-v2"), gaac::encode_cache(&piece, &own_v2).expect("encode"));
             }
             let cache = KvCache::from_words(
