@@ -430,6 +430,11 @@ struct Running {
     /// Whether the pages of `open` are full and compressed already (a prompt that ends
     /// on a page boundary): the next row starts without compressing them.
     open_done: bool,
+    /// The compressed bytes of the pages its decode fills, page `prompt / PAGE_TOKENS`
+    /// on, [`LAYERS`] a page: what a serving stack reads from the buffer the device's
+    /// encoder wrote, drawn at admission so that the timed step reads them as such
+    /// instead of hashing ([`Server::page_bytes`], the same sizes).
+    decode_sizes: Vec<u32>,
 }
 
 /// The result of one run.
@@ -645,6 +650,11 @@ impl<'a> Server<'a> {
         if self.touch != Touch::Off && prompt.is_multiple_of(PAGE_TOKENS) {
             self.crossing_next.push(id);
         }
+        let mut decode_sizes = Vec::new();
+        for page in full as u64..(prompt + output).div_ceil(PAGE_TOKENS) {
+            let h = mix(id, page);
+            decode_sizes.extend((0..LAYERS).map(|layer| self.size_at(h, layer)));
+        }
         self.running.push(Running {
             id,
             request: (prompt, output),
@@ -653,6 +663,7 @@ impl<'a> Server<'a> {
             generated: 0,
             open,
             open_done: !tail,
+            decode_sizes,
         });
         Ok(true)
     }
@@ -723,14 +734,12 @@ impl<'a> Server<'a> {
                 self.pool.alloc_row(id, &mut self.running[i].open)?;
                 self.rows += 1;
                 if !std::mem::replace(&mut self.running[i].open_done, false) {
-                    self.sizes_buf.clear();
-                    let h = mix(id, t / PAGE_TOKENS - 1);
-                    for layer in 0..LAYERS {
-                        self.sizes_buf.push(self.size_at(h, layer));
-                    }
+                    let r = &self.running[i];
+                    let first = (t / PAGE_TOKENS - 1 - r.prompt / PAGE_TOKENS) as usize * LAYERS as usize;
+                    let sizes = &r.decode_sizes[first..first + LAYERS as usize];
                     self.outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
                     self.ids.truncate(LAYERS as usize);
-                    self.pool.compress_pages(&self.ids, &self.sizes_buf, &mut self.outcomes)?;
+                    self.pool.compress_pages(&self.ids, sizes, &mut self.outcomes)?;
                     self.count_outcomes(LAYERS as usize);
                 }
             }

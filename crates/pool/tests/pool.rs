@@ -140,6 +140,29 @@ fn admission_is_exact_and_counts_reservations() {
 }
 
 #[test]
+fn admission_is_exact_while_every_layer_draws_on_the_shared_pool() {
+    // Five layers grown unevenly into sixty shared chunks: the query's bracket (every
+    // layer short of its own room) and bisection against what a reservation accepts.
+    let mut pool = tiny(5, 1, 60);
+    pool.reserve(1, 0).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..220 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        // Skewed towards layer 0: layers' slacks differ by tens of pages.
+        let layer = ((x >> 33) % 5 * ((x >> 45) % 5) / 4) as u32;
+        pool.alloc(1, layer).unwrap();
+        let n = pool.admissible_pages();
+        let mut trial = pool.clone();
+        assert_eq!(
+            trial.reserve(2, n + 1),
+            Err(Error::ReservationTooLarge { requested: n + 1, admissible: n })
+        );
+        trial.reserve(2, n).unwrap();
+    }
+    assert!(pool.admissible_pages() < 10, "the test reached a nearly full pool");
+}
+
+#[test]
 fn admission_is_exact_with_one_open_slot_per_chunk() {
     // 64-byte chunks hold one 64-byte open page: the shortfall in chunks is the shortfall
     // in pages (no reciprocal multiply exists for a divisor of 1).
