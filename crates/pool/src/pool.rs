@@ -259,6 +259,28 @@ impl Slot {
     }
 }
 
+/// `offset / open_bytes` (an open slot's index from its byte offset) by a multiply: the
+/// decode row's compressions and listings take one per page, where a division cost
+/// more than the rest of a page's bookkeeping. `m = ceil(2^64 / d)` is exact for 32-bit
+/// offsets and divisors (Lemire, Kaser and Kurz, "Faster remainder by direct
+/// computation", 2019); open pages are at least [`crate::SLOT_ALIGN`] bytes.
+#[derive(Clone, Copy, Debug)]
+struct OpenDiv {
+    m: u64,
+}
+
+impl OpenDiv {
+    fn new(open_bytes: u32) -> OpenDiv {
+        assert!(open_bytes >= 2, "an open page is a positive multiple of SLOT_ALIGN bytes");
+        OpenDiv { m: u64::MAX / u64::from(open_bytes) + 1 }
+    }
+
+    #[inline(always)]
+    fn slot(self, offset: u32) -> u32 {
+        ((u128::from(offset) * u128::from(self.m)) >> 64) as u32
+    }
+}
+
 /// Chunk class tags besides a slab's class index.
 const SEGMENT: u32 = u32::MAX - 1;
 /// A segment whose sequence was released, waiting for its epoch ([`Pool::chunk_tag`]:
@@ -362,9 +384,9 @@ impl Seq {
         page: PageId,
         entries: &[Slot],
         slab_pos: &mut [u32],
-        open_bytes: u32,
+        open_div: OpenDiv,
     ) {
-        place_slab(&mut self.lay[l].slab, page, &mut self.in_slab, entries, slab_pos, open_bytes);
+        place_slab(&mut self.lay[l].slab, page, &mut self.in_slab, entries, slab_pos, open_div);
     }
 
     /// Page `page` (of layer `l`) leaves its slab slot: out of its layer's `slab`, or
@@ -443,6 +465,8 @@ pub struct Pool {
     cfg: PoolConfig,
     open: usize,
     open_bytes: u32,
+    /// `offset / open_bytes` by a multiply.
+    open_div: OpenDiv,
     open_spc: u64,
     chunks: Vec<Chunk>,
     /// Per chunk: NONE (free), a slab's class, or SEGMENT. A segment keeps its tag
@@ -568,6 +592,7 @@ impl Pool {
             words,
             open,
             open_bytes: cfg.classes.open_bytes(),
+            open_div: OpenDiv::new(cfg.classes.open_bytes()),
             open_spc: u64::from(open_spc),
             chunks,
             layers,
@@ -1014,7 +1039,8 @@ impl Pool {
             admit,
             ..
         } = self;
-        let (completed, open_bytes, words) = (self.completed, self.open_bytes, *words);
+        let (completed, open_bytes, open_div, words) =
+            (self.completed, self.open_bytes, self.open_div, *words);
         let (entries, slab_pos, reserved, room) =
             (&mut entries[..], &mut slab_pos[..], &mut reserved[..], &mut room[..]);
         let (layers, chunks, free_bits) = (&mut layers[..], &mut chunks[..], &mut free_bits[..]);
@@ -1044,7 +1070,7 @@ impl Pool {
             let page = block * ID_BLOCK + used;
             used += 1;
             entries[page as usize] = Slot::open(chunk, slot * open_bytes, l as u32);
-            place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_bytes);
+            place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_div);
             pages[l] = page;
             l += 1;
         }
@@ -1238,7 +1264,7 @@ impl Pool {
         let page = block * ID_BLOCK + self.block_used[block as usize];
         self.block_used[block as usize] += 1;
         self.entries[page as usize] = Slot::open(chunk, slot * self.open_bytes, layer);
-        s.place_slab(l, page, &self.entries, &mut self.slab_pos, self.open_bytes);
+        s.place_slab(l, page, &self.entries, &mut self.slab_pos, self.open_div);
         Ok(page)
     }
 
@@ -1348,7 +1374,8 @@ impl Pool {
             (&mut store[..], &mut entries[..], &block_used[..], &block_seq[..]);
         let class_bytes_of = cfg.classes.bytes();
         let (chunk_bytes, tail_percent) = (cfg.chunk_bytes, cfg.tail_fill_percent);
-        let (open, open_bytes, epoch) = (self.open, self.open_bytes, self.submitted + 1);
+        let (open, open_bytes, open_div, epoch) =
+            (self.open, self.open_bytes, self.open_div, self.submitted + 1);
         // The row's sequence's layers (pages of another sequence go to the general path).
         let Some(&first) = pages.get(from) else { return from };
         let si = match block_used.get((first / ID_BLOCK) as usize) {
@@ -1388,7 +1415,7 @@ impl Pool {
             }
             let old = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
             sl.used = offset + class_bytes;
-            (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) = (old.chunk, old.offset / open_bytes, epoch);
+            (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) = (old.chunk, open_div.slot(old.offset), epoch);
             sl.slab[held] = NONE;
             *e = Slot { chunk, at: offset | COMPRESSED, content, layer: e.layer };
             let to = to(chunk, offset, class_bytes);
@@ -1551,7 +1578,7 @@ impl Pool {
             }
             for &p in sl.slab.iter().filter(|&&p| p != NONE) {
                 let e = self.entries[p as usize];
-                slots.push((p, e.chunk, e.offset() / self.open_bytes));
+                slots.push((p, e.chunk, self.open_div.slot(e.offset())));
             }
             if sl.spare_chunk != NONE {
                 slots.push((NONE, sl.spare_chunk, sl.spare_slot));
@@ -2041,7 +2068,7 @@ fn place_slab(
     in_slab: &mut Vec<(PageId, ChunkId, u32)>,
     entries: &[Slot],
     slab_pos: &mut [u32],
-    open_bytes: u32,
+    open_div: OpenDiv,
 ) {
     if slab[1] == NONE {
         slab[1] = page;
@@ -2050,7 +2077,7 @@ fn place_slab(
         *slab = [slab[1], page];
         if older != NONE {
             let e = entries[older as usize];
-            list_slab_page(in_slab, older, e.chunk, e.offset() / open_bytes, slab_pos);
+            list_slab_page(in_slab, older, e.chunk, open_div.slot(e.offset()), slab_pos);
         }
     }
 }
@@ -2125,5 +2152,26 @@ fn ok_or<T>(r: &Result<T>, f: impl FnOnce(&T) -> String) -> String {
     match r {
         Ok(v) => f(v),
         Err(e) => format!("err {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenDiv;
+
+    #[test]
+    fn open_slot_index_by_multiply_equals_the_division() {
+        for d in [16u32, 48, 64, 1488, 2976, 4096, 65_536, 65_552, 1 << 20, u32::MAX - 15] {
+            let div = OpenDiv::new(d);
+            let mut x = 0x9e37_79b9u32;
+            for k in 0..100_000u32 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                for offset in [x, k.wrapping_mul(d), k.wrapping_mul(d).wrapping_sub(1), u32::MAX] {
+                    assert_eq!(div.slot(offset), offset / d, "{offset} / {d}");
+                }
+            }
+        }
     }
 }
