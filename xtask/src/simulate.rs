@@ -727,19 +727,20 @@ impl<'a> Server<'a> {
                 // The token starts a new page in every layer (room checked above: the
                 // row's allocations first, so a compression cannot take it), and the
                 // previous row filled and compresses (unless the prompt's last page
-                // already did): two row calls.
-                let r = &mut self.running[i];
-                std::mem::swap(&mut r.open, &mut self.ids);
+                // already did): one call for both.
+                let Server { pool, running, ids, outcomes, .. } = self;
+                let r = &mut running[i];
+                std::mem::swap(&mut r.open, ids);
                 r.open.resize(LAYERS as usize, 0);
-                self.pool.alloc_row(id, &mut self.running[i].open)?;
                 self.rows += 1;
-                if !std::mem::replace(&mut self.running[i].open_done, false) {
-                    let r = &self.running[i];
+                if std::mem::replace(&mut r.open_done, false) {
+                    pool.alloc_row(id, &mut r.open)?;
+                } else {
                     let first = (t / PAGE_TOKENS - 1 - r.prompt / PAGE_TOKENS) as usize * LAYERS as usize;
                     let sizes = &r.decode_sizes[first..first + LAYERS as usize];
-                    self.outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
-                    self.ids.truncate(LAYERS as usize);
-                    self.pool.compress_pages(&self.ids, sizes, &mut self.outcomes)?;
+                    outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
+                    ids.truncate(LAYERS as usize);
+                    pool.advance_row(id, ids, sizes, outcomes, &mut r.open)?;
                     self.count_outcomes(LAYERS as usize);
                 }
             }

@@ -984,8 +984,18 @@ impl Pool {
         if let Ok(si) = si {
             self.touch_row(si);
         }
+        self.alloc_row_from(seq, si, 0, pages)
+    }
+
+    /// Layers `layer..` of [`Pool::alloc_row`] (`pages.len()` is the layer count).
+    fn alloc_row_from(
+        &mut self,
+        seq: SeqId,
+        si: Result<usize>,
+        mut layer: usize,
+        pages: &mut [PageId],
+    ) -> Result<()> {
         let recording = self.recording();
-        let mut layer = 0;
         while layer < pages.len() {
             // The common layers in one pass, then one layer by the general path.
             if let Ok(si) = si {
@@ -1334,6 +1344,199 @@ impl Pool {
             i += 1;
         }
         Ok(())
+    }
+
+    /// A decode step's page boundary for `seq` in one call: its next row allocated (one
+    /// new open page per layer, written to `next`) and the row its last token filled
+    /// (`filled[l]`, the page of layer `l`, as [`Pool::alloc_row`] gave it) compressed to
+    /// `bytes[l]`, outcomes in `out[l]`. The same pages, outcomes, trace lines and
+    /// [`Change`]s as [`Pool::alloc_row`]`(seq, next)` followed by
+    /// [`Pool::compress_pages`]`(filled, bytes, out)`, the allocations first (so that a
+    /// compression cannot take the room they need), but layer by layer in one pass over
+    /// the sequence's layers where both are the decode step's common case (a spare slot
+    /// or a reservation and a partial slab; the page kept BF16 or packed into the current
+    /// segment): the pool's state per page is read once, where the two calls read it
+    /// twice (seed 002, "Memory management").
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] unless `next` has the layer count and `bytes` and `out`
+    /// have `filled`'s length (nothing done); else as the two calls: an allocation's error
+    /// leaves the row's earlier pages allocated and nothing compressed, a compression's
+    /// leaves every page allocated and the pages before it compressed.
+    pub fn advance_row(
+        &mut self,
+        seq: SeqId,
+        filled: &[PageId],
+        bytes: &[u32],
+        out: &mut [CompressOutcome],
+        next: &mut [PageId],
+    ) -> Result<()> {
+        let layers = self.cfg.layers as usize;
+        if next.len() != layers {
+            return Err(Error::LengthMismatch { what: "next", got: next.len(), expected: layers });
+        }
+        for (what, got) in [("bytes", bytes.len()), ("out", out.len())] {
+            if got != filled.len() {
+                return Err(Error::LengthMismatch { what, got, expected: filled.len() });
+            }
+        }
+        let si = self.seq_index(seq);
+        let done = match si {
+            Ok(si) if filled.len() == layers => self.advance_run(si, filled, bytes, out, next),
+            _ => 0,
+        };
+        if done == 0 {
+            if let Ok(si) = si {
+                self.touch_row(si);
+            }
+            self.alloc_row_from(seq, si, 0, next)?;
+            return self.compress_pages(filled, bytes, out);
+        }
+        // Layers `..done` are done; the rest as the two calls do them, the records of the
+        // first layers in the two calls' order (their allocations, then the rest's, then
+        // their compressions, then the rest's). The common compressions done touched
+        // only their own pages and layers, which the rest's operations do not read.
+        if self.recording() {
+            for (l, &page) in next.iter().enumerate().take(done) {
+                self.after_alloc(seq, l as u32, &Ok(page));
+            }
+        }
+        self.alloc_row_from(seq, si, done, next)?;
+        if self.recording() {
+            for l in 0..done {
+                self.after_compress(filled[l], bytes[l], &Ok(out[l]));
+            }
+        }
+        if done == layers {
+            return Ok(());
+        }
+        self.compress_pages(&filled[done..], &bytes[done..], &mut out[done..])
+    }
+
+    /// Layers `..` of [`Pool::advance_row`] while each is the common case for both its
+    /// allocation (as [`Pool::alloc_run`]) and its compression (as
+    /// [`Pool::compress_run`]); returns the first layer it did not do, 0 unless every
+    /// layer's allocation is common (then no allocation of the row can fail, and a layer
+    /// done never has to be undone). A layer's compression is decided before its
+    /// allocation changes anything, from the state the allocation leaves (its spare slot
+    /// taken or not, its reservation one less).
+    fn advance_run(
+        &mut self,
+        si: usize,
+        filled: &[PageId],
+        bytes: &[u32],
+        out: &mut [CompressOutcome],
+        next: &mut [PageId],
+    ) -> usize {
+        let Pool {
+            store,
+            entries,
+            block_used,
+            reserved,
+            layers,
+            chunks,
+            free_bits,
+            words,
+            room,
+            slab_pos,
+            admit,
+            cfg,
+            ..
+        } = self;
+        let (completed, epoch, words) = (self.completed, self.submitted + 1, *words);
+        let (open, open_bytes, open_div) = (self.open, self.open_bytes, self.open_div);
+        let (class_bytes_of, chunk_bytes, tail_percent) =
+            (cfg.classes.bytes(), cfg.chunk_bytes, cfg.tail_fill_percent);
+        let (entries, slab_pos, reserved, room) =
+            (&mut entries[..], &mut slab_pos[..], &mut reserved[..], &mut room[..]);
+        let (layers, chunks, free_bits) = (&mut layers[..], &mut chunks[..], &mut free_bits[..]);
+        let Seq { lay, in_slab, blocks, .. } = &mut store[si];
+        let lay = &mut lay[..];
+        let Some(&block) = blocks.last() else { return 0 };
+        let mut used = block_used[block as usize];
+        if used as usize + lay.len() > ID_BLOCK as usize {
+            return 0;
+        }
+        let spare_ready = |sl: &SeqLayer| sl.spare_chunk != NONE && sl.spare_epoch <= completed;
+        for (sl, ls) in lay.iter().zip(layers.iter()) {
+            if !spare_ready(sl) && (sl.reserve == 0 || ls.partial.is_empty()) {
+                return 0;
+            }
+        }
+        // Whether a count the admission query reads changed (its cache is cleared then).
+        let mut counts_changed = false;
+        let mut l = 0;
+        while l < lay.len() {
+            let sl = &mut lay[l];
+            let (old, content) = (filled[l], bytes[l]);
+            let Some(&e) = entries.get(old as usize) else { break };
+            if sl.slab[1] != old || !e.is_open() || content == 0 {
+                break;
+            }
+            // The compression, as the allocation will leave the layer.
+            let (spare, reserve_after) = (spare_ready(sl), sl.reserve.saturating_sub(1));
+            let class = cfg.classes.fit(content).unwrap_or(open);
+            let packed = if class == open {
+                None
+            } else {
+                let class_bytes = class_bytes_of[class];
+                if sl.current != NONE && u64::from(sl.used) + u64::from(class_bytes) <= chunk_bytes {
+                    if sl.spare_chunk != NONE && !spare {
+                        break; // its old slot would be retired, not kept as the spare
+                    }
+                    Some(class_bytes)
+                } else if tail_keeps(chunk_bytes, tail_percent, reserve_after, class_bytes) {
+                    None
+                } else {
+                    break; // a fresh segment
+                }
+            };
+            // The allocation (every layer's is common: checked above).
+            let (chunk, slot) = if spare {
+                (std::mem::replace(&mut sl.spare_chunk, NONE), sl.spare_slot)
+            } else {
+                let c = *layers[l].partial.last().expect("checked: a partial slab");
+                room[l] -= 1;
+                counts_changed = true;
+                (c, take_partial(c, words, free_bits, chunks, &mut layers[l].partial))
+            };
+            if sl.reserve > 0 {
+                sl.reserve -= 1;
+                reserved[l] -= 1;
+                counts_changed = true;
+            }
+            let page = block * ID_BLOCK + used;
+            used += 1;
+            entries[page as usize] = Slot::open(chunk, slot * open_bytes, l as u32);
+            place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_div);
+            next[l] = page;
+            // The compression: `old` is now the layer's older slab page (`slab[0]`).
+            match packed {
+                None => {
+                    entries[old as usize] = Slot { at: e.offset() | BF16, content, ..e };
+                    out[l] = CompressOutcome::Kept;
+                }
+                Some(class_bytes) => {
+                    let (segment, offset) = (sl.current, sl.used);
+                    let from = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
+                    sl.used = offset + class_bytes;
+                    (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) =
+                        (from.chunk, open_div.slot(from.offset), epoch);
+                    sl.slab[0] = NONE;
+                    entries[old as usize] =
+                        Slot { chunk: segment, at: offset | COMPRESSED, content, layer: e.layer };
+                    let to = to(segment, offset, class_bytes);
+                    out[l] =
+                        CompressOutcome::Moved(Move { page: old, from, to, bytes: content, compress: true });
+                }
+            }
+            l += 1;
+        }
+        if counts_changed {
+            admit.clear();
+        }
+        block_used[block as usize] = used;
+        l
     }
 
     fn after_compress(&mut self, page: PageId, compressed_bytes: u32, r: &Result<CompressOutcome>) {

@@ -39,9 +39,10 @@ enum Op {
     /// Submit the next epoch, then complete up to `lag` epochs behind it.
     Step { lag: u64 },
     /// Sequence `seq % live` takes a row (`Pool::alloc_row`) and compresses its open
-    /// pages (`Pool::compress_pages`, sizes from `bytes`), checked against the loops of
-    /// `Pool::alloc` and `Pool::compress` on a copy of the pool.
-    Row { seq: usize, bytes: u32 },
+    /// pages (`Pool::compress_pages`, sizes from `bytes`), or both in one call
+    /// (`fused`: `Pool::advance_row`), checked against the loops of `Pool::alloc` and
+    /// `Pool::compress` on a copy of the pool.
+    Row { seq: usize, bytes: u32, fused: bool },
     /// Sequence `seq % live` prefills `pages` pages of layer `layer % layers`
     /// (`Pool::prefill_layer`, with an open tail or not), checked the same way.
     Prefill { seq: usize, layer: u32, pages: usize, tail: bool, bytes: u32 },
@@ -56,7 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|seq| Op::Finish { seq }),
         2 => any::<usize>().prop_map(|seq| Op::GrowOrPreempt { seq }),
         3 => (0u64..3).prop_map(|lag| Op::Step { lag }),
-        2 => (any::<usize>(), 1u32..80).prop_map(|(seq, bytes)| Op::Row { seq, bytes }),
+        4 => (any::<usize>(), 1u32..80, any::<bool>()).prop_map(|(seq, bytes, fused)| Op::Row { seq, bytes, fused }),
         1 => (any::<usize>(), 0u32..4, 0usize..4, any::<bool>(), 1u32..80)
             .prop_map(|(seq, layer, pages, tail, bytes)| Op::Prefill { seq, layer, pages, tail, bytes }),
     ]
@@ -297,7 +298,7 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
                 compressed(pool, model, p, bytes, before, outcome)?;
             }
         }
-        Op::Row { seq, bytes } if !seqs.is_empty() => {
+        Op::Row { seq, bytes, fused } if !seqs.is_empty() => {
             let seq = seqs[seq % seqs.len()];
             let open: Vec<PageId> =
                 model.pages.iter().filter(|(_, v)| v.0 == seq && v.2).map(|(&p, _)| p).collect();
@@ -331,10 +332,14 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
             touched.extend_from_slice(&seqs);
             pool.touch_rows(&touched);
             let mut ids = vec![0; layers as usize];
-            let r = pool.alloc_row(seq, &mut ids);
-            match expect.last() {
-                Some(Err(e)) => prop_assert_eq!(r, Err(e.clone())),
-                _ => prop_assert_eq!(r, Ok(())),
+            let mut got = vec![CompressOutcome::Kept; open.len()];
+            // The fused call's one result: the allocations' error, else the compressions'.
+            let fused_result = fused.then(|| pool.advance_row(seq, &open, &sizes, &mut got, &mut ids));
+            let r = fused_result.clone().unwrap_or_else(|| pool.alloc_row(seq, &mut ids));
+            match (expect.last(), &fused_result) {
+                (Some(Err(e)), _) => prop_assert_eq!(r, Err(e.clone())),
+                (_, None) => prop_assert_eq!(r, Ok(())),
+                (_, Some(_)) => {}
             }
             let reserved: Vec<bool> = model.reserve[&seq].iter().map(|&k| k > 0).collect();
             for (layer, e) in expect.into_iter().enumerate() {
@@ -344,8 +349,7 @@ fn apply(pool: &mut Pool, model: &mut Model, op: Op) -> Result<(), TestCaseError
                 allocated(pool, model, seq, layer as u32, reserved[layer], e)?;
             }
             if full {
-                let mut got = vec![CompressOutcome::Kept; open.len()];
-                let r = pool.compress_pages(&open, &sizes, &mut got);
+                let r = fused_result.unwrap_or_else(|| pool.compress_pages(&open, &sizes, &mut got));
                 match outcomes.last() {
                     Some(Err(e)) => prop_assert_eq!(r, Err(e.clone())),
                     _ => prop_assert_eq!(r, Ok(())),

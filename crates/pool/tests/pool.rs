@@ -445,6 +445,71 @@ fn decode_rows_stay_on_the_one_pass_path() {
 }
 
 #[test]
+fn advance_row_is_the_row_calls_in_one() {
+    // A decode loop on two copies of a pool: `advance_row` on one, `alloc_row` then
+    // `compress_pages` on the other, with segments that fill (256-byte chunks), the tail
+    // rule deciding near the end of the reservation, and completions lagging so that a
+    // spare slot is sometimes not yet free.
+    let layers = 3;
+    let cfg = PoolConfig { chunk_bytes: 512, tail_fill_percent: 50, ..tiny_config(layers, 2, 30) };
+    let mut pool = Pool::new(cfg).unwrap();
+    pool.record_trace(true);
+    let steps = 40;
+    pool.reserve(1, steps).unwrap();
+    let mut twin = pool.clone();
+    let mut filled = vec![0; layers as usize];
+    pool.alloc_row(1, &mut filled).unwrap();
+    twin.alloc_row(1, &mut vec![0; layers as usize]).unwrap();
+    for step in 1..steps {
+        let bytes: Vec<u32> =
+            (0..layers).map(|l| [48, 16, 64, 32][(step as usize + l as usize) % 4]).collect();
+        let (mut next, mut twin_next) = (vec![0; layers as usize], vec![0; layers as usize]);
+        let (mut out, mut twin_out) = (vec![CompressOutcome::Kept; 3], vec![CompressOutcome::Kept; 3]);
+        pool.advance_row(1, &filled, &bytes, &mut out, &mut next).unwrap();
+        twin.alloc_row(1, &mut twin_next).unwrap();
+        twin.compress_pages(&filled, &bytes, &mut twin_out).unwrap();
+        assert_eq!((&next, &out), (&twin_next, &twin_out), "step {step}");
+        filled = next;
+        for p in [&mut pool, &mut twin] {
+            p.submit(step).unwrap();
+            if step % 3 != 0 {
+                p.complete(step - 1).unwrap();
+            }
+        }
+    }
+    let same = |pool: &Pool, twin: &Pool| {
+        assert_eq!(pool.page_table().collect::<Vec<_>>(), twin.page_table().collect::<Vec<_>>());
+        assert_eq!(pool.stats(), twin.stats());
+        assert_eq!(pool.admissible_pages(), twin.admissible_pages());
+        let chunks = pool.config().chunks();
+        assert!((0..chunks).all(|c| pool.chunk_info(c) == twin.chunk_info(c)));
+    };
+    same(&pool, &twin);
+    assert_eq!(pool.clone().take_trace(), twin.clone().take_trace());
+    // What the release and the reclamation find (the slab lists the rows left).
+    for p in [&mut pool, &mut twin] {
+        p.release(1).unwrap();
+        p.submit(steps).unwrap();
+        p.complete(steps).unwrap();
+    }
+    same(&pool, &twin);
+    pool.reserve(1, 1).unwrap();
+    pool.alloc_row(1, &mut filled).unwrap();
+    // Lengths are checked before anything is done.
+    let before = pool.stats();
+    let mut out = [CompressOutcome::Kept; 3];
+    assert_eq!(
+        pool.advance_row(1, &filled, &[16; 3], &mut out, &mut [0; 2]),
+        Err(Error::LengthMismatch { what: "next", got: 2, expected: 3 })
+    );
+    assert_eq!(
+        pool.advance_row(1, &filled, &[16; 2], &mut out, &mut [0; 3]),
+        Err(Error::LengthMismatch { what: "bytes", got: 2, expected: 3 })
+    );
+    assert_eq!(pool.stats(), before);
+}
+
+#[test]
 fn the_row_hint_stays_in_bounds_at_a_block_edge_and_for_unknown_sequences() {
     // `touch_rows` takes `&self`, so it cannot change the pool; what can fail is a load
     // past an array: the ids of a full block's next row, a sequence with no page yet, an
