@@ -430,6 +430,9 @@ struct Running {
     /// Whether the pages of `open` are full and compressed already (a prompt that ends
     /// on a page boundary): the next row starts without compressing them.
     open_done: bool,
+    /// Pages per layer of its reservation not yet allocated: the scheduler's own count
+    /// (its rows take one page in every layer), [`Pool::min_reserved`] without asking.
+    reserve_left: u64,
     /// The compressed bytes of the pages its decode fills, page `prompt / PAGE_TOKENS`
     /// on, [`LAYERS`] a page: what a serving stack reads from the buffer the device's
     /// encoder wrote, drawn at admission so that the timed step reads them as such
@@ -512,6 +515,40 @@ struct Server<'a> {
     crossing_next: Vec<u64>,
     /// How the step calls [`Pool::touch_rows`] (`KVCODEC_POOL_TOUCH`).
     touch: Touch,
+    /// With `Some`, the [`ticks`] spent inside the pool's calls of the decode steps
+    /// (the allocator's timing; the serving runs leave it `None`).
+    pool_ticks: Option<u64>,
+}
+
+/// A cycle counter for timing the pool's calls one by one inside a decode step: on
+/// x86-64 the time-stamp counter (a read costs ~25 cycles, `Instant::now` ~20-25 ns; a
+/// step makes ~8 calls), converted to µs by its ratio to `Instant` over the whole timed
+/// run; elsewhere nanoseconds since the first call.
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC is on every x86-64 processor and reads a counter, nothing else.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// `f()`, its [`ticks`] added to `clock` when the allocator is being timed.
+#[inline(always)]
+fn timed<R>(clock: &mut Option<u64>, f: impl FnOnce() -> R) -> R {
+    match clock {
+        None => f(),
+        Some(spent) => {
+            let t0 = ticks();
+            let r = f();
+            *spent += ticks().wrapping_sub(t0);
+            r
+        }
+    }
 }
 
 /// Whether a decode step calls the pool's [`Pool::touch_rows`] hint, from the environment
@@ -555,6 +592,7 @@ impl<'a> Server<'a> {
             crossing: Vec::new(),
             crossing_next: Vec::new(),
             touch: Touch::from_env(),
+            pool_ticks: None,
         }
     }
 
@@ -663,6 +701,7 @@ impl<'a> Server<'a> {
             generated: 0,
             open,
             open_done: !tail,
+            reserve_left: pages.saturating_sub((full + usize::from(tail)) as u64),
             decode_sizes,
         });
         Ok(true)
@@ -670,9 +709,8 @@ impl<'a> Server<'a> {
 
     /// Whether request `i` can take a new page in every layer: from its reservation, or
     /// beyond every reservation (the pool's exact admission query).
-    fn can_grow(&self, i: usize) -> bool {
-        let id = self.running[i].id;
-        self.pool.min_reserved(id).is_some_and(|k| k > 0) || self.pool.admissible_pages() >= 1
+    fn can_grow(&mut self, i: usize) -> bool {
+        self.running[i].reserve_left > 0 || timed(&mut self.pool_ticks, || self.pool.admissible_pages()) >= 1
     }
 
     /// Preempts the youngest running request (vLLM's recompute): its pages and
@@ -682,7 +720,7 @@ impl<'a> Server<'a> {
         let v =
             (0..self.running.len()).max_by_key(|&j| self.running[j].id).context("no request to preempt")?;
         let r = self.running.swap_remove(v);
-        self.pool.release(r.id)?;
+        timed(&mut self.pool_ticks, || self.pool.release(r.id))?;
         self.requeue.push_back(r.request);
         self.preemptions += 1;
         self.lost_tokens += r.generated;
@@ -702,7 +740,7 @@ impl<'a> Server<'a> {
         if self.touch != Touch::Off {
             std::mem::swap(&mut self.crossing, &mut self.crossing_next);
             self.crossing_next.clear();
-            self.pool.touch_rows(&self.crossing);
+            timed(&mut self.pool_ticks, || self.pool.touch_rows(&self.crossing));
         }
         while i < self.running.len() {
             let (id, t) = (self.running[i].id, self.running[i].prompt + self.running[i].generated);
@@ -728,26 +766,27 @@ impl<'a> Server<'a> {
                 // row's allocations first, so a compression cannot take it), and the
                 // previous row filled and compresses (unless the prompt's last page
                 // already did): one call for both.
-                let Server { pool, running, ids, outcomes, .. } = self;
+                let Server { pool, running, ids, outcomes, pool_ticks, .. } = self;
                 let r = &mut running[i];
                 std::mem::swap(&mut r.open, ids);
                 r.open.resize(LAYERS as usize, 0);
+                r.reserve_left = r.reserve_left.saturating_sub(1);
                 self.rows += 1;
                 if std::mem::replace(&mut r.open_done, false) {
-                    pool.alloc_row(id, &mut r.open)?;
+                    timed(pool_ticks, || pool.alloc_row(id, &mut r.open))?;
                 } else {
                     let first = (t / PAGE_TOKENS - 1 - r.prompt / PAGE_TOKENS) as usize * LAYERS as usize;
                     let sizes = &r.decode_sizes[first..first + LAYERS as usize];
                     outcomes.resize(LAYERS as usize, CompressOutcome::Kept);
                     ids.truncate(LAYERS as usize);
-                    pool.advance_row(id, ids, sizes, outcomes, &mut r.open)?;
+                    timed(pool_ticks, || pool.advance_row(id, ids, sizes, outcomes, &mut r.open))?;
                     self.count_outcomes(LAYERS as usize);
                 }
             }
             self.running[i].generated += 1;
             tokens += 1;
             if self.running[i].generated == self.running[i].output {
-                self.pool.release(id)?;
+                timed(&mut self.pool_ticks, || self.pool.release(id))?;
                 self.running.swap_remove(i);
             } else {
                 if self.touch != Touch::Off && (t + 1).is_multiple_of(PAGE_TOKENS) {
@@ -817,6 +856,12 @@ struct AllocatorTime {
     /// A replacement's admission (reserve + prefill of its 8192-token prompt: 16384
     /// pages allocated and compressed), µs each, outside the decode step: (count, mean).
     prefill: (usize, f64),
+    /// The pool's calls alone per step (complete, admission query, the rows, releases,
+    /// submits and the reclamation; not the scheduler's loop over the running requests
+    /// and its bookkeeping around them), µs, and their means by step kind (finish, rows,
+    /// other).
+    calls: Summary,
+    calls_by_kind: [f64; 3],
 }
 
 struct Sim<'a> {
@@ -938,17 +983,22 @@ impl Sim<'_> {
         let (mut times, mut steady) = (Vec::new(), Vec::new());
         let (mut parts, mut kinds) = ([0.0f64; 4], [Vec::new(), Vec::new(), Vec::new()]);
         let (mut prefills, rows0) = (Vec::new(), s.rows);
+        // Per step, the ticks inside the pool's calls alone (the decode's scheduler loop
+        // and its bookkeeping left out), and the step's kind.
+        let (mut call_ticks, mut call_kinds) = (Vec::new(), Vec::new());
+        let (clock_t0, clock_c0) = (Instant::now(), ticks());
         let us_since = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
         for _ in 0..STEPS {
             let rows = s.rows;
+            s.pool_ticks = Some(0);
             let t0 = Instant::now();
-            timed_complete(&mut s.pool, epoch)?; // the device is one step behind
+            timed(&mut s.pool_ticks, || timed_complete(&mut s.pool, epoch))?; // the device is one step behind
             let t1 = Instant::now();
-            let admissible = s.pool.admissible_pages();
+            let admissible = timed(&mut s.pool_ticks, || s.pool.admissible_pages());
             let t2 = Instant::now();
             s.decode()?;
             epoch += 1;
-            s.pool.submit(epoch)?;
+            timed(&mut s.pool_ticks, || s.pool.submit(epoch))?;
             let t3 = Instant::now();
             std::hint::black_box(admissible);
             for (part, (a, b)) in parts.iter_mut().zip([(t0, t1), (t1, t2), (t2, t3)]) {
@@ -961,9 +1011,9 @@ impl Sim<'_> {
             let finished = s.running.len() < TIMED_BATCH;
             if finished {
                 epoch += 1;
-                s.pool.submit(epoch)?;
                 let t4 = Instant::now();
-                timed_complete(&mut s.pool, epoch)?;
+                timed(&mut s.pool_ticks, || s.pool.submit(epoch))?;
+                timed(&mut s.pool_ticks, || timed_complete(&mut s.pool, epoch))?;
                 let reclaim = us_since(t4);
                 parts[3] += reclaim;
                 us += reclaim;
@@ -972,14 +1022,16 @@ impl Sim<'_> {
             if !finished {
                 steady.push(us);
             }
-            kinds[if finished {
+            let kind = if finished {
                 0
             } else if s.rows > rows {
                 1
             } else {
                 2
-            }]
-            .push(us);
+            };
+            kinds[kind].push(us);
+            call_ticks.push(s.pool_ticks.take().unwrap_or(0));
+            call_kinds.push(kind);
             if finished {
                 while s.running.len() < TIMED_BATCH {
                     let t5 = Instant::now();
@@ -992,7 +1044,14 @@ impl Sim<'_> {
                 }
             }
         }
+        let ticks_per_us = ticks().wrapping_sub(clock_c0) as f64 / us_since(clock_t0);
+        let calls: Vec<f64> = call_ticks.iter().map(|&t| t as f64 / ticks_per_us).collect();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let calls_of = |k: usize| -> Vec<f64> {
+            calls.iter().zip(&call_kinds).filter(|&(_, &kind)| kind == k).map(|(&c, _)| c).collect()
+        };
+        let calls_by_kind = [mean(&calls_of(0)), mean(&calls_of(1)), mean(&calls_of(2))];
+        let calls = Summary::of(calls);
         let (all_mean, steady_mean) = (mean(&times), mean(&steady));
         let per_step = |x: f64| x / STEPS as f64;
         let kind = |k: &[f64]| {
@@ -1018,6 +1077,8 @@ impl Sim<'_> {
             idle: kind(&kinds[2]),
             row_count: s.rows - rows0,
             prefill: (prefills.len(), mean(&prefills)),
+            calls,
+            calls_by_kind,
         })
     }
 }
@@ -1193,6 +1254,15 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         at.prefill.0,
         at.prefill.1,
     )?;
+    outln!(
+        "  the pool's calls alone (the scheduler's loop over the running requests left out; per-call time-stamp counter): mean {:.2} us, p50 {:.2} us, p99 {:.2} us per step; by step kind: finish {:.2}, rows {:.2}, other {:.2} us",
+        at.calls.mean,
+        at.calls.p50,
+        at.calls.p99,
+        at.calls_by_kind[0],
+        at.calls_by_kind[1],
+        at.calls_by_kind[2],
+    )?;
 
     if let Some(path) = &args.trace {
         let (_, lines) =
@@ -1275,7 +1345,8 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 "parts": {"complete": at.complete_us, "admission": at.admission_us, "decode": at.decode_us, "reclaim": at.reclaim_us},
                 "finish_steps_mean": at.finish.1, "finish_steps_p50": at.finish.2, "row_steps": at.rows.0, "row_steps_mean": at.rows.1, "row_steps_p50": at.rows.2,
                 "rows": at.row_count, "other_steps": at.idle.0, "other_steps_mean": at.idle.1, "other_steps_p50": at.idle.2,
-                "admissions": at.prefill.0, "admission_prefill_us": at.prefill.1},
+                "admissions": at.prefill.0, "admission_prefill_us": at.prefill.1,
+                "pool_calls": at.calls, "pool_calls_finish_mean": at.calls_by_kind[0], "pool_calls_rows_mean": at.calls_by_kind[1], "pool_calls_other_mean": at.calls_by_kind[2]},
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("--json {}", crate::shown(path)))?;
