@@ -666,7 +666,7 @@ impl Pool {
             match p.what {
                 Retired::Slots { chunk, word, mask } => {
                     self.pending_count -= u64::from(mask.count_ones());
-                    self.release_slots(chunk, word, mask, false);
+                    self.release_slots(chunk, word, mask, mask.count_ones(), false);
                 }
                 Retired::SlotList(mut list) => {
                     // Still counted live in their slabs (the release does not touch a
@@ -674,7 +674,9 @@ impl Pool {
                     self.pending_count -= list.len() as u64;
                     let mut i = 0;
                     while let Some(&(_, chunk, slot)) = list.get(i) {
-                        let (word, mut mask) = (slot / 64, 1u64 << (slot % 64));
+                        // A run's slots are distinct, so its count is its length (no
+                        // popcount, which baseline x86-64 has no instruction for).
+                        let (word, mut mask, run) = (slot / 64, 1u64 << (slot % 64), i);
                         i += 1;
                         while let Some(&(_, c, s)) = list.get(i)
                             && (c, s / 64) == (chunk, word)
@@ -682,7 +684,7 @@ impl Pool {
                             mask |= 1 << (s % 64);
                             i += 1;
                         }
-                        self.release_slots(chunk, word, mask, true);
+                        self.release_slots(chunk, word, mask, (i - run) as u32, true);
                     }
                     list.clear();
                     self.free_lists.push(list);
@@ -1453,10 +1455,12 @@ impl Pool {
         let Seq { lay, in_slab, blocks, .. } = &mut store[si];
         let lay = &mut lay[..];
         let Some(&block) = blocks.last() else { return 0 };
-        let mut used = block_used[block as usize];
+        let used = block_used[block as usize];
         if used as usize + lay.len() > ID_BLOCK as usize {
             return 0;
         }
+        // The row's ids: layer `l`'s is `first + l`.
+        let first = block * ID_BLOCK + used;
         let spare_ready = |sl: &SeqLayer| sl.spare_chunk != NONE && sl.spare_epoch <= completed;
         for (sl, ls) in lay.iter().zip(layers.iter()) {
             if !spare_ready(sl) && (sl.reserve == 0 || ls.partial.is_empty()) {
@@ -1465,10 +1469,15 @@ impl Pool {
         }
         // Whether a count the admission query reads changed (its cache is cleared then).
         let mut counts_changed = false;
-        let mut l = 0;
-        while l < lay.len() {
-            let sl = &mut lay[l];
-            let (old, content) = (filled[l], bytes[l]);
+        // The layers' records side by side (one bounds check for the row, not per array).
+        let row = lay
+            .iter_mut()
+            .zip(layers.iter_mut())
+            .zip(reserved.iter_mut().zip(room.iter_mut()))
+            .zip(filled.iter().zip(bytes))
+            .zip(out.iter_mut().zip(next.iter_mut()));
+        let mut done = 0;
+        for ((((sl, ls), (reserved_l, room_l)), (&old, &content)), (out_l, next_l)) in row {
             let Some(&e) = entries.get(old as usize) else { break };
             if sl.slab[1] != old || !e.is_open() || content == 0 {
                 break;
@@ -1495,26 +1504,25 @@ impl Pool {
             let (chunk, slot) = if spare {
                 (std::mem::replace(&mut sl.spare_chunk, NONE), sl.spare_slot)
             } else {
-                let c = *layers[l].partial.last().expect("checked: a partial slab");
-                room[l] -= 1;
+                let c = *ls.partial.last().expect("checked: a partial slab");
+                *room_l -= 1;
                 counts_changed = true;
-                (c, take_partial(c, words, free_bits, chunks, &mut layers[l].partial))
+                (c, take_partial(c, words, free_bits, chunks, &mut ls.partial))
             };
             if sl.reserve > 0 {
                 sl.reserve -= 1;
-                reserved[l] -= 1;
+                *reserved_l -= 1;
                 counts_changed = true;
             }
-            let page = block * ID_BLOCK + used;
-            used += 1;
-            entries[page as usize] = Slot::open(chunk, slot * open_bytes, l as u32);
+            let page = first + done as u32;
+            entries[page as usize] = Slot::open(chunk, slot * open_bytes, done as u32);
             place_slab(&mut sl.slab, page, in_slab, entries, slab_pos, open_div);
-            next[l] = page;
+            *next_l = page;
             // The compression: `old` is now the layer's older slab page (`slab[0]`).
             match packed {
                 None => {
                     entries[old as usize] = Slot { at: e.offset() | BF16, content, ..e };
-                    out[l] = CompressOutcome::Kept;
+                    *out_l = CompressOutcome::Kept;
                 }
                 Some(class_bytes) => {
                     let (segment, offset) = (sl.current, sl.used);
@@ -1526,17 +1534,17 @@ impl Pool {
                     entries[old as usize] =
                         Slot { chunk: segment, at: offset | COMPRESSED, content, layer: e.layer };
                     let to = to(segment, offset, class_bytes);
-                    out[l] =
+                    *out_l =
                         CompressOutcome::Moved(Move { page: old, from, to, bytes: content, compress: true });
                 }
             }
-            l += 1;
+            done += 1;
         }
         if counts_changed {
             admit.clear();
         }
-        block_used[block as usize] = used;
-        l
+        block_used[block as usize] = used + done as u32;
+        done
     }
 
     fn after_compress(&mut self, page: PageId, compressed_bytes: u32, r: &Result<CompressOutcome>) {
@@ -2072,8 +2080,8 @@ impl Pool {
     /// slab ([`Pool::retire_slot`]), or `live` (`from_live`: a released sequence's slots,
     /// which its release left as they were); an empty slab goes home.
     #[inline(always)]
-    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64, from_live: bool) {
-        let n = mask.count_ones();
+    fn release_slots(&mut self, chunk: ChunkId, word: u32, mask: u64, n: u32, from_live: bool) {
+        debug_assert_eq!(n, mask.count_ones());
         self.free_bits[chunk as usize * self.words + word as usize] |= mask;
         let ch = &mut self.chunks[chunk as usize];
         if from_live {
@@ -2309,10 +2317,16 @@ fn take_partial(
     partial: &mut Vec<ChunkId>,
 ) -> u32 {
     let base = chunk as usize * words;
-    let bits = &mut free_bits[base..base + words];
-    let w = bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot");
-    let slot = (w * 64) as u32 + bits[w].trailing_zeros();
-    bits[w] &= bits[w] - 1;
+    // The first word first: a slab of up to 64 slots has no other.
+    let w = if free_bits[base] != 0 {
+        0
+    } else {
+        let bits = &free_bits[base..base + words];
+        bits.iter().position(|&w| w != 0).expect("a partial chunk has a free slot")
+    };
+    let word = &mut free_bits[base + w];
+    let slot = (w * 64) as u32 + word.trailing_zeros();
+    *word &= *word - 1;
     let ch = &mut chunks[chunk as usize];
     ch.live += 1;
     if ch.free_count() == 0 {
