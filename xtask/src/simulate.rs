@@ -520,9 +520,9 @@ struct Server<'a> {
     crossing_next: Vec<u64>,
     /// How the step calls [`Pool::touch_rows`] (`KVCODEC_POOL_TOUCH`).
     touch: Touch,
-    /// With `Some`, the [`ticks`] spent inside the pool's calls of the decode steps
-    /// (the allocator's timing; the serving runs leave it `None`).
-    pool_ticks: Option<u64>,
+    /// With `Some`, the [`ticks`] spent inside the pool's calls of the decode steps and
+    /// the calls timed (the allocator's timing; the serving runs leave it `None`).
+    pool_ticks: Option<(u64, u64)>,
 }
 
 /// A cycle counter for timing the pool's calls one by one inside a decode step: on
@@ -542,15 +542,17 @@ fn ticks() -> u64 {
     }
 }
 
-/// `f()`, its [`ticks`] added to `clock` when the allocator is being timed.
+/// `f()`, its [`ticks`] added to `clock` (and one call counted) when the allocator is
+/// being timed.
 #[inline(always)]
-fn timed<R>(clock: &mut Option<u64>, f: impl FnOnce() -> R) -> R {
+fn timed<R>(clock: &mut Option<(u64, u64)>, f: impl FnOnce() -> R) -> R {
     match clock {
         None => f(),
-        Some(spent) => {
+        Some((spent, calls)) => {
             let t0 = ticks();
             let r = f();
             *spent += ticks().wrapping_sub(t0);
+            *calls += 1;
             r
         }
     }
@@ -861,12 +863,17 @@ struct AllocatorTime {
     /// A replacement's admission (reserve + prefill of its 8192-token prompt: 16384
     /// pages allocated and compressed), µs each, outside the decode step: (count, mean).
     prefill: (usize, f64),
-    /// The pool's calls alone per step (complete, admission query, the rows, releases,
+    /// The pool's calls alone per step (complete, the admission query, the row hint, the
+    /// rows, a request's admission query when its reservation is spent, releases,
     /// submits and the reclamation; not the scheduler's loop over the running requests
-    /// and its bookkeeping around them), µs, and their means by step kind (finish, rows,
-    /// other).
+    /// and its bookkeeping around them), µs, each call with one clock read in it, and
+    /// their means by step kind (finish, rows, other).
     calls: Summary,
     calls_by_kind: [f64; 3],
+    /// Pool calls timed per step, and the µs one clock read adds to each (an empty call
+    /// timed): their product is the clock's share of `calls`.
+    calls_per_step: f64,
+    clock_us: f64,
 }
 
 struct Sim<'a> {
@@ -990,12 +997,12 @@ impl Sim<'_> {
         let (mut prefills, rows0) = (Vec::new(), s.rows);
         // Per step, the ticks inside the pool's calls alone (the decode's scheduler loop
         // and its bookkeeping left out), and the step's kind.
-        let (mut call_ticks, mut call_kinds) = (Vec::new(), Vec::new());
+        let (mut call_ticks, mut call_kinds, mut call_count) = (Vec::new(), Vec::new(), 0u64);
         let (clock_t0, clock_c0) = (Instant::now(), ticks());
         let us_since = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
         for _ in 0..STEPS {
             let rows = s.rows;
-            s.pool_ticks = Some(0);
+            s.pool_ticks = Some((0, 0));
             let t0 = Instant::now();
             timed(&mut s.pool_ticks, || timed_complete(&mut s.pool, epoch))?; // the device is one step behind
             let t1 = Instant::now();
@@ -1016,8 +1023,8 @@ impl Sim<'_> {
             let finished = s.running.len() < TIMED_BATCH;
             if finished {
                 epoch += 1;
-                let t4 = Instant::now();
                 timed(&mut s.pool_ticks, || s.pool.submit(epoch))?;
+                let t4 = Instant::now();
                 timed(&mut s.pool_ticks, || timed_complete(&mut s.pool, epoch))?;
                 let reclaim = us_since(t4);
                 parts[3] += reclaim;
@@ -1035,7 +1042,9 @@ impl Sim<'_> {
                 2
             };
             kinds[kind].push(us);
-            call_ticks.push(s.pool_ticks.take().unwrap_or(0));
+            let (spent, calls) = s.pool_ticks.take().unwrap_or((0, 0));
+            call_ticks.push(spent);
+            call_count += calls;
             call_kinds.push(kind);
             if finished {
                 while s.running.len() < TIMED_BATCH {
@@ -1050,6 +1059,12 @@ impl Sim<'_> {
             }
         }
         let ticks_per_us = ticks().wrapping_sub(clock_c0) as f64 / us_since(clock_t0);
+        // What the clock adds to a timed call: an empty call timed many times.
+        let mut empty = Some((0, 0));
+        for _ in 0..10_000 {
+            timed(&mut empty, || std::hint::black_box(()));
+        }
+        let clock_us = empty.map_or(0.0, |(t, n)| t as f64 / n as f64 / ticks_per_us);
         let calls: Vec<f64> = call_ticks.iter().map(|&t| t as f64 / ticks_per_us).collect();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         let calls_of = |k: usize| -> Vec<f64> {
@@ -1084,6 +1099,8 @@ impl Sim<'_> {
             prefill: (prefills.len(), mean(&prefills)),
             calls,
             calls_by_kind,
+            calls_per_step: call_count as f64 / STEPS as f64,
+            clock_us,
         })
     }
 }
@@ -1280,13 +1297,15 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         at.prefill.1,
     )?;
     outln!(
-        "  the pool's calls alone (the scheduler's loop over the running requests left out; per-call time-stamp counter): mean {:.2} us, p50 {:.2} us, p99 {:.2} us per step; by step kind: finish {:.2}, rows {:.2}, other {:.2} us",
+        "  the pool's calls alone (the scheduler's loop over the running requests left out; per-call time-stamp counter): mean {:.2} us, p50 {:.2} us, p99 {:.2} us per step; by step kind: finish {:.2}, rows {:.2}, other {:.2} us; {:.1} calls per step, each with a clock read of ~{:.3} us in it",
         at.calls.mean,
         at.calls.p50,
         at.calls.p99,
         at.calls_by_kind[0],
         at.calls_by_kind[1],
         at.calls_by_kind[2],
+        at.calls_per_step,
+        at.clock_us,
     )?;
 
     if let Some(path) = &args.trace {
@@ -1350,6 +1369,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         // A bundle's build-info.json first: on a GPU machine there is no checkout.
         let (commit, dirty) = crate::bench::build_info();
         let allocator_json = serde_json::json!({"batch": TIMED_BATCH, "repetitions": repeats.len(),
+                "selected": "the repetition of least pool-call mean (the fields below but the repetition lists)",
                 "repetition_pool_calls_means": repeats.iter().map(|r| r.calls.mean).collect::<Vec<_>>(),
                 "repetition_step_means": repeats.iter().map(|r| r.mean).collect::<Vec<_>>(),
                 "mean": at.mean, "p50": at.p50, "p99": at.p99, "steady_mean": at.steady_mean, "finish_steps": at.finish_steps,
@@ -1357,7 +1377,8 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 "finish_steps_mean": at.finish.1, "finish_steps_p50": at.finish.2, "row_steps": at.rows.0, "row_steps_mean": at.rows.1, "row_steps_p50": at.rows.2,
                 "rows": at.row_count, "other_steps": at.idle.0, "other_steps_mean": at.idle.1, "other_steps_p50": at.idle.2,
                 "admissions": at.prefill.0, "admission_prefill_us": at.prefill.1,
-                "pool_calls": at.calls, "pool_calls_finish_mean": at.calls_by_kind[0], "pool_calls_rows_mean": at.calls_by_kind[1], "pool_calls_other_mean": at.calls_by_kind[2]});
+                "pool_calls": at.calls, "pool_calls_finish_mean": at.calls_by_kind[0], "pool_calls_rows_mean": at.calls_by_kind[1], "pool_calls_other_mean": at.calls_by_kind[2],
+                "pool_calls_per_step": at.calls_per_step, "clock_read_us": at.clock_us});
         let doc = serde_json::json!({
             "date": crate::bench::report::today(),
             "commit": commit,

@@ -60,8 +60,8 @@
 //!   prompt, [`Pool::prefill_layer`]. Each is the loop of the single calls (the same
 //!   pages, trace lines and [`Change`]s) with one lookup of the sequence, whose
 //!   per-layer state is one array (docs/perf/pool.md, "Version 4"). At a page boundary
-//!   [`Pool::advance_row`] does both row calls in one pass over the layers (the filled
-//!   row compressed, the next allocated; docs/perf/pool.md, "Version 7"). Before a step's
+//!   [`Pool::advance_row`] does both row calls in one pass over the layers (the next row
+//!   allocated, then the filled row compressed; docs/perf/pool.md, "Version 7"). Before a step's
 //!   rows, [`Pool::touch_rows`] (a hint that changes nothing) loads the lines those rows
 //!   will touch, so that their cache misses overlap.
 //!
