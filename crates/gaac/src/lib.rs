@@ -50,9 +50,9 @@
 //! byte (spec §7) and never panic; planes have no redundancy, so a flipped bit decodes
 //! to another value unless the container carries its checksum
 //! ([`EncodeOptions::checksum`], [`GaacCodec::checksum`]). Format version 2's checksum
-//! (the Adler-32 of the bytes after the header; [`EncodeOptions::version`]) catches every
-//! corrupted byte; version 1's (the Adler-32 of the values, what the encoders still write
-//! by default) every flipped bit but not every corrupted byte: about 0.1-0.4% of
+//! (the Adler-32 of the bytes after the header; what the encoders write unless
+//! [`EncodeOptions::version`] asks for 1) catches every corrupted byte; version 1's (the
+//! Adler-32 of the values) every flipped bit but not every corrupted byte: about 0.1-0.4% of
 //! single-byte replacements in the planes move several values in a pattern it cannot
 //! see (spec §7.3). Every decoder reads both versions.
 //!
