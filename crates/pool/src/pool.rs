@@ -250,6 +250,11 @@ impl Slot {
     fn is_open(self) -> bool {
         self.tag() == OPEN
     }
+    /// This open page's entry once it filled and stays BF16 in place, `content` bytes
+    /// compressed.
+    fn kept(self, content: u32) -> Slot {
+        Slot { at: self.offset() | BF16, content, ..self }
+    }
     fn format(self) -> PageFormat {
         match self.tag() {
             OPEN => PageFormat::Open,
@@ -345,6 +350,15 @@ struct SeqLayer {
     spare_slot: u32,
     /// The epoch after whose completion the spare may be written again.
     spare_epoch: Epoch,
+}
+
+impl SeqLayer {
+    /// Whether the layer holds a spare slot that no read of its old page can still use:
+    /// its epoch completed.
+    #[inline(always)]
+    fn spare_ready(&self, completed: Epoch) -> bool {
+        self.spare_chunk != NONE && self.spare_epoch <= completed
+    }
 }
 
 const FRESH_LAYER: SeqLayer = SeqLayer {
@@ -806,7 +820,8 @@ impl Pool {
         // would need one more shared chunk than there are).
         let min_slack = slack.iter().copied().min().unwrap_or(0);
         let mut lo = min_slack.max(0);
-        let mut hi = slack.iter().copied().max().unwrap_or(0).max(0) + shared * spc + 1;
+        let max_slack = slack.iter().copied().max().unwrap_or(0);
+        let mut hi = max_slack.max(0) + shared * spc + 1;
         // A shortfall in chunks, `ceil(d / spc)`, by a multiply (`m = ceil(2^64 / spc)`:
         // exact for dividends and divisor below 2^32; a division costs ~20x more). The
         // largest dividend is `hi - min_slack + spc - 1`. One slot per chunk has no such
@@ -823,7 +838,6 @@ impl Pool {
         // bisection closes in ~6 probes (without it, the answer's jump at a release or an
         // admission costs ~15).
         let (layers, sum) = (slack.len() as i64, slack.iter().sum::<i64>());
-        let max_slack = slack.iter().copied().max().unwrap_or(0);
         if layers > 0 {
             let surely_fits = ((shared - layers) * spc + sum).div_euclid(layers);
             if surely_fits >= max_slack && surely_fits > lo {
@@ -1063,7 +1077,7 @@ impl Pool {
         let mut l = from;
         while l < pages.len() && used < ID_BLOCK {
             let sl = &mut lay[l];
-            let (chunk, slot) = if sl.spare_chunk != NONE && sl.spare_epoch <= completed {
+            let (chunk, slot) = if sl.spare_ready(completed) {
                 (std::mem::replace(&mut sl.spare_chunk, NONE), sl.spare_slot)
             } else if sl.reserve > 0
                 && let Some(&c) = layers[l].partial.last()
@@ -1237,7 +1251,7 @@ impl Pool {
         let reserved = sl.reserve > 0;
         // The sequence's spare slot of this layer, once no read of its old page can be in
         // flight, is room it already holds.
-        let spare = sl.spare_chunk != NONE && sl.spare_epoch <= self.completed;
+        let spare = sl.spare_ready(self.completed);
         if !spare && !reserved && !self.fits(0, Adjust { layer: l, extra_need: 1, ..Adjust::default() }) {
             return Err(Error::NoCapacity { layer });
         }
@@ -1388,10 +1402,7 @@ impl Pool {
             _ => 0,
         };
         if done == 0 {
-            if let Ok(si) = si {
-                self.touch_row(si);
-            }
-            self.alloc_row_from(seq, si, 0, next)?;
+            self.alloc_row(seq, next)?;
             return self.compress_pages(filled, bytes, out);
         }
         // Layers `..done` are done; the rest as the two calls do them, the records of the
@@ -1461,9 +1472,8 @@ impl Pool {
         }
         // The row's ids: layer `l`'s is `first + l`.
         let first = block * ID_BLOCK + used;
-        let spare_ready = |sl: &SeqLayer| sl.spare_chunk != NONE && sl.spare_epoch <= completed;
         for (sl, ls) in lay.iter().zip(layers.iter()) {
-            if !spare_ready(sl) && (sl.reserve == 0 || ls.partial.is_empty()) {
+            if !sl.spare_ready(completed) && (sl.reserve == 0 || ls.partial.is_empty()) {
                 return 0;
             }
         }
@@ -1483,7 +1493,7 @@ impl Pool {
                 break;
             }
             // The compression, as the allocation will leave the layer.
-            let (spare, reserve_after) = (spare_ready(sl), sl.reserve.saturating_sub(1));
+            let (spare, reserve_after) = (sl.spare_ready(completed), sl.reserve.saturating_sub(1));
             let class = cfg.classes.fit(content).unwrap_or(open);
             let packed = if class == open {
                 None
@@ -1520,22 +1530,10 @@ impl Pool {
             *next_l = page;
             // The compression: `old` is now the layer's older slab page (`slab[0]`).
             match packed {
-                None => {
-                    entries[old as usize] = Slot { at: e.offset() | BF16, content, ..e };
-                    *out_l = CompressOutcome::Kept;
-                }
+                None => (entries[old as usize], *out_l) = (e.kept(content), CompressOutcome::Kept),
                 Some(class_bytes) => {
-                    let (segment, offset) = (sl.current, sl.used);
-                    let from = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
-                    sl.used = offset + class_bytes;
-                    (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) =
-                        (from.chunk, open_div.slot(from.offset), epoch);
-                    sl.slab[0] = NONE;
-                    entries[old as usize] =
-                        Slot { chunk: segment, at: offset | COMPRESSED, content, layer: e.layer };
-                    let to = to(segment, offset, class_bytes);
-                    *out_l =
-                        CompressOutcome::Moved(Move { page: old, from, to, bytes: content, compress: true });
+                    let packing = (content, class_bytes, epoch, open_bytes, open_div);
+                    (entries[old as usize], *out_l) = pack_in_segment(sl, 0, old, e, packing);
                 }
             }
             done += 1;
@@ -1604,7 +1602,7 @@ impl Pool {
             if !e.is_open() || content == 0 {
                 return i;
             }
-            let kept = Slot { at: e.offset() | BF16, content, ..*e };
+            let kept = e.kept(content);
             let class = cfg.classes.fit(content).unwrap_or(open);
             if class == open {
                 (*e, out[i]) = (kept, CompressOutcome::Kept);
@@ -1624,13 +1622,8 @@ impl Pool {
             if sl.spare_chunk != NONE || sl.slab[held] != page {
                 return i;
             }
-            let old = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
-            sl.used = offset + class_bytes;
-            (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) = (old.chunk, open_div.slot(old.offset), epoch);
-            sl.slab[held] = NONE;
-            *e = Slot { chunk, at: offset | COMPRESSED, content, layer: e.layer };
-            let to = to(chunk, offset, class_bytes);
-            out[i] = CompressOutcome::Moved(Move { page, from: old, to, bytes: content, compress: true });
+            let packing = (content, class_bytes, epoch, open_bytes, open_div);
+            (*e, out[i]) = pack_in_segment(sl, held, page, *e, packing);
         }
         pages.len()
     }
@@ -2352,6 +2345,31 @@ fn tail_keeps(chunk_bytes: u64, tail_fill_percent: u32, reserve: u32, bytes: u32
     // In u128: a reservation near u32::MAX pages of a large class overflows u64.
     let still = u128::from(reserve) + 1;
     still * u128::from(bytes) * 100 < u128::from(chunk_bytes) * u128::from(tail_fill_percent)
+}
+
+/// The row loops' common compression ([`Pool::compress_run`], [`Pool::advance_run`]):
+/// open page `page` (entry `e`, `sl.slab[held]`) packs into its layer's current segment
+/// (room checked by the caller, no spare held) at a `class_bytes` extent, `content`
+/// bytes; its open slot becomes the layer's spare once epoch `epoch` completes. Returns
+/// the page's new entry and the move. `packing`: `(content, class_bytes, epoch,
+/// open_bytes, open_div)`.
+#[inline(always)]
+fn pack_in_segment(
+    sl: &mut SeqLayer,
+    held: usize,
+    page: PageId,
+    e: Slot,
+    packing: (u32, u32, Epoch, u32, OpenDiv),
+) -> (Slot, CompressOutcome) {
+    let (content, class_bytes, epoch, open_bytes, open_div) = packing;
+    let (segment, offset) = (sl.current, sl.used);
+    let from = Location { chunk: e.chunk, offset: e.offset(), slot_bytes: open_bytes };
+    sl.used = offset + class_bytes;
+    (sl.spare_chunk, sl.spare_slot, sl.spare_epoch) = (from.chunk, open_div.slot(from.offset), epoch);
+    sl.slab[held] = NONE;
+    let entry = Slot { chunk: segment, at: offset | COMPRESSED, content, layer: e.layer };
+    let to = to(segment, offset, class_bytes);
+    (entry, CompressOutcome::Moved(Move { page, from, to, bytes: content, compress: true }))
 }
 
 /// The location `offset` bytes into `chunk`, `slot_bytes` long.
