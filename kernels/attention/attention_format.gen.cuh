@@ -7,7 +7,6 @@
 #define ATTENTION_MAX_GROUP 8                            // query heads per KV head, at most
 #define ATTENTION_WARPS 4                                // warps per CTA
 #define ATTENTION_STAGES 2                               // page slots per warp (cp.async stages)
-#define ATTENTION_ROW_PAD 8                              // values of padding per staged row
 #define ATTENTION_MIN_PAGES_PER_SPLIT 16                 // fewest pages of a sequence per split
 
 // Device status values: a flag per problem (atomicOr).

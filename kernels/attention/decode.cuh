@@ -55,9 +55,17 @@ constexpr int MAX_GROUP = ATTENTION_MAX_GROUP;
 // ln 2: the log-sum-exp is kept in the log2 domain and returned as a natural log.
 constexpr float LN2 = 0.6931471805599453;
 
-// Shared-memory row of a staged page, in BF16 values: head_dim plus 8 values of padding,
-// so that the 8 rows of each ldmatrix 8x8 tile fall in distinct banks.
-template <int D> __host__ __device__ constexpr int staged_row() { return D + ATTENTION_ROW_PAD; }
+// Shared-memory row of a staged page, in BF16 values: head_dim, unpadded; its 16-byte
+// chunks are swizzled (staged_at).
+template <int D> __host__ __device__ constexpr int staged_row() { return D; }
+
+// Where 16-byte chunk `chunk` of staged row `row` lies, in values from the page's K or V
+// rows: chunk `chunk ^ (row mod 8)` of the row. The 8 rows of an ldmatrix 8x8 tile then
+// fall in distinct banks, and the two chunks of every 32-byte sector of a row stay in one
+// aligned 32-byte block of shared memory: cp.async asks the L2 for a sector once per
+// aligned 32-byte block its halves land in, so rows padded by 16 bytes (as before) asked
+// for half the sectors twice (docs/perf/attention.md, "v9").
+template <int D> __device__ __forceinline__ int staged_at(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
 
 // Page slots per warp: the page being computed and the next one in flight (the loop
 // below is written for two).
@@ -103,31 +111,34 @@ __device__ __forceinline__ float weight(float m, float m_max) {
 }
 
 // ldmatrix row addresses of a lane for a staged BF16 page: matrix lane/8, row lane%8 of it.
+// A row's chunks are swizzled by the row (staged_at). The slots are 128-byte aligned and
+// a row's chunk index XOR the row's low bits stays inside the row's aligned 128 bytes, so
+// the swizzled address is the unswizzled one XOR a per-lane mask (`(row mod 8) << 4` bytes).
 template <int D> struct Bf16Lanes {
-    // K (x4, not transposed): matrices (tokens 0-7 | 8-15) x (channels +0 | +8) of a k-step.
-    int k_offset;
-    // V (x4, transposed): matrices (tokens 0-7 | 8-15) x (n-block c | c+1).
-    int v_offset;
+    // K (x4, not transposed): matrices (tokens 0-7 | 8-15) x (channels +0 | +8) of a k-step:
+    // row (mat / 2) 8 + mat_row, chunk 2 kk + mat % 2; bytes from the slot before the swizzle.
+    uint32_t k_offset;
+    // V (x4, transposed): matrices (tokens 0-7 | 8-15) x (n-block c | c+1): row (mat % 2) 8
+    // + mat_row, chunk c + mat / 2 (c even).
+    uint32_t v_offset;
+    // The swizzle of the lane's rows, in bytes.
+    uint32_t mask;
     __device__ __forceinline__ explicit Bf16Lanes(int lane) {
         const int mat = lane >> 3, mat_row = lane & 7;
-        k_offset = ((mat >> 1) * 8 + mat_row) * staged_row<D>() + (mat & 1) * 8;
-        v_offset = ((mat & 1) * 8 + mat_row) * staged_row<D>() + (mat >> 1) * 8;
+        k_offset = (((mat >> 1) * 8 + mat_row) * staged_row<D>() + (mat & 1) * 8) * 2;
+        v_offset = (((mat & 1) * 8 + mat_row) * staged_row<D>() + (mat >> 1) * 8) * 2;
+        mask = mat_row << 4;
     }
 };
 
 // The B fragments of a staged BF16 page (K rows, then V rows, each PAGE_TOKENS rows of
-// staged_row<D>() values) at shared address `k_slot`.
+// staged_row<D>() values, chunks swizzled) at shared address `k_slot` (128-byte aligned).
 template <int D> struct Bf16Fragments {
-    uint32_t k_slot, v_slot;
-    Bf16Lanes<D> lanes;
+    uint32_t k_lane, v_lane, mask;
     __device__ __forceinline__ Bf16Fragments(uint32_t stage, const Bf16Lanes<D>& l)
-        : k_slot(stage), v_slot(stage + PAGE_TOKENS * staged_row<D>() * 2), lanes(l) {}
-    __device__ __forceinline__ void k(int kk, uint32_t (&b)[4]) const {
-        ldmatrix_x4(b, k_slot + (lanes.k_offset + kk * 16) * 2);
-    }
-    __device__ __forceinline__ void v(int c, uint32_t (&b)[4]) const {
-        ldmatrix_x4_trans(b, v_slot + (lanes.v_offset + c * 8) * 2);
-    }
+        : k_lane(stage + l.k_offset), v_lane(stage + PAGE_TOKENS * staged_row<D>() * 2 + l.v_offset), mask(l.mask) {}
+    __device__ __forceinline__ void k(int kk, uint32_t (&b)[4]) const { ldmatrix_x4(b, (k_lane + kk * 32) ^ mask); }
+    __device__ __forceinline__ void v(int c, uint32_t (&b)[4]) const { ldmatrix_x4_trans(b, (v_lane + c * 16) ^ mask); }
 };
 
 // Queues the K and V rows of kv_head of BF16 page `page` ([pages, PAGE_TOKENS, kv_heads, D]
@@ -138,20 +149,19 @@ __device__ __forceinline__ void stage_bf16_page(const uint16_t* __restrict__ k_p
                                                 const uint16_t* __restrict__ v_pages, uint32_t page,
                                                 uint32_t first_token, uint32_t len, uint16_t* stage,
                                                 uint32_t kv_head, uint32_t kv_heads, size_t token_stride, int lane) {
-    constexpr int ROW = staged_row<D>();
     uint16_t* k_slot = stage;
-    uint16_t* v_slot = k_slot + PAGE_TOKENS * ROW;
+    uint16_t* v_slot = k_slot + PAGE_TOKENS * staged_row<D>();
     const size_t base = ((size_t)page * PAGE_TOKENS * kv_heads + kv_head) * D;
     constexpr int CHUNKS_PER_ROW = D / 8;
 #pragma unroll
     for (int c = lane; c < PAGE_TOKENS * CHUNKS_PER_ROW; c += 32) {
-        const int r = c / CHUNKS_PER_ROW, col = (c % CHUNKS_PER_ROW) * 8;
-        const size_t at = base + r * token_stride + col;
-        copy_async_16_line(k_slot + r * ROW + col, k_pages + at);
+        const int r = c / CHUNKS_PER_ROW, chunk = c % CHUNKS_PER_ROW, to = staged_at<D>(r, chunk);
+        const size_t at = base + r * token_stride + chunk * 8;
+        copy_async_16_line(k_slot + to, k_pages + at);
         if (first_token + r < len)
-            copy_async_16_line(v_slot + r * ROW + col, v_pages + at);
+            copy_async_16_line(v_slot + to, v_pages + at);
         else
-            *reinterpret_cast<uint4*>(v_slot + r * ROW + col) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(v_slot + to) = make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -190,7 +200,9 @@ __device__ __forceinline__ void decode_paged(
     constexpr int KSTEPS = D / 16;
     constexpr int NBLOCKS = D / 8;
     using Entry = typename Loader::Entry;
-    extern __shared__ uint4 shared_raw[];
+    // 128-byte aligned, and no static shared memory before it (the split's ticket lies in
+    // it too): the staging slots start on aligned 32-byte blocks (staged_at).
+    extern __shared__ __align__(128) uint4 shared_raw[];
 
     const uint32_t split = blockIdx.x, splits = gridDim.x, kv_head = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -394,10 +406,12 @@ __device__ __forceinline__ void decode_paged(
     }
     __threadfence();
     __syncthreads();
-    __shared__ uint32_t ticket;
-    if (threadIdx.x == 0) ticket = atomicAdd(tickets + unit, 1u);
+    // The ticket's word follows the combine's state in the dynamic buffer (a static
+    // __shared__ word would shift the buffer's start by 16 bytes).
+    uint32_t* ticket = reinterpret_cast<uint32_t*>(warp_state + WARPS * MAX_GROUP * (D + 2));
+    if (threadIdx.x == 0) *ticket = atomicAdd(tickets + unit, 1u);
     __syncthreads();
-    if (ticket != splits - 1) return;
+    if (*ticket != splits - 1) return;
     // Every split of the unit has taken its ticket: it can be reset for the next launch.
     if (threadIdx.x == 0) tickets[unit] = 0;
     if (!live_row) return;

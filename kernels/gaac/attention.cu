@@ -190,7 +190,7 @@ template <int D>
 __device__ __forceinline__ GaacRestore<D> gaac_restore_setup(const uint8_t* bases, unsigned long long capacity,
                                                              uint32_t kv_heads, uint32_t* status) {
     using G = GaacGeometry<D>;
-    extern __shared__ uint4 gaac_shared[];
+    extern __shared__ __align__(128) uint4 gaac_shared[];
     uint8_t* head = reinterpret_cast<uint8_t*>(gaac_shared) + ga_twin_bytes<D>();
     const uint32_t kv_head = blockIdx.y;
     for (int i = threadIdx.x; i < D / 2; i += THREADS) {

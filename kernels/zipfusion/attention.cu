@@ -35,7 +35,7 @@ template <int D> __host__ __device__ constexpr int zf_head_metadata() {
 }
 
 // A lane's prefetched block-table entry: the page id, the head's first-block offset in the
-// slot, the kind (or a status flag) with the sizes of the K and V spans in 16-byte units,
+// slot (with ZF_SPAN_SHIFTED in its low bits), the kind (or a status flag) with the sizes of the K and V spans in 16-byte units,
 // and the block bytes of K and V (block j in byte j % 4 of word j / 4).
 template <int D> struct ZfEntry {
     static constexpr int WORDS = (D / ZIPFUSION_BLOCK_CHANNELS + 3) / 4;
@@ -150,6 +150,16 @@ template <bool ZERO_AWARE> __device__ __forceinline__ bool zf_valid_byte(uint32_
 // which `limit` bytes may be read, into `e`, and checks what the kernel relies on: every
 // block byte allowed, the V entry right after the K blocks, 16-byte alignment and the
 // whole span inside the limit (else e.info is the BAD_METADATA flag).
+// Bytes of a warp's staging slot (decode.cuh): a page's K and V rows of BF16.
+template <int D> __host__ __device__ constexpr uint32_t zf_slot_bytes() { return 2 * PAGE_TOKENS * staged_row<D>() * 2; }
+
+// A mark in the low bits of a checked entry's offset (a multiple of 16): the span starts 16
+// bytes past a 32-byte boundary and is staged 16 bytes into the slot (which has the room),
+// so that each 32-byte sector of it lands in one aligned 32-byte block of shared memory
+// (the slots are 128-byte aligned): cp.async asks the L2 for a sector once per aligned
+// block its halves land in (docs/perf/attention.md, "v9").
+constexpr uint32_t ZF_SPAN_SHIFTED = 1u;
+
 template <int D, bool ZERO_AWARE>
 __device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned long long limit, uint32_t kv_head,
                                                  ZfEntry<D>& e) {
@@ -192,14 +202,20 @@ __device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned l
     ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
          (unsigned long long)e.offset + k_len + v_len <= limit;
     e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
+    if (ok && ((uintptr_t)(page + e.offset) & 16u) && k_len + v_len + 16 <= zf_slot_bytes<D>()) e.offset |= ZF_SPAN_SHIFTED;
+}
+
+// Where a checked compressed entry's span is staged, in bytes past the slot's start.
+template <int D> __device__ __forceinline__ uint32_t zf_span_shift(const ZfEntry<D>& e) {
+    return (e.offset & ZF_SPAN_SHIFTED) << 4;
 }
 
 // Queues a checked compressed entry's span (its K and V blocks, one contiguous run, spec
-// 5.2) from the page at `page` into `stage`, still compressed.
+// 5.2) from the page at `page` into `stage` (at zf_span_shift), still compressed.
 template <int D>
 __device__ __forceinline__ void zf_stage_span(const uint8_t* page, const ZfEntry<D>& e, uint16_t* stage, int lane) {
-    const uint8_t* span = page + e.offset;
-    uint8_t* to = reinterpret_cast<uint8_t*>(stage);
+    const uint8_t* span = page + (e.offset & ~15u);
+    uint8_t* to = reinterpret_cast<uint8_t*>(stage) + zf_span_shift<D>(e);
     const uint32_t units = zf_k_units(e.info) + zf_v_units(e.info);
     for (uint32_t u = lane; u < units; u += 32) copy_async_16_line(to + 16 * u, span + 16 * u);
 }
@@ -212,7 +228,8 @@ __device__ __forceinline__ void zf_compute(const ZfEntry<D>& e, uint32_t stage, 
         f(Bf16Fragments<D>(stage, lanes));
     } else {
         const int lane = threadIdx.x & 31;
-        f(ZfFragments<D, ZERO_AWARE>{stage, stage + 16 * zf_k_units(e.info), e, lane});
+        const uint32_t span = stage + zf_span_shift<D>(e);
+        f(ZfFragments<D, ZERO_AWARE>{span, span + 16 * zf_k_units(e.info), e, lane});
     }
 }
 
@@ -244,7 +261,7 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
     static constexpr int NB = D / ZIPFUSION_BLOCK_CHANNELS;
     using Entry = ZfEntry<D>;
     // A head's span (at most 2 NB raw blocks) fits the twin's staging slot of a page.
-    static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= 2 * PAGE_TOKENS * staged_row<D>() * 2, "span fits a slot");
+    static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= zf_slot_bytes<D>(), "span fits a slot");
 
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
         Entry e = zf_empty_entry<D>(id);
@@ -349,8 +366,14 @@ template <int D, bool ZERO_AWARE> struct ZfPoolLoader {
 
 }  // namespace
 
+// Launch bounds per head_dim: at 64, 5 CTAs per SM, so that the registers (allocated 8 per
+// thread at a time) stay at or under 96 as the twin's do: one more costs the fifth CTA.
+#define ZF_BOUNDS_D64 __launch_bounds__(THREADS, 5)
+#define ZF_BOUNDS_D128 __launch_bounds__(THREADS)
+#define ZF_BOUNDS_D256 __launch_bounds__(THREADS)
+
 #define ZF_ATTENTION_KERNEL(D, ZERO_AWARE, NAME)                                                               \
-    extern "C" __global__ void __launch_bounds__(THREADS) NAME(                                                 \
+    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                 \
         const uint16_t* q, const uint8_t* slots, unsigned long long slot_stride, uint32_t num_slots,           \
         const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,        \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,            \
@@ -371,7 +394,7 @@ ZF_ATTENTION_KERNEL(256, true, zipfusion_attention_zero_aware_d256)
 
 // The fused kernel over a pool-managed cache (ZfPoolLoader): block tables of page ids.
 #define ZF_ATTENTION_POOLED_KERNEL(D, ZERO_AWARE, NAME)                                                        \
-    extern "C" __global__ void __launch_bounds__(THREADS) NAME(                                                 \
+    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                 \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                               \
         const unsigned long long* page_table, uint32_t table_len, unsigned long long max_page_bytes,           \
         const uint32_t* block_table, const uint32_t* context_lens, uint16_t* out, float* lse, float* partial,  \

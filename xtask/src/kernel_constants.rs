@@ -58,12 +58,6 @@ pub(crate) fn headers() -> Vec<Header> {
                     "page slots per warp (cp.async stages)",
                 ),
                 d(
-                    "ATTENTION_ROW_PAD",
-                    kvcodec_attention::gpu::ROW_PAD,
-                    "",
-                    "values of padding per staged row",
-                ),
-                d(
                     "ATTENTION_MIN_PAGES_PER_SPLIT",
                     kvcodec_attention::gpu::MIN_PAGES_PER_SPLIT,
                     "",

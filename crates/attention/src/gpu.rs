@@ -71,10 +71,6 @@ pub const MAX_SPLITS: usize = 64;
 /// split, later splits empty, so a block-table row wider than its context costs nothing.
 pub const MIN_PAGES_PER_SPLIT: usize = 16;
 
-/// BF16 values of padding after each staged row of K and V in shared memory, so that the
-/// 8 rows of an ldmatrix tile fall in distinct banks.
-pub const ROW_PAD: usize = 8;
-
 /// With units fewer than half the SMs: the share of the GPU's CTA slots a split plan fills
 /// at least, where the context allows (fewer CTAs leave too few warps per SM).
 const MIN_SLOT_FILL: f64 = 0.6;
@@ -111,13 +107,21 @@ pub const STATUS: StatusCodes = StatusCodes {
 /// Page slots per warp: the page being computed and the next one in flight.
 pub const STAGES: usize = 2;
 
-/// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages (rows
-/// padded by [`ROW_PAD`] values against bank conflicts), reused for the combine of the
-/// warps. `head_dim` is one of [`crate::HEAD_DIMS`].
+/// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages
+/// ([`staged_page_bytes`]), reused for the combine of the warps and the split's ticket word.
+/// `head_dim` is one of [`crate::HEAD_DIMS`].
 pub fn shared_bytes(head_dim: usize) -> usize {
-    let staging = WARPS * STAGES * 2 * PAGE_TOKENS * (head_dim + ROW_PAD) * 2;
-    let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4;
+    let staging = WARPS * STAGES * staged_page_bytes(head_dim);
+    let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4 + 4;
     staging.max(combine)
+}
+
+/// Bytes of one staged page in shared memory: its K and V rows of `head_dim` BF16 values,
+/// unpadded (each row's 16-byte chunks swizzled by the row against bank conflicts, so that
+/// every 32-byte sector of a row stays in one aligned 32-byte block: docs/formats/attention.md).
+/// A fused kernel's loader stages a compressed page in the same room.
+pub fn staged_page_bytes(head_dim: usize) -> usize {
+    2 * PAGE_TOKENS * head_dim * 2
 }
 
 /// How the context is split: `splits` CTAs per (sequence, KV head), each over

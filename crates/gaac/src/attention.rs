@@ -43,15 +43,11 @@ use bf16_field::KvKind;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{
-    DecodeWorkspace, FusedTail, ROW_PAD, STAGES, WARPS, check_launch_limits, shared_bytes,
-};
+use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, STAGES, WARPS, check_launch_limits, shared_bytes};
 use kvcodec_attention::pooled::{
     DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
 };
-use kvcodec_attention::{
-    Attention, AttentionError, BlockTables, DecodeShape, PAGE_TOKENS, PagedKv, PoolFault,
-};
+use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv, PoolFault};
 use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
 
 use crate::block::{self, FragmentOrder, block_info};
@@ -93,10 +89,11 @@ pub const CODED: u32 = 0;
 
 /// The largest slot capacity the fused kernel takes at `head_dim`: a warp stages a page's K
 /// and V slots and the block's addend image (`16 head_dim` bytes) in the twin's staging
-/// slot of a page (`64 (head_dim + 8)` bytes). The default capacity
-/// ([`BlockShape::default_capacity`]) is below it at every head_dim.
+/// slot of a page (`64 head_dim` bytes): `24 head_dim` bytes (1536 / 3072 / 6144 at
+/// head_dim 64 / 128 / 256). The default capacity ([`BlockShape::default_capacity`]) is
+/// below it at every head_dim.
 pub fn max_capacity(head_dim: usize) -> usize {
-    let staging = 2 * PAGE_TOKENS * (head_dim + ROW_PAD) * 2;
+    let staging = kvcodec_attention::gpu::staged_page_bytes(head_dim);
     (staging - BLOCK_TOKENS * head_dim) / 2 / 16 * 16
 }
 
@@ -854,6 +851,7 @@ pub fn decode_pooled_to_vec(
 
 #[cfg(test)]
 mod tests {
+    use kvcodec_attention::PAGE_TOKENS;
     use kvcodec_attention::pooled::{PooledKv, PooledPage, bf16_page_bytes};
 
     use super::*;
