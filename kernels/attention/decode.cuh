@@ -65,7 +65,9 @@ template <int D> __host__ __device__ constexpr int staged_row() { return D; }
 // aligned 32-byte block of shared memory: cp.async asks the L2 for a sector once per
 // aligned 32-byte block its halves land in, so rows padded by 16 bytes (as before) asked
 // for half the sectors twice (docs/perf/attention.md, "v9").
-template <int D> __device__ __forceinline__ int staged_at(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
+template <int D> __device__ __forceinline__ int staged_at(int row, int chunk) {
+    return row * D + ((chunk ^ (row & 7)) << 3);
+}
 
 // Page slots per warp: the page being computed and the next one in flight (the loop
 // below is written for two).
@@ -132,7 +134,7 @@ template <int D> struct Bf16Lanes {
 };
 
 // The B fragments of a staged BF16 page (K rows, then V rows, each PAGE_TOKENS rows of
-// staged_row<D>() values, chunks swizzled) at shared address `k_slot` (128-byte aligned).
+// staged_row<D>() values, chunks swizzled) at shared address `stage` (128-byte aligned).
 template <int D> struct Bf16Fragments {
     uint32_t k_lane, v_lane, mask;
     __device__ __forceinline__ Bf16Fragments(uint32_t stage, const Bf16Lanes<D>& l)

@@ -47,7 +47,11 @@ template <int D> __host__ __device__ constexpr int ga_slot_bytes() { return 2 * 
 // The twin's shared memory of a CTA (every warp's slots, reused by the combine); this
 // kernel's own bytes follow it: the head's K and V bases and window starts.
 template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return WARPS * STAGES * ga_slot_bytes<D>(); }
-static_assert(ga_twin_bytes<64>() >= WARPS * MAX_GROUP * (64 + 2) * 4, "the combine fits the staging");
+// The combine's state and the split's ticket word (decode.cuh) fit the staging, before
+// this kernel's bases.
+static_assert(ga_twin_bytes<64>() >= WARPS * MAX_GROUP * (64 + 2) * 4 + 4, "the combine fits the staging");
+static_assert(ga_twin_bytes<128>() >= WARPS * MAX_GROUP * (128 + 2) * 4 + 4, "the combine fits the staging");
+static_assert(ga_twin_bytes<256>() >= WARPS * MAX_GROUP * (256 + 2) * 4 + 4, "the combine fits the staging");
 
 // A lane's prefetched block-table entry: the page id, its kind (or a status flag) and the
 // directory entries of its K and V blocks for the CTA's head.

@@ -35,8 +35,9 @@ template <int D> __host__ __device__ constexpr int zf_head_metadata() {
 }
 
 // A lane's prefetched block-table entry: the page id, the head's first-block offset in the
-// slot (with ZF_SPAN_SHIFTED in its low bits), the kind (or a status flag) with the sizes of the K and V spans in 16-byte units,
-// and the block bytes of K and V (block j in byte j % 4 of word j / 4).
+// slot (ZF_SPAN_SHIFTED in its low bits), the kind (or a status flag) with the sizes of the
+// K and V spans in 16-byte units, and the block bytes of K and V (block j in byte j % 4 of
+// word j / 4).
 template <int D> struct ZfEntry {
     static constexpr int WORDS = (D / ZIPFUSION_BLOCK_CHANNELS + 3) / 4;
     uint32_t id, offset, info;
@@ -146,12 +147,10 @@ template <bool ZERO_AWARE> __device__ __forceinline__ bool zf_valid_byte(uint32_
     return (m & 0x7fu) <= ZIPFUSION_MAX_HALF_BASE;
 }
 
-// Reads kv_head's two metadata entries (spec 5.1) of the compressed page at `page`, of
-// which `limit` bytes may be read, into `e`, and checks what the kernel relies on: every
-// block byte allowed, the V entry right after the K blocks, 16-byte alignment and the
-// whole span inside the limit (else e.info is the BAD_METADATA flag).
 // Bytes of a warp's staging slot (decode.cuh): a page's K and V rows of BF16.
-template <int D> __host__ __device__ constexpr uint32_t zf_slot_bytes() { return 2 * PAGE_TOKENS * staged_row<D>() * 2; }
+template <int D> __host__ __device__ constexpr uint32_t zf_slot_bytes() {
+    return 2 * PAGE_TOKENS * staged_row<D>() * 2;
+}
 
 // A mark in the low bits of a checked entry's offset (a multiple of 16): the span starts 16
 // bytes past a 32-byte boundary and is staged 16 bytes into the slot (which has the room),
@@ -160,6 +159,11 @@ template <int D> __host__ __device__ constexpr uint32_t zf_slot_bytes() { return
 // block its halves land in (docs/perf/attention.md, "v9").
 constexpr uint32_t ZF_SPAN_SHIFTED = 1u;
 
+// Reads kv_head's two metadata entries (spec 5.1) of the compressed page at `page`, of
+// which `limit` bytes may be read, into `e`, and checks what the kernel relies on: every
+// block byte allowed, the V entry right after the K blocks, 16-byte alignment and the
+// whole span inside the limit (else e.info is the BAD_METADATA flag); marks the offset with
+// ZF_SPAN_SHIFTED where the span is staged 16 bytes in.
 template <int D, bool ZERO_AWARE>
 __device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned long long limit, uint32_t kv_head,
                                                  ZfEntry<D>& e) {
@@ -202,7 +206,8 @@ __device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned l
     ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
          (unsigned long long)e.offset + k_len + v_len <= limit;
     e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
-    if (ok && ((uintptr_t)(page + e.offset) & 16u) && k_len + v_len + 16 <= zf_slot_bytes<D>()) e.offset |= ZF_SPAN_SHIFTED;
+    if (ok && ((uintptr_t)(page + e.offset) & 16u) && k_len + v_len + 16 <= zf_slot_bytes<D>())
+        e.offset |= ZF_SPAN_SHIFTED;
 }
 
 // Where a checked compressed entry's span is staged, in bytes past the slot's start.
@@ -373,7 +378,7 @@ template <int D, bool ZERO_AWARE> struct ZfPoolLoader {
 #define ZF_BOUNDS_D256 __launch_bounds__(THREADS)
 
 #define ZF_ATTENTION_KERNEL(D, ZERO_AWARE, NAME)                                                               \
-    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                 \
+    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                            \
         const uint16_t* q, const uint8_t* slots, unsigned long long slot_stride, uint32_t num_slots,           \
         const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,        \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,            \
@@ -394,7 +399,7 @@ ZF_ATTENTION_KERNEL(256, true, zipfusion_attention_zero_aware_d256)
 
 // The fused kernel over a pool-managed cache (ZfPoolLoader): block tables of page ids.
 #define ZF_ATTENTION_POOLED_KERNEL(D, ZERO_AWARE, NAME)                                                        \
-    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                 \
+    extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                            \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                               \
         const unsigned long long* page_table, uint32_t table_len, unsigned long long max_page_bytes,           \
         const uint32_t* block_table, const uint32_t* context_lens, uint16_t* out, float* lse, float* partial,  \

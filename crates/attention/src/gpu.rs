@@ -473,7 +473,7 @@ pub struct DeviceProblem<'a> {
 /// [`kvcodec_gpu::Error::Buffer`] for short or misaligned buffers, a workspace of another
 /// shape or plan; [`kvcodec_gpu::Error::Unsupported`] past the grid's limits (more than
 /// 65535 sequences or KV heads, more than `u32::MAX` pages) or the GPU's shared memory
-/// (head_dim 256 on GPUs with less than 132 KiB per CTA); [`kvcodec_gpu::Error::Cuda`] on
+/// (head_dim 256 on GPUs with less than 128 KiB per CTA); [`kvcodec_gpu::Error::Cuda`] on
 /// a launch failure.
 pub fn decode_device(
     gpu: &GpuContext,
