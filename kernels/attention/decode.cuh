@@ -59,6 +59,14 @@ constexpr float LN2 = 0.6931471805599453;
 // chunks are swizzled (staged_at).
 template <int D> __host__ __device__ constexpr int staged_row() { return D; }
 
+// Bytes of one staged page, its K rows then its V rows (crates/attention's
+// staged_page_bytes); a fused kernel's loader stages a compressed page in the same room.
+template <int D> __host__ __device__ constexpr int staged_page_bytes() { return 2 * PAGE_TOKENS * staged_row<D>() * 2; }
+
+// Bytes of the warps' combine state at the start of the dynamic buffer (per warp and query
+// row: max, sum, O[0..D)); the split's ticket word follows it.
+template <int D> __host__ __device__ constexpr int combine_bytes() { return WARPS * MAX_GROUP * (D + 2) * 4; }
+
 // Where 16-byte chunk `chunk` of staged row `row` lies, in values from the page's K or V
 // rows: chunk `chunk ^ (row mod 8)` of the row. The 8 rows of an ldmatrix 8x8 tile then
 // fall in distinct banks, and the two chunks of every 32-byte sector of a row stay in one
@@ -205,6 +213,8 @@ __device__ __forceinline__ void decode_paged(
     // 128-byte aligned, and no static shared memory before it (the split's ticket lies in
     // it too): the staging slots start on aligned 32-byte blocks (staged_at).
     extern __shared__ __align__(128) uint4 shared_raw[];
+    static_assert(combine_bytes<D>() + 4 <= WARPS * STAGES * staged_page_bytes<D>(),
+                  "the combine's state and the ticket word fit the staging");
 
     const uint32_t split = blockIdx.x, splits = gridDim.x, kv_head = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -410,7 +420,7 @@ __device__ __forceinline__ void decode_paged(
     __syncthreads();
     // The ticket's word follows the combine's state in the dynamic buffer (a static
     // __shared__ word would shift the buffer's start by 16 bytes).
-    uint32_t* ticket = reinterpret_cast<uint32_t*>(warp_state + WARPS * MAX_GROUP * (D + 2));
+    uint32_t* ticket = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(shared_raw) + combine_bytes<D>());
     if (threadIdx.x == 0) *ticket = atomicAdd(tickets + unit, 1u);
     __syncthreads();
     if (*ticket != splits - 1) return;

@@ -42,16 +42,10 @@ constexpr uint32_t GA_ENTRY_BF16 = 0x80u;
 static_assert((GA_ENTRY_BF16 & (ATTENTION_STATUS_BAD_PAGE | ATTENTION_STATUS_BAD_METADATA)) == 0,
               "entry kinds and status flags share a byte");
 
-// Bytes of one warp's staging slot (decode.cuh): a page's K and V rows of BF16.
-template <int D> __host__ __device__ constexpr int ga_slot_bytes() { return 2 * PAGE_TOKENS * staged_row<D>() * 2; }
-// The twin's shared memory of a CTA (every warp's slots, reused by the combine); this
-// kernel's own bytes follow it: the head's K and V bases and window starts.
-template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return WARPS * STAGES * ga_slot_bytes<D>(); }
-// The combine's state and the split's ticket word (decode.cuh) fit the staging, before
-// this kernel's bases.
-static_assert(ga_twin_bytes<64>() >= WARPS * MAX_GROUP * (64 + 2) * 4 + 4, "the combine fits the staging");
-static_assert(ga_twin_bytes<128>() >= WARPS * MAX_GROUP * (128 + 2) * 4 + 4, "the combine fits the staging");
-static_assert(ga_twin_bytes<256>() >= WARPS * MAX_GROUP * (256 + 2) * 4 + 4, "the combine fits the staging");
+// The twin's shared memory of a CTA (every warp's staging slots, reused by the combine and
+// the ticket: decode.cuh); this kernel's own bytes follow it: the head's K and V bases and
+// window starts.
+template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return WARPS * STAGES * staged_page_bytes<D>(); }
 
 // A lane's prefetched block-table entry: the page id, its kind (or a status flag) and the
 // directory entries of its K and V blocks for the CTA's head.
@@ -211,7 +205,7 @@ __device__ __forceinline__ GaacRestore<D> gaac_restore_setup(const uint8_t* base
     r.status = status;
     r.head = head;
     r.slot_fits = capacity % 16 == 0 && capacity >= (unsigned long long)G::PLANES_LEN &&
-                  2 * capacity + G::IMAGE_BYTES <= (unsigned long long)ga_slot_bytes<D>();
+                  2 * capacity + G::IMAGE_BYTES <= (unsigned long long)staged_page_bytes<D>();
 #pragma unroll
     for (int t = 0; t < GaacRestore<D>::REG_TILES; ++t) {
         // V: channel 8t + l / 4 for all four values; K: channels 16 (t mod D/16) + 2 (l mod

@@ -147,11 +147,6 @@ template <bool ZERO_AWARE> __device__ __forceinline__ bool zf_valid_byte(uint32_
     return (m & 0x7fu) <= ZIPFUSION_MAX_HALF_BASE;
 }
 
-// Bytes of a warp's staging slot (decode.cuh): a page's K and V rows of BF16.
-template <int D> __host__ __device__ constexpr uint32_t zf_slot_bytes() {
-    return 2 * PAGE_TOKENS * staged_row<D>() * 2;
-}
-
 // A mark in the low bits of a checked entry's offset (a multiple of 16): the span starts 16
 // bytes past a 32-byte boundary and is staged 16 bytes into the slot (which has the room),
 // so that each 32-byte sector of it lands in one aligned 32-byte block of shared memory
@@ -206,7 +201,7 @@ __device__ __forceinline__ void zf_read_metadata(const uint8_t* page, unsigned l
     ok = ok && e.offset % 16 == 0 && v_offset == e.offset + k_len &&
          (unsigned long long)e.offset + k_len + v_len <= limit;
     e.info = ok ? (ZF_ENTRY_COMPRESSED | (k_len / 16) << 8 | (v_len / 16) << 20) : ATTENTION_STATUS_BAD_METADATA;
-    if (ok && ((uintptr_t)(page + e.offset) & 16u) && k_len + v_len + 16 <= zf_slot_bytes<D>())
+    if (ok && ((uintptr_t)(page + e.offset) & 16u) && k_len + v_len + 16 <= (uint32_t)staged_page_bytes<D>())
         e.offset |= ZF_SPAN_SHIFTED;
 }
 
@@ -266,7 +261,7 @@ template <int D, bool ZERO_AWARE> struct ZfLoader {
     static constexpr int NB = D / ZIPFUSION_BLOCK_CHANNELS;
     using Entry = ZfEntry<D>;
     // A head's span (at most 2 NB raw blocks) fits the twin's staging slot of a page.
-    static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= zf_slot_bytes<D>(), "span fits a slot");
+    static_assert(2 * NB * ZIPFUSION_RAW_BLOCK_LEN <= staged_page_bytes<D>(), "span fits a slot");
 
     __device__ __forceinline__ Entry entry(uint32_t id, bool live, bool partial, uint32_t kv_head) const {
         Entry e = zf_empty_entry<D>(id);
