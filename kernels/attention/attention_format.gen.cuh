@@ -5,7 +5,8 @@
 
 #define ATTENTION_PAGE_TOKENS 16                         // tokens per page
 #define ATTENTION_MAX_GROUP 8                            // query heads per KV head, at most
-#define ATTENTION_WARPS 4                                // warps per CTA
+#define ATTENTION_WARPS 4                                // warps per CTA at head_dim 64 and 128
+#define ATTENTION_WARPS_D256 7                           // warps per CTA at head_dim 256
 #define ATTENTION_STAGES 2                               // page slots per warp (cp.async stages)
 #define ATTENTION_MIN_PAGES_PER_SPLIT 16                 // fewest pages of a sequence per split
 

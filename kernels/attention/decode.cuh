@@ -8,7 +8,7 @@
 // One query token per sequence. Grid = (splits, kv_heads, batch): a CTA owns one KV head of
 // one sequence, all of its GROUP query heads (so each KV byte is read once), and one
 // contiguous range of pages (a split of the context, so that batch 1 still fills every SM).
-// Each of its warps takes every WARPS-th page of that range, has the loader stage the page
+// Each of its warps takes every warps<D>()-th page of that range, has the loader stage the page
 // into shared memory with 16-byte cp.async loads hinted to fetch whole 128-byte L2 lines
 // (the next page's in flight while one is computed), reads the tensor-core fragments
 // through the loader, and runs
@@ -21,7 +21,7 @@
 // in a workspace, and the CTA that takes the last ticket of its (sequence, KV head)
 // combines every split in split order, writes the output and the log-sum-exp, and resets
 // the ticket for the next launch (so a captured graph replays without a memset). Every
-// combination runs in a fixed order (warps 0..WARPS-1, then splits 0..splits-1): the result
+// combination runs in a fixed order (warps 0..warps<D>()-1, then splits 0..splits-1): the result
 // does not depend on which CTA finishes first.
 //
 // A loader provides:
@@ -48,8 +48,15 @@ namespace {
 
 
 constexpr int PAGE_TOKENS = ATTENTION_PAGE_TOKENS;
-constexpr int WARPS = ATTENTION_WARPS;
-constexpr int THREADS = WARPS * 32;
+// Warps per CTA: ATTENTION_WARPS, or ATTENTION_WARPS_D256 at head_dim 256, where a CTA's
+// staging fills the SM's shared memory and only more warps in it hide a fused kernel's
+// restore (docs/perf/attention.md, "v10").
+template <int D> __host__ __device__ constexpr int warps() { return D == 256 ? ATTENTION_WARPS_D256 : ATTENTION_WARPS; }
+template <int D> __host__ __device__ constexpr int threads() { return warps<D>() * 32; }
+// Threads that combine the warps' states: 16 per query row, whatever the warps.
+constexpr int COMBINE_THREADS = 16 * ATTENTION_MAX_GROUP;
+static_assert(ATTENTION_WARPS * 32 == COMBINE_THREADS && ATTENTION_WARPS_D256 * 32 >= COMBINE_THREADS,
+              "every kernel has the combine's threads");
 // The mma's 16 rows hold at most this many query heads per KV head; rows g+8 stay zero.
 constexpr int MAX_GROUP = ATTENTION_MAX_GROUP;
 // ln 2: the log-sum-exp is kept in the log2 domain and returned as a natural log.
@@ -65,7 +72,7 @@ template <int D> __host__ __device__ constexpr int staged_page_bytes() { return 
 
 // Bytes of the warps' combine state at the start of the dynamic buffer (per warp and query
 // row: max, sum, O[0..D)); the split's ticket word follows it.
-template <int D> __host__ __device__ constexpr int combine_bytes() { return WARPS * MAX_GROUP * (D + 2) * 4; }
+template <int D> __host__ __device__ constexpr int combine_bytes() { return warps<D>() * MAX_GROUP * (D + 2) * 4; }
 
 // Where 16-byte chunk `chunk` of staged row `row` lies, in values from the page's K or V
 // rows: chunk `chunk ^ (row mod 8)` of the row. The 8 rows of an ldmatrix 8x8 tile then
@@ -209,6 +216,7 @@ __device__ __forceinline__ void decode_paged(
     constexpr int ROW = staged_row<D>();
     constexpr int KSTEPS = D / 16;
     constexpr int NBLOCKS = D / 8;
+    constexpr int WARPS = warps<D>();
     using Entry = typename Loader::Entry;
     // 128-byte aligned, and no static shared memory before it (the split's ticket lies in
     // it too): the staging slots start on aligned 32-byte blocks (staged_at).
@@ -367,10 +375,12 @@ __device__ __forceinline__ void decode_paged(
     }
     __syncthreads();
 
-    // Thread i combines channels of row i / (THREADS / MAX_GROUP); the CTA's result replaces
+    // Thread i < COMBINE_THREADS combines channels of row i / 16; the CTA's result replaces
     // warp 0's row in place.
-    constexpr int THREADS_PER_ROW = THREADS / MAX_GROUP;
-    const int r = threadIdx.x / THREADS_PER_ROW, part = threadIdx.x % THREADS_PER_ROW;
+    // Threads past COMBINE_THREADS (head_dim 256's extra warps) only keep the barriers.
+    constexpr int THREADS_PER_ROW = COMBINE_THREADS / MAX_GROUP;
+    const bool combiner = threadIdx.x < COMBINE_THREADS;
+    const int r = combiner ? threadIdx.x / THREADS_PER_ROW : 0, part = threadIdx.x % THREADS_PER_ROW;
     float cta_max = -INFINITY;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) cta_max = fmaxf(cta_max, warp_state[(w * MAX_GROUP + r) * (D + 2)]);
@@ -391,7 +401,7 @@ __device__ __forceinline__ void decode_paged(
         for (int w = 0; w < WARPS; ++w) acc += warp_state[(w * MAX_GROUP + r) * (D + 2) + 2 + d] * weights[w];
         combined[i] = acc;
     }
-    const bool live_row = (uint32_t)r < group;
+    const bool live_row = combiner && (uint32_t)r < group;
     const size_t head_out = (size_t)seq * q_heads + kv_head * group + r;
 
     if (splits == 1) {

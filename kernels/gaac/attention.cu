@@ -45,7 +45,7 @@ static_assert((GA_ENTRY_BF16 & (ATTENTION_STATUS_BAD_PAGE | ATTENTION_STATUS_BAD
 // The twin's shared memory of a CTA (every warp's staging slots, reused by the combine and
 // the ticket: decode.cuh); this kernel's own bytes follow it: the head's K and V bases and
 // window starts.
-template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return WARPS * STAGES * staged_page_bytes<D>(); }
+template <int D> __host__ __device__ constexpr int ga_twin_bytes() { return warps<D>() * STAGES * staged_page_bytes<D>(); }
 
 // A lane's prefetched block-table entry: the page id, its kind (or a status flag) and the
 // directory entries of its K and V blocks for the CTA's head.
@@ -191,7 +191,7 @@ __device__ __forceinline__ GaacRestore<D> gaac_restore_setup(const uint8_t* base
     extern __shared__ __align__(128) uint4 gaac_shared[];
     uint8_t* head = reinterpret_cast<uint8_t*>(gaac_shared) + ga_twin_bytes<D>();
     const uint32_t kv_head = blockIdx.y;
-    for (int i = threadIdx.x; i < D / 2; i += THREADS) {
+    for (int i = threadIdx.x; i < D / 2; i += threads<D>()) {
         const int kind = i / (D / 4), word = i % (D / 4);
         const uint32_t b = reinterpret_cast<const uint32_t*>(bases + ((size_t)kind * kv_heads + kv_head) * D)[word];
         if (__vcmpgtu4(b, GAAC_MAX_BASE * 0x01010101u)) atomicOr(status, ATTENTION_STATUS_BAD_METADATA);
@@ -422,7 +422,7 @@ __device__ __forceinline__ void gaac_attention_pooled(const uint16_t* q, const u
 }  // namespace
 
 #define GAAC_ATTENTION_KERNEL(D)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(THREADS) gaac_attention_d##D(                                    \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_d##D(                                    \
         const uint16_t* q, const uint8_t* slots, unsigned long long capacity, uint32_t num_pages,                \
         const uint32_t* directory, const uint8_t* raw, uint32_t num_raw, const uint8_t* bases,                   \
         const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,          \
@@ -439,7 +439,7 @@ GAAC_ATTENTION_KERNEL(256)
 
 // The fused kernel over a pool-managed cache (GaacPoolLoader): block tables of page ids.
 #define GAAC_ATTENTION_POOLED_KERNEL(D)                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) gaac_attention_pooled_d##D(                             \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_pooled_d##D(                             \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                                 \
         const unsigned long long* page_table, uint32_t table_len, unsigned long long capacity,                   \
         const uint32_t* directory, const uint8_t* bases, const uint32_t* block_table,                            \

@@ -61,55 +61,56 @@ template <int WORDS> __device__ __forceinline__ uint32_t zf_block_offset(const u
     return at;
 }
 
-__device__ __forceinline__ uint4 zf_lds128(uint32_t address) {
-    uint4 r;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(address));
-    return r;
-}
 __device__ __forceinline__ uint2 zf_lds64(uint32_t address) {
     uint2 r;
     asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "r"(address));
     return r;
 }
-__device__ __forceinline__ uint32_t zf_lds32(uint32_t address) {
+
+// `yes ? a : b` as a PTX selp, which the compiler cannot turn into a branch around b's
+// computation (it did for the C conditional, which cut the page's restore into blocks).
+__device__ __forceinline__ uint32_t zf_select(bool yes, uint32_t a, uint32_t b) {
     uint32_t r;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(address));
+    asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %3, 0;\n\tselp.b32 %0, %1, %2, p;\n\t}" : "=r"(r) : "r"(a), "r"(b), "r"((uint32_t)yes));
     return r;
 }
 
 // The 4 B-fragment registers of group G (0 or 1) of the staged block at shared address
 // `block` with metadata byte `meta`: values 8G .. 8G + 7 of this lane (spec 3.2), the
-// registers ldmatrix x4 gives the twin for the same channels and tokens.
+// registers ldmatrix x4 gives the twin for the same channels and tokens. Branch-free: a
+// raw block's registers are selected, not branched to, so that the compiler can issue the
+// shared loads of later groups before this group's mma (with one warp or two per
+// scheduler, as at head_dim 256, a branch per group left every load's latency exposed:
+// docs/perf/attention.md, "v10").
 template <bool ZERO_AWARE>
 __device__ __forceinline__ void zf_group(uint32_t block, uint32_t meta, int G, int lane, uint32_t (&b)[4]) {
-    if (meta == ZIPFUSION_RAW_BLOCK_BYTE) {
-        // A raw block holds the lane's 8 registers in order (spec 4.2).
-        const uint4 w = zf_lds128(block + 32 * lane + 16 * G);
-        b[0] = w.x;
-        b[1] = w.y;
-        b[2] = w.z;
-        b[3] = w.w;
-        return;
-    }
-    // Low bytes of values 8G..8G+3 and 8G+4..8G+7, and the group's 4 code bytes (spec 4.1).
-    const uint2 low = zf_lds64(block + 16 * lane + 8 * G);
-    const uint32_t codes = zf_lds32(block + ZIPFUSION_LOW_BYTES_LEN + 8 * lane + 4 * G);
+    static_assert(ZIPFUSION_LOW_BYTES_LEN % 8 == 0, "a lane's code word is 8-byte aligned");
+    const bool raw = meta == ZIPFUSION_RAW_BLOCK_BYTE;
+    // Coded: the low bytes of values 8G..8G+3 and 8G+4..8G+7, and the code word of both
+    // groups (spec 4.1). Raw: the lane's 8 registers in order, this group's four as two
+    // halves (spec 4.2).
+    const uint32_t raw_at = block + 32 * lane + 16 * G;
+    const uint2 low = zf_lds64(raw ? raw_at : block + 16 * lane + 8 * G);
+    const uint2 high = zf_lds64(raw ? raw_at + 8 : block + ZIPFUSION_LOW_BYTES_LEN + 8 * lane);
+    const uint32_t codes = G ? high.y : high.x;
     // One mask and one add of b/2 per byte restore four high bytes: b/2 + d <= 127 never
     // carries into the sign bit or the next byte (spec 3.4).
     const uint32_t half_base = (meta & 0x7fu) * 0x01010101u;
     uint32_t first = (codes & 0x87878787u) + half_base;
     uint32_t second = (((codes >> 3) & 0x07070707u) | ((codes << 1) & 0x80808080u)) + half_base;
     if (ZERO_AWARE && (meta & ZIPFUSION_ZERO_AWARE_FLAG)) {
-        // d = 7 is exponent 0: keep the sign alone (spec 2.2). Uniform across the warp.
+        // d = 7 is exponent 0 in a zero-aware block: keep the sign alone (spec 2.2).
+        // Uniform across the warp; a branch, as the fix-up costs more than the blocks it
+        // splits the restore into.
         const uint32_t sevens = codes & (codes >> 1) & (codes >> 2);
         first &= ~((sevens & 0x01010101u) * 0x7fu);
         second &= ~(((sevens >> 3) & 0x01010101u) * 0x7fu);
     }
     // lo0 hi0 lo1 hi1: a bf16x2 register of two consecutive values.
-    b[0] = __byte_perm(low.x, first, 0x5140);
-    b[1] = __byte_perm(low.x, first, 0x7362);
-    b[2] = __byte_perm(low.y, second, 0x5140);
-    b[3] = __byte_perm(low.y, second, 0x7362);
+    b[0] = zf_select(raw, low.x, __byte_perm(low.x, first, 0x5140));
+    b[1] = zf_select(raw, low.y, __byte_perm(low.x, first, 0x7362));
+    b[2] = zf_select(raw, high.x, __byte_perm(low.y, second, 0x5140));
+    b[3] = zf_select(raw, high.y, __byte_perm(low.y, second, 0x7362));
 }
 
 // The B fragments of a staged compressed span: K blocks from shared address `k_span`, V
@@ -368,9 +369,9 @@ template <int D, bool ZERO_AWARE> struct ZfPoolLoader {
 
 // Launch bounds per head_dim: at 64, 5 CTAs per SM, so that the registers (allocated 8 per
 // thread at a time) stay at or under 96 as the twin's do: one more costs the fifth CTA.
-#define ZF_BOUNDS_D64 __launch_bounds__(THREADS, 5)
-#define ZF_BOUNDS_D128 __launch_bounds__(THREADS)
-#define ZF_BOUNDS_D256 __launch_bounds__(THREADS)
+#define ZF_BOUNDS_D64 __launch_bounds__(threads<64>(), 5)
+#define ZF_BOUNDS_D128 __launch_bounds__(threads<128>())
+#define ZF_BOUNDS_D256 __launch_bounds__(threads<256>())
 
 #define ZF_ATTENTION_KERNEL(D, ZERO_AWARE, NAME)                                                               \
     extern "C" __global__ void ZF_BOUNDS_D##D NAME(                                                            \

@@ -50,7 +50,18 @@ pub(crate) fn headers() -> Vec<Header> {
                     "",
                     "query heads per KV head, at most",
                 ),
-                d("ATTENTION_WARPS", kvcodec_attention::gpu::WARPS, "", "warps per CTA"),
+                d(
+                    "ATTENTION_WARPS",
+                    kvcodec_attention::gpu::WARPS,
+                    "",
+                    "warps per CTA at head_dim 64 and 128",
+                ),
+                d(
+                    "ATTENTION_WARPS_D256",
+                    kvcodec_attention::gpu::WARPS_D256,
+                    "",
+                    "warps per CTA at head_dim 256",
+                ),
                 d(
                     "ATTENTION_STAGES",
                     kvcodec_attention::gpu::STAGES,

@@ -45,7 +45,7 @@ const TIMED_BATCH: usize = 64;
 
 /// The default `--bench` and `--attention` JSONs (a GPU bundle carries them).
 pub(crate) const DEFAULT_BENCH: &str = "docs/bench/2026-12-01-h200-merged-main-3-code.json";
-pub(crate) const DEFAULT_ATTENTION: &str = "docs/bench/2026-12-02-h200-attention-v9.json";
+pub(crate) const DEFAULT_ATTENTION: &str = "docs/bench/2026-12-02-h200-attention-v10.json";
 
 #[derive(clap::Args, Clone)]
 pub(crate) struct SimulateArgs {

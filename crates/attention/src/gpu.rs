@@ -57,8 +57,21 @@ impl Kernel for AttentionKernel {
     }
 }
 
-/// Warps per CTA: each takes every `WARPS`-th page of the CTA's split.
+/// Warps per CTA at head_dim 64 and 128: each takes every `WARPS`-th page of the CTA's
+/// split.
 pub const WARPS: usize = 4;
+
+/// Warps per CTA at head_dim 256. Each warp stages two 16 KiB pages, so one CTA of 7 fills
+/// an SM's shared memory (224 KiB of the 227 KiB a CTA may take on sm_90) where 4 left the
+/// fused kernels' restore unhidden with one warp per scheduler; docs/perf/attention.md,
+/// "v10".
+pub const WARPS_D256: usize = 7;
+
+/// Warps per CTA of the decode kernels at `head_dim` ([`WARPS`] or [`WARPS_D256`]): the
+/// launches' block size is `warps(head_dim) * 32` threads.
+pub fn warps(head_dim: usize) -> usize {
+    if head_dim == 256 { WARPS_D256 } else { WARPS }
+}
 
 /// The most splits per (sequence, KV head): the CTA that combines them reads every
 /// split's state, so their count bounds the combine's time (on the H200, Gemma-3's one KV
@@ -111,8 +124,8 @@ pub const STAGES: usize = 2;
 /// ([`staged_page_bytes`]), reused for the combine of the warps and the split's ticket word.
 /// `head_dim` is one of [`crate::HEAD_DIMS`].
 pub fn shared_bytes(head_dim: usize) -> usize {
-    let staging = WARPS * STAGES * staged_page_bytes(head_dim);
-    let combine = WARPS * MAX_GROUP * (head_dim + 2) * 4 + 4;
+    let staging = warps(head_dim) * STAGES * staged_page_bytes(head_dim);
+    let combine = warps(head_dim) * MAX_GROUP * (head_dim + 2) * 4 + 4;
     staging.max(combine)
 }
 
@@ -216,7 +229,7 @@ impl DecodeWorkspace {
         let f = kernel_function(gpu, shape.head_dim, false)?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(
-                (WARPS * 32) as u32,
+                (warps(shape.head_dim) * 32) as u32,
                 shared_bytes(shape.head_dim),
                 None,
             )
@@ -532,7 +545,7 @@ pub fn decode_device(
         .arg(&kv_heads)
         .arg(&group)
         .arg(&scale_log2);
-    let mut config = launch_config(1, (WARPS * 32) as u32, smem);
+    let mut config = launch_config(1, (warps(shape.head_dim) * 32) as u32, smem);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the kernel reads q [batch*q_heads*head_dim], the first ceil(len/16) entries of
     // each block-table row, pages below num_pages (checked in the kernel) of k and v, and

@@ -32,7 +32,7 @@ use std::fmt;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, WARPS, check_launch_limits, shared_bytes};
+use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, check_launch_limits, shared_bytes, warps};
 use kvcodec_attention::pooled::{
     DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
 };
@@ -348,7 +348,7 @@ pub fn decode_device_fused(
         .arg(&cache.partial_v)
         .arg(&num_bf16);
     tail.push(&mut launch, &problem.block_table, &problem.context_lens, out, lse, workspace);
-    let mut config = launch_config(1, (WARPS * 32) as u32, smem as u32);
+    let mut config = launch_config(1, (warps(shape.head_dim) * 32) as u32, smem as u32);
     config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the signature matches ZF_ATTENTION_KERNEL's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
