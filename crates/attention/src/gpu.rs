@@ -58,17 +58,22 @@ impl Kernel for AttentionKernel {
 }
 
 /// Warps per CTA at head_dim 64 and 128: each takes every `WARPS`-th page of the CTA's
-/// split.
+/// split. Four keep each warp's two staged pages (8 or 16 KiB) small enough for 5 and 3
+/// CTAs per SM on the H200 (docs/perf/attention.md, v6-v7).
 pub const WARPS: usize = 4;
 
 /// Warps per CTA at head_dim 256. Each warp stages two 16 KiB pages, so one CTA of 7 fills
 /// an SM's shared memory (224 KiB of the 227 KiB a CTA may take on sm_90) where 4 left the
 /// fused kernels' restore unhidden with one warp per scheduler; docs/perf/attention.md,
-/// "v10".
+/// "v10". GPUs with less shared memory per CTA (sm_80: 163 KiB) cannot run head_dim 256:
+/// [`DecodeWorkspace::new`] and the launches say so with
+/// [`kvcodec_gpu::Error::Unsupported`].
 pub const WARPS_D256: usize = 7;
 
-/// Warps per CTA of the decode kernels at `head_dim` ([`WARPS`] or [`WARPS_D256`]): the
-/// launches' block size is `warps(head_dim) * 32` threads.
+/// Warps per CTA of the decode kernels at `head_dim`, one of [`crate::HEAD_DIMS`]
+/// ([`WARPS`], or [`WARPS_D256`] at 256): the launches' block size is `warps(head_dim) *
+/// 32` threads. The kernels' `warps<D>()` (kernels/attention/decode.cuh) is the same rule,
+/// from the constants `cargo xtask kernels` generates.
 pub fn warps(head_dim: usize) -> usize {
     if head_dim == 256 { WARPS_D256 } else { WARPS }
 }
@@ -222,7 +227,9 @@ impl DecodeWorkspace {
     /// splits * MAX_GROUP * (head_dim + 2)` floats and `batch * kv_heads` tickets.
     ///
     /// # Errors
-    /// [`AttentionError`] for a bad shape; [`kvcodec_gpu::Error::Cuda`] on allocation or
+    /// [`AttentionError`] for a bad shape; [`kvcodec_gpu::Error::Unsupported`] when one CTA
+    /// of the kernel does not fit the GPU's shared memory (head_dim 256 needs 229,376 bytes:
+    /// sm_90-class GPUs, not sm_80 or sm_8x); [`kvcodec_gpu::Error::Cuda`] on allocation or
     /// the occupancy query.
     pub fn new(gpu: &GpuContext, shape: DecodeShape, max_pages: usize) -> Result<Self, GpuError> {
         shape.validate().map_err(GpuError::Codec)?;
@@ -385,8 +392,9 @@ pub(crate) fn kernel_function(
     };
     let f = gpu.function(kernel)?;
     let bytes = shared_bytes(head_dim);
-    // A GPU with less opt-in shared memory per CTA (sm_86 and sm_89 allow 99 KiB) cannot run
-    // the head_dim 256 instance: say so rather than fail at the launch.
+    // A GPU with less opt-in shared memory per CTA than the 224 KiB of the head_dim 256
+    // instance (sm_80 allows 163 KiB, sm_86 and sm_89 99 KiB) cannot run it: say so rather
+    // than fail at the launch.
     f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
         .map_err(|e| kvcodec_gpu::Error::Unsupported {
             what: "head_dim",
@@ -486,7 +494,8 @@ pub struct DeviceProblem<'a> {
 /// [`kvcodec_gpu::Error::Buffer`] for short or misaligned buffers, a workspace of another
 /// shape or plan; [`kvcodec_gpu::Error::Unsupported`] past the grid's limits (more than
 /// 65535 sequences or KV heads, more than `u32::MAX` pages) or the GPU's shared memory
-/// (head_dim 256 on GPUs with less than 128 KiB per CTA); [`kvcodec_gpu::Error::Cuda`] on
+/// (head_dim 256 needs 229,376 bytes per CTA: sm_90-class GPUs, not sm_80 or sm_8x);
+/// [`kvcodec_gpu::Error::Cuda`] on
 /// a launch failure.
 pub fn decode_device(
     gpu: &GpuContext,
