@@ -9,7 +9,7 @@
 #include "decode.cuh"
 
 #define KV_ATTENTION_DECODE_BF16(D)                                                                          \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_d##D(                        \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_d##D(                   \
         const uint16_t* q, const uint16_t* k_pages, const uint16_t* v_pages, const uint32_t* block_table,    \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \
         uint32_t* status, uint32_t num_pages, uint32_t max_pages, uint32_t kv_heads, uint32_t group,          \
@@ -28,7 +28,7 @@ KV_ATTENTION_DECODE_BF16(256)
 #include "pooled.cuh"
 
 #define KV_ATTENTION_DECODE_BF16_POOLED(D)                                                                   \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_pooled_d##D(                 \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_pooled_d##D(            \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                             \
         const unsigned long long* page_table, uint32_t table_len, const uint32_t* block_table,               \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \

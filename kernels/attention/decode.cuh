@@ -375,9 +375,8 @@ __device__ __forceinline__ void decode_paged(
     }
     __syncthreads();
 
-    // Thread i < COMBINE_THREADS combines channels of row i / 16; the CTA's result replaces
-    // warp 0's row in place.
-    // Threads past COMBINE_THREADS (head_dim 256's extra warps) only keep the barriers.
+    // Thread i < COMBINE_THREADS combines channels of row i / 16 into registers; threads
+    // past COMBINE_THREADS (head_dim 256's extra warps) only keep the barriers.
     constexpr int THREADS_PER_ROW = COMBINE_THREADS / MAX_GROUP;
     const bool combiner = threadIdx.x < COMBINE_THREADS;
     const int r = combiner ? threadIdx.x / THREADS_PER_ROW : 0, part = threadIdx.x % THREADS_PER_ROW;

@@ -422,7 +422,7 @@ __device__ __forceinline__ void gaac_attention_pooled(const uint16_t* q, const u
 }  // namespace
 
 #define GAAC_ATTENTION_KERNEL(D)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_d##D(                                    \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_d##D(                               \
         const uint16_t* q, const uint8_t* slots, unsigned long long capacity, uint32_t num_pages,                \
         const uint32_t* directory, const uint8_t* raw, uint32_t num_raw, const uint8_t* bases,                   \
         const uint16_t* k_bf16, const uint16_t* v_bf16, uint32_t num_bf16, const uint32_t* block_table,          \
@@ -439,7 +439,7 @@ GAAC_ATTENTION_KERNEL(256)
 
 // The fused kernel over a pool-managed cache (GaacPoolLoader): block tables of page ids.
 #define GAAC_ATTENTION_POOLED_KERNEL(D)                                                                          \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_pooled_d##D(                             \
+    extern "C" __global__ void __launch_bounds__(threads<D>()) gaac_attention_pooled_d##D(                        \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                                 \
         const unsigned long long* page_table, uint32_t table_len, unsigned long long capacity,                   \
         const uint32_t* directory, const uint8_t* bases, const uint32_t* block_table,                            \

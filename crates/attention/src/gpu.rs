@@ -9,7 +9,7 @@
 //! every launch. [`decode_to_vec`] is the host convenience: it checks the problem, uploads,
 //! runs and downloads.
 
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchArgs, PushKernelArg, sys};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg, sys};
 use kvcodec_gpu::{
     DeviceStatus, GpuContext, Kernel, Module, StatusCodes, StatusEncoding, StatusValue, check_len,
     launch_config,
@@ -280,6 +280,16 @@ impl DecodeWorkspace {
         Ok(())
     }
 
+    /// The launch configuration of a decode kernel over this workspace (the twin, a fused
+    /// or a pooled kernel, all sharing kernels/attention/decode.cuh) with `shared_mem_bytes`
+    /// of dynamic shared memory: grid `(splits, kv_heads, batch)`, `warps(head_dim) * 32`
+    /// threads per CTA.
+    pub fn launch_config(&self, shared_mem_bytes: u32) -> LaunchConfig {
+        let mut config = launch_config(1, (warps(self.shape.head_dim) * 32) as u32, shared_mem_bytes);
+        config.grid_dim = (self.plan.splits as u32, self.shape.kv_heads as u32, self.shape.batch as u32);
+        config
+    }
+
     /// The split plan launches use.
     pub fn plan(&self) -> SplitPlan {
         self.plan
@@ -495,8 +505,7 @@ pub struct DeviceProblem<'a> {
 /// shape or plan; [`kvcodec_gpu::Error::Unsupported`] past the grid's limits (more than
 /// 65535 sequences or KV heads, more than `u32::MAX` pages) or the GPU's shared memory
 /// (head_dim 256 needs 229,376 bytes per CTA: sm_90-class GPUs, not sm_80 or sm_8x);
-/// [`kvcodec_gpu::Error::Cuda`] on
-/// a launch failure.
+/// [`kvcodec_gpu::Error::Cuda`] on a launch failure.
 pub fn decode_device(
     gpu: &GpuContext,
     workspace: &mut DecodeWorkspace,
@@ -533,7 +542,7 @@ pub fn decode_device(
     }
     let f = kernel_function(gpu, shape.head_dim, false)?;
     let smem = shared_bytes(shape.head_dim) as u32;
-    let plan = workspace.plan;
+    let config = workspace.launch_config(smem);
     let (num_pages, max_pages) = (pages as u32, problem.max_pages as u32);
     let (kv_heads, group) = (shape.kv_heads as u32, shape.group() as u32);
     let scale_log2 = problem.scale * std::f32::consts::LOG2_E;
@@ -554,8 +563,6 @@ pub fn decode_device(
         .arg(&kv_heads)
         .arg(&group)
         .arg(&scale_log2);
-    let mut config = launch_config(1, (warps(shape.head_dim) * 32) as u32, smem);
-    config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the kernel reads q [batch*q_heads*head_dim], the first ceil(len/16) entries of
     // each block-table row, pages below num_pages (checked in the kernel) of k and v, and
     // context_lens [batch]; it writes out and lse of the shape's sizes, and the workspace

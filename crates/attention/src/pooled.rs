@@ -27,11 +27,11 @@
 use std::collections::HashMap;
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchArgs, PushKernelArg};
-use kvcodec_gpu::{GpuContext, check_aligned, device_address, launch_config};
+use kvcodec_gpu::{GpuContext, check_aligned, device_address};
 
 use crate::fused::{DecodedCopy, check_tables, for_each_read};
 use crate::gpu::{
-    DecodeWorkspace, FusedTail, GpuError, check_launch_lengths, check_launch_limits, shared_bytes, warps,
+    DecodeWorkspace, FusedTail, GpuError, check_launch_lengths, check_launch_limits, shared_bytes,
 };
 use crate::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv, PoolFault};
 
@@ -287,10 +287,7 @@ pub fn check_pooled_launch(
     if shape.batch == 0 {
         return Ok(None);
     }
-    let mut config =
-        launch_config(1, (warps(shape.head_dim) * 32) as u32, shared_bytes(shape.head_dim) as u32);
-    config.grid_dim = (workspace.plan().splits as u32, shape.kv_heads as u32, shape.batch as u32);
-    Ok(Some(config))
+    Ok(Some(workspace.launch_config(shared_bytes(shape.head_dim) as u32)))
 }
 
 /// The scalar arguments every pooled decode kernel takes, held so that a launch can borrow

@@ -32,12 +32,12 @@ use std::fmt;
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg, sys};
 pub use kvcodec_attention::fused::DecodedCopy;
 use kvcodec_attention::fused::{self, check_tables, for_each_read, partial_pages};
-use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, check_launch_limits, shared_bytes, warps};
+use kvcodec_attention::gpu::{DecodeWorkspace, FusedTail, check_launch_limits, shared_bytes};
 use kvcodec_attention::pooled::{
     DevicePooledProblem, PooledArgs, PooledProblem, check_pooled_launch, run_pooled,
 };
 use kvcodec_attention::{Attention, AttentionError, BlockTables, DecodeShape, PagedKv};
-use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address, launch_config};
+use kvcodec_gpu::{GpuContext, Kernel, Module, check_aligned, device_address};
 
 use crate::format::{ALIGN, PageShape, Variant};
 
@@ -335,7 +335,7 @@ pub fn decode_device_fused(
     let smem = shared_bytes(shape.head_dim);
     f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(kvcodec_gpu::Error::Cuda)?;
-    let plan = workspace.plan();
+    let config = workspace.launch_config(smem as u32);
     let (slot_stride, num_slots, num_bf16) = (stride as u64, slots as u32, bf16_pages as u32);
     let tail = FusedTail::new(shape, problem.max_pages, problem.scale);
     let mut launch = stream.launch_builder(&f);
@@ -348,8 +348,6 @@ pub fn decode_device_fused(
         .arg(&cache.partial_v)
         .arg(&num_bf16);
     tail.push(&mut launch, &problem.block_table, &problem.context_lens, out, lse, workspace);
-    let mut config = launch_config(1, (warps(shape.head_dim) * 32) as u32, smem as u32);
-    config.grid_dim = (plan.splits as u32, shape.kv_heads as u32, shape.batch as u32);
     // SAFETY: the signature matches ZF_ATTENTION_KERNEL's. The kernel reads q
     // [batch*q_heads*head_dim], the first ceil(len/16) entries of each block-table row,
     // slots below num_slots (num_slots * slot_stride bytes, checked in the kernel, and
