@@ -8,6 +8,7 @@
 #define ATTENTION_WARPS 4                                // warps per CTA at head_dim 64 and 128
 #define ATTENTION_WARPS_D256 7                           // warps per CTA at head_dim 256
 #define ATTENTION_STAGES 2                               // page slots per warp (cp.async stages)
+#define ATTENTION_MAX_SPLITS 64                          // most splits per (sequence, KV head)
 #define ATTENTION_MIN_PAGES_PER_SPLIT 16                 // fewest pages of a sequence per split
 
 // Device status values: a flag per problem (atomicOr).

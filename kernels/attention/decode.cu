@@ -8,8 +8,15 @@
 // the tensor-core fragments with ldmatrix (transposed for V).
 #include "decode.cuh"
 
+// At head_dim 64 the twin is compiled for 5 CTAs per SM, what its shared memory allows on
+// sm_90 (the split plan takes the twin's occupancy): left to itself, ptxas gives the body
+// with the parallel combine of the splits 112 registers, 4 CTAs.
+#define TWIN_BOUNDS_D64 __launch_bounds__(threads<64>(), 5)
+#define TWIN_BOUNDS_D128 __launch_bounds__(threads<128>())
+#define TWIN_BOUNDS_D256 __launch_bounds__(threads<256>())
+
 #define KV_ATTENTION_DECODE_BF16(D)                                                                          \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_d##D(                   \
+    extern "C" __global__ void TWIN_BOUNDS_D##D attention_decode_bf16_d##D(                   \
         const uint16_t* q, const uint16_t* k_pages, const uint16_t* v_pages, const uint32_t* block_table,    \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \
         uint32_t* status, uint32_t num_pages, uint32_t max_pages, uint32_t kv_heads, uint32_t group,          \
@@ -28,7 +35,7 @@ KV_ATTENTION_DECODE_BF16(256)
 #include "pooled.cuh"
 
 #define KV_ATTENTION_DECODE_BF16_POOLED(D)                                                                   \
-    extern "C" __global__ void __launch_bounds__(threads<D>()) attention_decode_bf16_pooled_d##D(            \
+    extern "C" __global__ void TWIN_BOUNDS_D##D attention_decode_bf16_pooled_d##D(            \
         const uint16_t* q, const uint8_t* arena, unsigned long long arena_bytes,                             \
         const unsigned long long* page_table, uint32_t table_len, const uint32_t* block_table,               \
         const uint32_t* context_lens, uint16_t* out, float* lse, float* partial, uint32_t* tickets,          \

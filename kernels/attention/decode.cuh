@@ -19,10 +19,10 @@
 //
 // Splits are combined in the same launch: each CTA leaves its (max, sum, unnormalised O)
 // in a workspace, and the CTA that takes the last ticket of its (sequence, KV head)
-// combines every split in split order, writes the output and the log-sum-exp, and resets
-// the ticket for the next launch (so a captured graph replays without a memset). Every
-// combination runs in a fixed order (warps 0..warps<D>()-1, then splits 0..splits-1): the result
-// does not depend on which CTA finishes first.
+// combines every split (combine_splits at head_dim 64, a loop over the splits otherwise),
+// writes the output and the log-sum-exp, and resets the ticket for the next launch (so a
+// captured graph replays without a memset). Every combination runs in a fixed order: the
+// result does not depend on which CTA finishes first.
 //
 // A loader provides:
 //   Entry                          per-lane state of one block-table entry (a page id, or more)
@@ -207,6 +207,97 @@ template <int D> struct Bf16Loader {
     }
 };
 
+// Parts the combine cuts a unit's splits into: each part's sum runs in split order, then
+// the parts are added in order; a part's loads are independent, so they are in flight at once.
+constexpr int COMBINE_PARTS = 4;
+
+// Shared floats the combine uses past the ticket's word: every (row, split)'s weight, each
+// row's max and sum, and each part's O.
+template <int D> __host__ __device__ constexpr int combine_scratch_floats() {
+    return MAX_GROUP * ATTENTION_MAX_SPLITS + 2 * MAX_GROUP + COMBINE_PARTS * MAX_GROUP * D;
+}
+
+// The last CTA of a unit combines its `splits` states (`unit_states`: per split and query
+// row `[max, sum, O[0..D)]`, written by decode_paged) into the `group` query heads' output
+// rows (`out`, `group * D` BF16) and log-sum-exps (`lse`), with every thread of the CTA and
+// `scratch` (combine_scratch_floats, shared). The order is fixed whatever the CTAs'
+// timing: a row's max (exact in any order); each split's weight 2^(max_split - max); the
+// row's sum as lane 0's reduction over a warp's lanes, each summing splits lane, lane + 32,
+// ...; O per channel as COMBINE_PARTS sums over consecutive splits in split order, added
+// part 0 first. A part's loads do not wait on each other, so they are in flight together.
+template <int D>
+__device__ __forceinline__ void combine_splits(const float* __restrict__ unit_states, uint32_t splits, uint32_t group,
+                                               float* scratch, uint16_t* __restrict__ out, float* __restrict__ lse) {
+    constexpr int WARPS = warps<D>();
+    constexpr int PER_LANE = ATTENTION_MAX_SPLITS / 32;
+    constexpr int STATE = D + 2;  // floats per (split, row)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* weights = scratch;                                     // [row][split], row stride splits
+    float* row_max = weights + MAX_GROUP * ATTENTION_MAX_SPLITS;  // [row]
+    float* row_sum = row_max + MAX_GROUP;                         // [row]
+    float* part_o = row_sum + MAX_GROUP;                          // [part][row][D]
+
+#pragma unroll 1
+    for (uint32_t row = warp; row < group; row += WARPS) {
+        float m[PER_LANE], l[PER_LANE];
+#pragma unroll
+        for (int k = 0; k < PER_LANE; ++k) {
+            const uint32_t sp = lane + 32 * k;
+            const float* state = unit_states + ((size_t)sp * MAX_GROUP + row) * STATE;
+            m[k] = sp < splits ? __ldcg(state) : -INFINITY;
+            l[k] = sp < splits ? __ldcg(state + 1) : 0.f;
+        }
+        float most = m[0];
+#pragma unroll
+        for (int k = 1; k < PER_LANE; ++k) most = fmaxf(most, m[k]);
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, x));
+        float sum = 0.f;
+#pragma unroll
+        for (int k = 0; k < PER_LANE; ++k) {
+            const float w = weight(m[k], most);
+            if (lane + 32 * k < splits) weights[row * splits + lane + 32 * k] = w;
+            sum += l[k] * w;
+        }
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+        if (lane == 0) {
+            row_max[row] = most;
+            row_sum[row] = sum;
+        }
+    }
+    __syncthreads();
+
+    // O: items (part, row, channel pair), consecutive threads on consecutive channel pairs
+    // (a state's O starts 8 bytes into it: float2 loads).
+    const uint32_t per_part = (splits + COMBINE_PARTS - 1) / COMBINE_PARTS;
+    const uint32_t items = COMBINE_PARTS * group * (D / 2);
+#pragma unroll 1
+    for (uint32_t item = threadIdx.x; item < items; item += WARPS * 32) {
+        const uint32_t c2 = item % (D / 2), rest = item / (D / 2), row = rest % group, part = rest / group;
+        const uint32_t first = part * per_part, last = min(splits, first + per_part);
+        float2 acc = make_float2(0.f, 0.f);
+#pragma unroll 4
+        for (uint32_t sp = first; sp < last; ++sp) {
+            const float2 o = __ldcg(reinterpret_cast<const float2*>(unit_states + ((size_t)sp * MAX_GROUP + row) * STATE + 2) + c2);
+            const float w = weights[row * splits + sp];
+            acc.x = fmaf(o.x, w, acc.x);
+            acc.y = fmaf(o.y, w, acc.y);
+        }
+        reinterpret_cast<float2*>(part_o + (part * MAX_GROUP + row) * D)[c2] = acc;
+    }
+    __syncthreads();
+
+    for (uint32_t item = threadIdx.x; item < group * D; item += WARPS * 32) {
+        const uint32_t row = item / D, d = item % D;
+        float acc = part_o[row * D + d];
+#pragma unroll
+        for (int part = 1; part < COMBINE_PARTS; ++part) acc += part_o[(part * MAX_GROUP + row) * D + d];
+        out[item] = to_bf16(acc / row_sum[row]);
+    }
+    if (threadIdx.x < group) lse[threadIdx.x] = (row_max[threadIdx.x] + log2f(row_sum[threadIdx.x])) * LN2;
+}
+
 template <int D, class Loader>
 __device__ __forceinline__ void decode_paged(
     const Loader& loader, const uint16_t* __restrict__ q, const uint32_t* __restrict__ block_table, const uint32_t* __restrict__ context_lens, uint16_t* __restrict__ out,
@@ -221,8 +312,8 @@ __device__ __forceinline__ void decode_paged(
     // 128-byte aligned, and no static shared memory before it (the split's ticket lies in
     // it too): the staging slots start on aligned 32-byte blocks (staged_at).
     extern __shared__ __align__(128) uint4 shared_raw[];
-    static_assert(combine_bytes<D>() + 4 <= WARPS * STAGES * staged_page_bytes<D>(),
-                  "the combine's state and the ticket word fit the staging");
+    static_assert(combine_bytes<D>() + 16 + 4 * combine_scratch_floats<D>() <= WARPS * STAGES * staged_page_bytes<D>(),
+                  "the warps' states, the ticket word and the splits' combine fit the staging");
 
     const uint32_t split = blockIdx.x, splits = gridDim.x, kv_head = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -435,11 +526,19 @@ __device__ __forceinline__ void decode_paged(
     if (*ticket != splits - 1) return;
     // Every split of the unit has taken its ticket: it can be reset for the next launch.
     if (threadIdx.x == 0) tickets[unit] = 0;
+    if constexpr (D == 64) {
+        __threadfence();
+        combine_splits<D>(partial + unit * splits * MAX_GROUP * (D + 2), splits, group,
+                          reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(shared_raw) + combine_bytes<D>() + 16),
+                          out + ((size_t)seq * q_heads + kv_head * group) * D, lse + (size_t)seq * q_heads + kv_head * group);
+        return;
+    }
     if (!live_row) return;
     __threadfence();
 
-    // One pass with the online rescaling of the softmax, unrolled so that the loads of
-    // 16 splits are in flight at once.
+    // Head_dim 128 and 256: one pass with the online rescaling of the softmax by the live
+    // rows' threads, unrolled so that the loads of 16 splits are in flight at once (the
+    // parallel combine above, with more items per thread there, measured slower).
     float total_max = -INFINITY, total_sum = 0.f;
     float total[D / THREADS_PER_ROW];
 #pragma unroll

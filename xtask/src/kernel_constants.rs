@@ -69,6 +69,12 @@ pub(crate) fn headers() -> Vec<Header> {
                     "page slots per warp (cp.async stages)",
                 ),
                 d(
+                    "ATTENTION_MAX_SPLITS",
+                    kvcodec_attention::gpu::MAX_SPLITS,
+                    "",
+                    "most splits per (sequence, KV head)",
+                ),
+                d(
                     "ATTENTION_MIN_PAGES_PER_SPLIT",
                     kvcodec_attention::gpu::MIN_PAGES_PER_SPLIT,
                     "",

@@ -81,7 +81,9 @@ pub fn warps(head_dim: usize) -> usize {
 /// The most splits per (sequence, KV head): the CTA that combines them reads every
 /// split's state, so their count bounds the combine's time (on the H200, Gemma-3's one KV
 /// head at batch 1 ran 14-27% slower over 128-131 splits than over 64: docs/perf/attention.md, v5).
+/// A multiple of 32: at head_dim 64 the combine's lanes hold `MAX_SPLITS / 32` splits' states each.
 pub const MAX_SPLITS: usize = 64;
+const _: () = assert!(MAX_SPLITS.is_multiple_of(32));
 
 /// The fewest pages of a sequence a split reads, so that its partial state (about
 /// `MAX_GROUP * head_dim` floats) stays a few percent of the bytes it reads. The kernel
