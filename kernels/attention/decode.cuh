@@ -222,9 +222,11 @@ template <int D> __host__ __device__ constexpr int combine_scratch_floats() {
 // rows (`out`, `group * D` BF16) and log-sum-exps (`lse`), with every thread of the CTA and
 // `scratch` (combine_scratch_floats, shared). The order is fixed whatever the CTAs'
 // timing: a row's max (exact in any order); each split's weight 2^(max_split - max); the
-// row's sum as lane 0's reduction over a warp's lanes, each summing splits lane, lane + 32,
-// ...; O per channel as COMBINE_PARTS sums over consecutive splits in split order, added
-// part 0 first. A part's loads do not wait on each other, so they are in flight together.
+// row's sum as each lane's sum over splits lane, lane + 32, ... reduced by an xor butterfly
+// (offsets 16, 8, 4, 2, 1; lane 0's result kept); O per channel as COMBINE_PARTS sums over
+// consecutive splits in split order, added part 0 first. A part's loads do not wait on each
+// other, so they are in flight together. `splits` is at most ATTENTION_MAX_SPLITS (the
+// host's plan), which lanes x PER_LANE cover.
 template <int D>
 __device__ __forceinline__ void combine_splits(const float* __restrict__ unit_states, uint32_t splits, uint32_t group,
                                                float* scratch, uint16_t* __restrict__ out, float* __restrict__ lse) {
@@ -312,8 +314,11 @@ __device__ __forceinline__ void decode_paged(
     // 128-byte aligned, and no static shared memory before it (the split's ticket lies in
     // it too): the staging slots start on aligned 32-byte blocks (staged_at).
     extern __shared__ __align__(128) uint4 shared_raw[];
-    static_assert(combine_bytes<D>() + 16 + 4 * combine_scratch_floats<D>() <= WARPS * STAGES * staged_page_bytes<D>(),
-                  "the warps' states, the ticket word and the splits' combine fit the staging");
+    static_assert(combine_bytes<D>() + 4 <= WARPS * STAGES * staged_page_bytes<D>(),
+                  "the warps' states and the ticket word fit the staging");
+    static_assert(D != 64 || combine_bytes<D>() + 16 + 4 * combine_scratch_floats<D>() <= WARPS * STAGES * staged_page_bytes<D>(),
+                  "combine_splits' scratch fits the staging past the ticket word");
+    static_assert(ATTENTION_MAX_SPLITS % 32 == 0, "combine_splits' lanes hold ATTENTION_MAX_SPLITS / 32 splits each");
 
     const uint32_t split = blockIdx.x, splits = gridDim.x, kv_head = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

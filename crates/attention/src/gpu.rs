@@ -81,7 +81,8 @@ pub fn warps(head_dim: usize) -> usize {
 /// The most splits per (sequence, KV head): the CTA that combines them reads every
 /// split's state, so their count bounds the combine's time (on the H200, Gemma-3's one KV
 /// head at batch 1 ran 14-27% slower over 128-131 splits than over 64: docs/perf/attention.md, v5).
-/// A multiple of 32: at head_dim 64 the combine's lanes hold `MAX_SPLITS / 32` splits' states each.
+/// A multiple of 32: at head_dim 64 each lane of the combine loads the max and sum of
+/// `MAX_SPLITS / 32` splits.
 pub const MAX_SPLITS: usize = 64;
 const _: () = assert!(MAX_SPLITS.is_multiple_of(32));
 
@@ -128,7 +129,9 @@ pub const STATUS: StatusCodes = StatusCodes {
 pub const STAGES: usize = 2;
 
 /// Shared memory of one CTA, in bytes: each warp's [`STAGES`] staged K and V pages
-/// ([`staged_page_bytes`]), reused for the combine of the warps and the split's ticket word.
+/// ([`staged_page_bytes`]), reused for the combine of the warps, the split's ticket word
+/// and, at head_dim 64, the splits' combine (the kernels check at compile time that they
+/// fit the staging).
 /// `head_dim` is one of [`crate::HEAD_DIMS`].
 pub fn shared_bytes(head_dim: usize) -> usize {
     let staging = warps(head_dim) * STAGES * staged_page_bytes(head_dim);

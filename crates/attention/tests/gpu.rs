@@ -136,11 +136,22 @@ impl Device {
 #[test]
 fn every_launch_gives_the_same_bytes_and_graphs_replay_them() {
     let Some(gpu) = gpu_or_skip("every_launch_gives_the_same_bytes_and_graphs_replay_them") else { return };
-    let shape = DecodeShape { batch: 2, q_heads: 32, kv_heads: 8, head_dim: 128 };
+    // Head_dim 64 and 128: the two ways the last CTA combines the splits.
+    for shape in [
+        DecodeShape { batch: 2, q_heads: 32, kv_heads: 8, head_dim: 128 },
+        DecodeShape { batch: 2, q_heads: 9, kv_heads: 3, head_dim: 64 },
+    ] {
+        repeat_and_replay(&gpu, shape);
+    }
+}
+
+/// Three launches and three graph replays of one problem over `shape` give the bytes of
+/// the first `decode_to_vec`.
+fn repeat_and_replay(gpu: &GpuContext, shape: DecodeShape) {
     let owned = common::random(shape, &[9000, 70], 3, 1.0);
-    let first = decode_to_vec(&gpu, &owned.problem()).unwrap();
-    let device = Device::upload(&gpu, &owned);
-    let mut workspace = DecodeWorkspace::new(&gpu, shape, owned.max_pages).unwrap();
+    let first = decode_to_vec(gpu, &owned.problem()).unwrap();
+    let device = Device::upload(gpu, &owned);
+    let mut workspace = DecodeWorkspace::new(gpu, shape, owned.max_pages).unwrap();
     assert!(workspace.plan().splits > 1, "the case must exercise the split combine");
     let n = shape.q_values();
     let heads = shape.batch * shape.q_heads;
@@ -148,14 +159,14 @@ fn every_launch_gives_the_same_bytes_and_graphs_replay_them() {
     let mut lse = gpu.zeros::<f32>(heads).unwrap();
     for _ in 0..3 {
         decode_device(
-            &gpu,
+            gpu,
             &mut workspace,
             &device.problem(&owned),
             &mut out.slice_mut(..),
             &mut lse.slice_mut(..),
         )
         .unwrap();
-        workspace.check(&gpu).unwrap();
+        workspace.check(gpu).unwrap();
         assert_eq!(gpu.download(&out, n).unwrap(), first.out);
         assert_eq!(gpu.download(&lse, heads).unwrap(), first.lse);
     }
@@ -163,7 +174,7 @@ fn every_launch_gives_the_same_bytes_and_graphs_replay_them() {
     let lse_cell = std::cell::RefCell::new(lse);
     let workspace_cell = std::cell::RefCell::new(workspace);
     kvcodec_testkit::replay_in_graph(
-        &gpu,
+        gpu,
         3,
         || {
             gpu.stream().memset_zeros(&mut *out_cell.borrow_mut()).unwrap();
@@ -171,7 +182,7 @@ fn every_launch_gives_the_same_bytes_and_graphs_replay_them() {
         },
         || {
             decode_device(
-                &gpu,
+                gpu,
                 &mut workspace_cell.borrow_mut(),
                 &device.problem(&owned),
                 &mut out_cell.borrow_mut().slice_mut(..),
@@ -184,7 +195,7 @@ fn every_launch_gives_the_same_bytes_and_graphs_replay_them() {
             assert_eq!(gpu.download(&lse_cell.borrow(), heads).unwrap(), first.lse, "replay {replay}");
         },
     );
-    workspace_cell.borrow_mut().check(&gpu).unwrap();
+    workspace_cell.borrow_mut().check(gpu).unwrap();
 }
 
 #[test]
