@@ -86,8 +86,8 @@ enum Command {
         #[arg(long)]
         svg: PathBuf,
     },
-    /// ZipFusion's CPU codec timed on one thread and on all: encode and decode GB/s per
-    /// core and in all, round trip checked.
+    /// ZipFusion's and GAAC's CPU codecs timed on one thread and on all: encode and decode
+    /// GB/s per core and in all, round trip checked.
     CpuBench(cpu_bench::CpuBenchArgs),
     /// A discrete-event decode server at an equal KV memory budget on kvcodec-pool: admitted
     /// batch, decode tokens/s and memory held for BF16, ZipFusion and GAAC, with and

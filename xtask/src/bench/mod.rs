@@ -33,9 +33,10 @@ pub(crate) struct BenchArgs {
     /// A KV safetensors file; default: every fixture.
     #[arg(long)]
     input: Option<PathBuf>,
-    /// What calibrated codecs (SplitZip) learn from: a KV file of the same model, or the
-    /// JSON `cargo xtask calibrate` wrote. Default: another fixture of the input's model
-    /// (other text), else the input itself.
+    /// What calibrated codecs (SplitZip, GAAC) learn from: a KV file of the same model, or
+    /// a JSON `cargo xtask calibrate` wrote (SplitZip codebooks or GAAC bases; the other
+    /// codec then calibrates on the default). Default: another fixture of the input's
+    /// model (other text), else the input itself.
     #[arg(long)]
     calibration: Option<PathBuf>,
     /// cpu, cuda or auto (default: KVCODEC_BACKEND, else auto).
@@ -85,18 +86,26 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// SplitZip calibrated as `--calibration` says (or by [`calibration_for`]'s default),
-    /// and where its codebooks came from.
+    /// and where its codebooks came from. A GAAC bases file counts as none (GAAC's rows use
+    /// it); any other JSON that is not a codebook file is an error.
     fn splitzip(&self) -> anyhow::Result<&(SplitzipCodec, String)> {
         if let Some(done) = self.splitzip.get() {
             return Ok(done);
         }
+        let gaac_bases_file = self
+            .calibration_arg
+            .filter(|p| p.extension().is_some_and(|e| e == "json") && gaac::Bases::load(p).is_ok());
+        if gaac_bases_file.is_some() {
+            eprintln!("[bench] {}: --calibration holds GAAC bases, not SplitZip codebooks", self.name);
+        }
         let made = match self.calibration_arg {
-            Some(json) if json.extension().is_some_and(|e| e == "json") => {
+            Some(json) if json.extension().is_some_and(|e| e == "json") && gaac_bases_file.is_none() => {
                 let codec =
                     SplitzipCodec::load(json).map_err(|e| crate::codebook_error("--calibration", json, e))?;
                 (codec, crate::shown(json))
             }
             given => {
+                let given = given.filter(|p| p.extension().is_none_or(|e| e != "json"));
                 let (cache, source) = calibration_for(self.path, given, self.cache)?;
                 (SplitzipCodec::calibrate(&cache)?, source)
             }
