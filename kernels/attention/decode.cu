@@ -8,9 +8,9 @@
 // the tensor-core fragments with ldmatrix (transposed for V).
 #include "decode.cuh"
 
-// At head_dim 64 the twin is compiled for 5 CTAs per SM, its occupancy before the splits'
-// combine ran on every thread (the split plan takes the twin's occupancy): left to itself,
-// ptxas gives the body with that combine 112 registers, 4 CTAs.
+// At head_dim 64 the twin is compiled for 5 CTAs per SM, as ZipFusion's fused kernels are:
+// the split plan takes the twin's occupancy for every kernel of the body, and left to
+// itself ptxas gives the twin 112 registers (4 CTAs).
 #define TWIN_BOUNDS_D64 __launch_bounds__(threads<64>(), 5)
 #define TWIN_BOUNDS_D128 __launch_bounds__(threads<128>())
 #define TWIN_BOUNDS_D256 __launch_bounds__(threads<256>())

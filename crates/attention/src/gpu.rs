@@ -84,7 +84,6 @@ pub fn warps(head_dim: usize) -> usize {
 /// A multiple of 32: at head_dim 64 each lane of the combine loads the max and sum of
 /// `MAX_SPLITS / 32` splits.
 pub const MAX_SPLITS: usize = 64;
-const _: () = assert!(MAX_SPLITS.is_multiple_of(32));
 
 /// The fewest pages of a sequence a split reads, so that its partial state (about
 /// `MAX_GROUP * head_dim` floats) stays a few percent of the bytes it reads. The kernel

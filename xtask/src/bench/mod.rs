@@ -85,6 +85,17 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// `--calibration` when it names a JSON `cargo xtask calibrate` wrote (SplitZip
+    /// codebooks or GAAC bases).
+    fn calibration_json(&self) -> Option<&Path> {
+        self.calibration_arg.filter(|p| p.extension().is_some_and(|e| e == "json"))
+    }
+
+    /// `--calibration` when it names a KV file to calibrate on (anything but a JSON).
+    fn calibration_kv_file(&self) -> Option<&Path> {
+        self.calibration_arg.filter(|p| p.extension().is_none_or(|e| e != "json"))
+    }
+
     /// SplitZip calibrated as `--calibration` says (or by [`calibration_for`]'s default),
     /// and where its codebooks came from. A GAAC bases file counts as none (GAAC's rows use
     /// it); any other JSON that is not a codebook file is an error.
@@ -92,51 +103,45 @@ impl Ctx<'_> {
         if let Some(done) = self.splitzip.get() {
             return Ok(done);
         }
-        let gaac_bases_file = self
-            .calibration_arg
-            .filter(|p| p.extension().is_some_and(|e| e == "json") && gaac::Bases::load(p).is_ok());
-        if gaac_bases_file.is_some() {
-            eprintln!("[bench] {}: --calibration holds GAAC bases, not SplitZip codebooks", self.name);
-        }
-        let made = match self.calibration_arg {
-            Some(json) if json.extension().is_some_and(|e| e == "json") && gaac_bases_file.is_none() => {
+        let codebooks = self.calibration_json().filter(|json| {
+            let gaac_bases = gaac::Bases::load(json).is_ok();
+            if gaac_bases {
+                eprintln!("[bench] {}: --calibration holds GAAC bases, not SplitZip codebooks", self.name);
+            }
+            !gaac_bases
+        });
+        let made = match codebooks {
+            Some(json) => {
                 let codec =
                     SplitzipCodec::load(json).map_err(|e| crate::codebook_error("--calibration", json, e))?;
                 (codec, crate::shown(json))
             }
-            given => {
-                let given = given.filter(|p| p.extension().is_none_or(|e| e != "json"));
-                let (cache, source) = calibration_for(self.path, given, self.cache)?;
+            None => {
+                let (cache, source) = calibration_for(self.path, self.calibration_kv_file(), self.cache)?;
                 (SplitzipCodec::calibrate(&cache)?, source)
             }
         };
         eprintln!("[bench] {}: splitzip codebooks from {}", self.name, made.1);
         Ok(self.splitzip.get_or_init(|| made))
     }
-}
 
-impl Ctx<'_> {
     /// GAAC's bases: a GAAC bases file given as `--calibration`, else calibrated on the
     /// KV file [`calibration_for`] picks (a SplitZip codebook file counts as none).
     fn gaac_bases(&self) -> anyhow::Result<&(gaac::Bases, String)> {
         if let Some(done) = self.gaac.get() {
             return Ok(done);
         }
-        let from_json = match self.calibration_arg {
-            Some(json) if json.extension().is_some_and(|e| e == "json") => match gaac::Bases::load(json) {
-                Ok(bases) => Some((bases, crate::shown(json))),
-                Err(e) => {
-                    eprintln!("[bench] {}: --calibration is not a GAAC bases file ({e})", self.name);
-                    None
-                }
-            },
-            _ => None,
-        };
+        let from_json = self.calibration_json().and_then(|json| match gaac::Bases::load(json) {
+            Ok(bases) => Some((bases, crate::shown(json))),
+            Err(e) => {
+                eprintln!("[bench] {}: --calibration is not a GAAC bases file ({e})", self.name);
+                None
+            }
+        });
         let made = match from_json {
             Some(made) => made,
             None => {
-                let kv_file = self.calibration_arg.filter(|p| p.extension().is_none_or(|e| e != "json"));
-                let (cache, source) = calibration_for(self.path, kv_file, self.cache)?;
+                let (cache, source) = calibration_for(self.path, self.calibration_kv_file(), self.cache)?;
                 (gaac::Bases::calibrate(&cache), source)
             }
         };
