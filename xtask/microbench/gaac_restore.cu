@@ -12,32 +12,15 @@
 //   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -Ikernels -I$V/include xtask/microbench/gaac_restore.cu \
 //       -L$V/lib -lcudart_static -ldl -lpthread -lrt -o gaac_restore
 //   ./gaac_restore code.gaac <checksum>
-#include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include "gaac/gaac_restore.cu"
 #include "microbench.cuh"
 
-// The read roofline: every 16-byte word of `n16` read once and summed.
-__global__ void read_sum(const uint4* __restrict__ in, size_t n16, uint32_t* out) {
-    uint32_t s = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
-        const uint4 v = __ldcs(in + i);
-        s += v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (s == 0x9e3779b9u) atomicAdd(out, s);  // keeps the loads; never true in practice
-}
-
-static uint32_t le32(const std::vector<uint8_t>& b, size_t at) { uint32_t v; memcpy(&v, &b[at], 4); return v; }
-static uint64_t le64(const std::vector<uint8_t>& b, size_t at) { uint64_t v; memcpy(&v, &b[at], 8); return v; }
 static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
 int main(int argc, char** argv) {
     if (argc < 3) { printf("usage: gaac_restore <container.gaac> <checksum of one copy>\n"); return 2; }
-    std::ifstream f(argv[1], std::ios::binary);
-    std::vector<uint8_t> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::vector<uint8_t> c = read_bytes(argv[1]);
     const uint32_t expected_one = (uint32_t)strtoul(argv[2], nullptr, 0);
     if (c.size() < GAAC_HEADER_LEN || le32(c, 0) != GAAC_MAGIC) { printf("not a GAAC container\n"); return 2; }
     const size_t L = le32(c, 8), H = le32(c, 12), D = le32(c, 16), C = le32(c, 20), T = le64(c, 24);
