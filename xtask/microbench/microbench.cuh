@@ -26,11 +26,13 @@ __global__ void microbench_hold(unsigned long long ns) {
 // Median milliseconds of 21 timed calls of f(i) (i = the call's index, for alternating
 // buffers) after 3 untimed ones, each queued behind a 2 ms hold and timed alone between
 // the two events.
-template <class F>
-double median_ms(cudaEvent_t e0, cudaEvent_t e1, F&& f) {
+// `before(i)`, if given, is queued ahead of the hold (an L2 flush, say) and not timed.
+template <class F, class B = void (*)(int)>
+double median_ms(cudaEvent_t e0, cudaEvent_t e1, F&& f, B&& before = [](int) {}) {
     for (int i = 0; i < 3; ++i) f(i);
     std::vector<float> ms;
     for (int i = 0; i < 21; ++i) {
+        before(i);
         microbench_hold<<<1, 1>>>(2000000ull);
         cudaEventRecord(e0);
         f(i);

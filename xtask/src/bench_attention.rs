@@ -13,6 +13,13 @@
 //! heads of SmolLM2. Pages are placed by a random permutation, as in a cache after churn
 //! (`--pages contiguous` puts each sequence's pages in order).
 //!
+//! Read floors: each cell also times, by the same method, the plainest kernel that reads
+//! the cell's BF16 KV bytes once, and one reading each fused kernel's compressed bytes
+//! (`GpuContext::read_floor`); `%flr` is that floor over the kernel's time. A short read
+//! does not reach the large-copy bandwidth (launch, ramp, the memset's dirty L2 lines
+//! written back: docs/perf/attention.md, "Read floors"), so this, not the HBM peak, is
+//! what a batch-1 kernel can approach.
+//!
 //! ZipFusion fused: the same pages compressed on the device into fixed slots
 //! (`encode_kv_pages_device`, base and zero-aware), the same block table and workspace;
 //! each cell prints the data's byte ratio (BF16 bytes over compressed page bytes, page
@@ -97,6 +104,10 @@ pub(crate) struct Cell {
     pub(crate) kv_bytes: usize,
     /// Median µs of the BF16 twin.
     pub(crate) twin_us: f64,
+    /// Median µs of the read floor of `kv_bytes` (`GpuContext::read_floor`, the same
+    /// method): what the plainest kernel reading that many bytes takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) read_floor_us: Option<f64>,
     pub(crate) splits: usize,
     /// The peers' medians in µs from `--peers` (same cell), where given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,6 +157,9 @@ pub(crate) struct FusedCell {
     pub(crate) compressed_bytes: u64,
     /// BF16 bytes / compressed bytes.
     pub(crate) ratio: f64,
+    /// Median µs of the read floor of `compressed_bytes` (as [`Cell::read_floor_us`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) read_floor_us: Option<f64>,
     /// Whether out and lse are the twin's bits.
     pub(crate) identical: bool,
 }
@@ -226,7 +240,7 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     // Each kernel: µs, GB/s of what it reads, the byte ratio of that, the speedup over the
     // best peer and (fused) over the twin.
     outln!(
-        "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>6} {:>6} {:>6} | {:>4}",
+        "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>4}",
         "shape",
         "B",
         "S",
@@ -235,22 +249,27 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         "SDPA",
         "FI",
         "FI-TC",
+        "floor",
         "twin us",
         "GB/s",
+        "%flr",
         "ratio",
         "/best",
         "ZF us",
         "GB/s",
+        "%flr",
         "ratio",
         "/best",
         "/twin",
         "ZF-ZA us",
         "GB/s",
+        "%flr",
         "ratio",
         "/best",
         "/twin",
         "GAAC us",
         "GB/s",
+        "%flr",
         "ratio",
         "/best",
         "/twin",
@@ -312,8 +331,10 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
     }
     outln!(
         "SDPA, FI, FI-TC: the peers' µs (torch SDPA on dense KV; FlashInfer's paged decode, tensor cores off / on); \
-         twin: the BF16 twin (kvcodec_attention::gpu); GB/s: bytes the kernel reads / time; ratio: BF16 bytes / \
-         bytes the kernel reads; /best: the best peer's time / the kernel's"
+         floor: µs of the plainest kernel reading the cell's BF16 KV bytes once (GpuContext::read_floor, same \
+         method); twin: the BF16 twin (kvcodec_attention::gpu); GB/s: bytes the kernel reads / time; %flr: the \
+         read floor of the bytes the kernel reads / its time; ratio: BF16 bytes / bytes the kernel reads; /best: \
+         the best peer's time / the kernel's"
     )?;
     outln!(
         "ZF / ZF-ZA: ZipFusion fused (zipfusion::attention), base / zero-aware pages compressed on the device from \
@@ -358,8 +379,10 @@ fn table_row(cell: &Cell) -> String {
     let best = crate::attention_plot::best_peer(cell);
     let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
     let over_best = |us: f64| best.map_or("-".to_string(), |b| format!("{:.3}x", b / us));
+    let of_floor =
+        |floor: Option<f64>, us: f64| floor.map_or("-".to_string(), |f| format!("{:.0}%", 100.0 * f / us));
     let mut row = format!(
-        "{:<10} {:>3} {:>7} {:>8.1} {:>6} {:>8} {:>8} {:>8} | {:>8.1} {:>5.0} {:>6.3} {:>6}",
+        "{:<10} {:>3} {:>7} {:>8.1} {:>6} {:>8} {:>8} {:>8} {:>8} | {:>8.1} {:>5.0} {:>5} {:>6.3} {:>6}",
         cell.shape,
         cell.batch,
         cell.context,
@@ -368,8 +391,10 @@ fn table_row(cell: &Cell) -> String {
         show(cell.sdpa_us),
         show(cell.flashinfer_us),
         show(cell.flashinfer_tc_us),
+        show(cell.read_floor_us),
         cell.twin_us,
         cell.kv_bytes as f64 / cell.twin_us / 1e3,
+        of_floor(cell.read_floor_us, cell.twin_us),
         1.0,
         over_best(cell.twin_us),
     );
@@ -379,16 +404,17 @@ fn table_row(cell: &Cell) -> String {
             Some(f) => {
                 let _ = write!(
                     row,
-                    " | {:>8.1} {:>5.0} {:>6.4} {:>6} {:>5.3}x",
+                    " | {:>8.1} {:>5.0} {:>5} {:>6.4} {:>6} {:>5.3}x",
                     f.us,
                     f.compressed_bytes as f64 / f.us / 1e3,
+                    of_floor(f.read_floor_us, f.us),
                     f.ratio,
                     over_best(f.us),
                     cell.twin_us / f.us
                 );
             }
             None => {
-                let _ = write!(row, " | {:>8} {:>5} {:>6} {:>6} {:>6}", "-", "-", "-", "-", "-");
+                let _ = write!(row, " | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6}", "-", "-", "-", "-", "-", "-");
             }
         }
     }
@@ -493,6 +519,13 @@ fn measure(
         Ok(decode_device(gpu, &mut workspace, &problem, &mut out.slice_mut(..), &mut lse.slice_mut(..))?)
     })?;
     workspace.check(gpu)?;
+    // The read floor of `bytes` of the cell's KV (its contents do not change a plain read).
+    let mut sink = gpu.zeros::<u32>(1)?;
+    let mut read_floor = |bytes: u64, time: &mut Timer<'_>| {
+        let bytes = (bytes as usize).min(4 * n) / 16 * 16;
+        time(&mut || Ok(gpu.read_floor(&kv, bytes, &mut sink)?))
+    };
+    let twin_floor_us = read_floor((4 * n) as u64, &mut time)?;
     let twin_out = gpu.download(&out, shape.q_values())?;
     let twin_lse = gpu.download(&lse, shape.batch * shape.q_heads)?;
 
@@ -557,6 +590,7 @@ fn measure(
                 us,
                 compressed_bytes: compressed,
                 ratio: (4 * n) as f64 / compressed as f64,
+                read_floor_us: Some(read_floor(compressed, &mut time)?),
                 identical,
             });
             if kernels.pooled && variant == zipfusion::Variant::Base {
@@ -600,17 +634,22 @@ fn measure(
     } else {
         None
     };
-    let gaac = gaac.map(|(cell, out_words, lse_words)| FusedCell {
-        identical: out_words == twin_out
-            && lse_words.iter().zip(&twin_lse).all(|(a, b)| a.to_bits() == b.to_bits()),
-        ..cell
-    });
+    let gaac = match gaac {
+        Some((cell, out_words, lse_words)) => Some(FusedCell {
+            identical: out_words == twin_out
+                && lse_words.iter().zip(&twin_lse).all(|(a, b)| a.to_bits() == b.to_bits()),
+            read_floor_us: Some(read_floor(cell.compressed_bytes, &mut time)?),
+            ..cell
+        }),
+        None => None,
+    };
     Ok(Cell {
         shape: String::new(),
         batch: shape.batch,
         context,
         kv_bytes: 2 * shape.batch * context * shape.kv_heads * shape.head_dim * 2,
         twin_us,
+        read_floor_us: Some(twin_floor_us),
         splits: workspace.plan().splits,
         sdpa_us: None,
         flashinfer_us: None,
@@ -726,12 +765,12 @@ fn measure_gaac(
         us,
         compressed_bytes: read_bytes,
         ratio: (4 * n) as f64 / read_bytes as f64,
+        read_floor_us: None,
         identical: false,
     };
     Ok((cell, gpu.download(&out, shape.q_values())?, gpu.download(&lse, shape.batch * shape.q_heads)?))
 }
 
-/// Times a launch closure (the cell's method: flush, hold, events, median).
 /// `kv` (every page's K, then every page's V, `page_values` words each) with each page's
 /// K and V side by side: page `p` at `2 p page_values` words, K then V (the layout of a
 /// BF16 page in a pool's open slot, and the GAAC sealer's tensors).

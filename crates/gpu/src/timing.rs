@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg, sys};
 use crate::registry::{Kernel, Module};
 use crate::{GpuContext, Result, launch_config};
 
-/// The timing module (`kernels/gpu/timing.cu`): the hold kernel.
+/// The timing module (`kernels/gpu/timing.cu`): the hold kernel and the read floor.
 pub static TIMING_MODULE: Module = Module::new("kvcodec_timing", include_str!("../ptx/timing.ptx"));
 crate::register_module!(TIMING_MODULE);
 
@@ -18,6 +18,9 @@ pub enum TimingKernel {
     /// `kvcodec_hold(ns)`: one thread that returns after `ns` nanoseconds of the GPU's
     /// global timer.
     Hold,
+    /// `kvcodec_read_floor(in, n16, sink)`: reads `n16` 16-byte words once and writes
+    /// nothing (the sink is only written for one XOR value of the data).
+    ReadFloor,
 }
 
 impl Kernel for TimingKernel {
@@ -25,7 +28,10 @@ impl Kernel for TimingKernel {
         &TIMING_MODULE
     }
     fn symbol(self) -> &'static str {
-        "kvcodec_hold"
+        match self {
+            TimingKernel::Hold => "kvcodec_hold",
+            TimingKernel::ReadFloor => "kvcodec_read_floor",
+        }
     }
 }
 
@@ -125,6 +131,39 @@ impl GpuContext {
         // SAFETY: kvcodec_hold(ns: u64) touches no memory and returns after `ns`
         // nanoseconds of the GPU's global timer (or as many loop iterations).
         unsafe { launch.launch(launch_config(1, 1, 0)) }?;
+        Ok(())
+    }
+
+    /// Queues the plainest kernel that reads the first `bytes` bytes of `data` once
+    /// ([`TimingKernel::ReadFloor`]: 16-byte streaming loads, 8 CTAs of 512 threads per
+    /// SM, nothing written): timed like a memory-bound kernel of the same bytes, it is that
+    /// kernel's floor at this size, launch and ramp included (a short read does not reach
+    /// the large-copy bandwidth). `sink` is a 4-byte scratch word.
+    ///
+    /// # Errors
+    /// [`crate::Error::Buffer`] (nothing queued) when `bytes` is not a multiple of 16 or
+    /// runs past `data`, or `sink` is empty; [`crate::Error::Cuda`].
+    pub fn read_floor<T: cudarc::driver::DeviceRepr>(
+        &self,
+        data: &CudaSlice<T>,
+        bytes: usize,
+        sink: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        if !bytes.is_multiple_of(16) || bytes > data.num_bytes() {
+            let why =
+                format!("{bytes} bytes to read from {}: needs a multiple of 16 within it", data.num_bytes());
+            return Err(crate::Error::Buffer { what: "data", why });
+        }
+        if sink.is_empty() {
+            return Err(crate::Error::Buffer { what: "sink", why: "empty; needs one u32".into() });
+        }
+        let read = self.function(TimingKernel::ReadFloor)?;
+        let words = (bytes / 16) as u64;
+        let mut launch = self.stream().launch_builder(&read);
+        launch.arg(data).arg(&words).arg(sink);
+        // SAFETY: the kernel reads words [0, bytes / 16) of `data`, checked above to lie in
+        // it, and may write the first word of `sink` (not empty).
+        unsafe { launch.launch(launch_config(8 * self.multiprocessors(), 512, 0)) }?;
         Ok(())
     }
 
