@@ -135,8 +135,8 @@ impl GpuContext {
     }
 
     /// Queues the plainest kernel that reads the first `bytes` bytes of `data` once
-    /// ([`TimingKernel::ReadFloor`]: 16-byte streaming loads, 8 CTAs of 512 threads per
-    /// SM, nothing written): timed like a memory-bound kernel of the same bytes, it is that
+    /// ([`TimingKernel::ReadFloor`]: four independent 16-byte streaming loads in flight per
+    /// thread, 4 CTAs of 512 threads per SM, nothing written): timed like a memory-bound kernel of the same bytes, it is that
     /// kernel's floor at this size, launch and ramp included (a short read does not reach
     /// the large-copy bandwidth). `sink` is a 4-byte scratch word.
     ///
@@ -163,7 +163,7 @@ impl GpuContext {
         launch.arg(data).arg(&words).arg(sink);
         // SAFETY: the kernel reads words [0, bytes / 16) of `data`, checked above to lie in
         // it, and may write the first word of `sink` (not empty).
-        unsafe { launch.launch(launch_config(8 * self.multiprocessors(), 512, 0)) }?;
+        unsafe { launch.launch(launch_config(4 * self.multiprocessors(), 512, 0)) }?;
         Ok(())
     }
 
