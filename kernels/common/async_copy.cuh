@@ -28,3 +28,9 @@ __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.com
 // Waits until every group the thread committed has landed (its copies are then visible
 // to the thread; other threads see them after a barrier).
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Waits until at most `N` of the thread's most recent committed groups are still in
+// flight (the older ones have landed and are visible to the thread).
+template <int N> __device__ __forceinline__ void copy_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}

@@ -24,6 +24,9 @@
 #include "restore.cuh"
 
 #define ZF_RESTORE_STAGES 3
+// A lane holds the entries of the 64 items from the current run on: the item issued while
+// item i is restored is at most STAGES - 1 past i (zf_restore_range's `held`).
+static_assert(ZF_RESTORE_STAGES >= 2 && ZF_RESTORE_STAGES - 1 <= 32, "the issued item lies in the held runs");
 
 // Warps per CTA: the ring of each warp is ZF_RESTORE_STAGES page-sized slots (12 KB at
 // head_dim 64), so that two CTAs fit an SM's shared memory at every head_dim.
@@ -114,7 +117,7 @@ __device__ void zf_restore_range(const uint8_t* __restrict__ pages, unsigned lon
             now = next;
             next = item_of(run + 32 + lane);
         }
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(ZF_RESTORE_STAGES - 2));
+        copy_async_wait<ZF_RESTORE_STAGES - 2>();
         __syncwarp();  // item i is in shared memory for every lane; item i - 1's slot is free
         issue(i + ZF_RESTORE_STAGES - 1, prev);
         const ZfRestoreItem<D> it = held(i);

@@ -4,8 +4,8 @@
 // order and folded into a checksum, no attention), against a kernel that only reads and
 // sums the same bytes (the read roofline) in the same run. Reports GB/s of slot bytes
 // read and of BF16 restored, and the checksum against the CPU reference's. CUDA events,
-// 3 warm-ups, median of 21 (microbench.cuh). Results: docs/PERF.md, "GAAC". A
-// standalone program, not part of the workspace build:
+// 3 warm-ups, median of 21, each behind a 2 ms hold (microbench.cuh). Results:
+// docs/PERF.md, "GAAC". A standalone program, not part of the workspace build:
 //   cargo run --release -p gaac --example restore_input -- fixtures/smollm2-135m-code.safetensors code.gaac
 //   (prints the checksum of one copy)
 //   V=target/xtask/nvcc-venv/lib/python3*/site-packages/nvidia/cu13
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
         restore<<<grid, GAAC_RESTORE_WARPS * 32, smem>>>(d_slots, C, copies * B, B, (int)per_head, (int)H, d_status, d_raw,
                                                    d_overflow, d_bases, d_sum);
     });
-    const double read_ms = median_ms(e0, e1, [&](int) { read_sum<<<sms * 8, 512>>>((const uint4*)d_slots, total / 16, d_sum); });
+    const double read_ms = median_ms(e0, e1, [&](int) { read_roofline(d_slots, total, d_sum, sms); });
     print_rates("read roofline (slot bytes)", read_ms, (double)total, 0);
     printf("%-34s %8.3f ms %8.1f GB/s of slots %8.1f GB/s of BF16 restored, %.1f%% of the read roofline, %d CTAs x %d warps, %zu B shared per CTA, %d stages\n",
            "gaac restore", restore_ms, total / (restore_ms * 1e-3) / 1e9, 2.0 * values / (restore_ms * 1e-3) / 1e9,

@@ -1,17 +1,17 @@
 // How the L2 flush before a timed run changes a short read-bound kernel: a read of
-// `size` bytes (read_sum, the restore benchmarks' read roofline) timed after each way of
-// emptying the L2 of its data: a 512 MiB memset (what bench-attention and peers.py do:
-// it leaves the L2 full of dirty lines, which the timed kernel's misses must write back
-// to HBM), a 512 MiB read with ordinary loads (clean lines, dropped for free), or nothing (the same buffer
-// read again: the L2 serves up to its size of it). Sizes are decode attention's KV
-// bytes at batch 1 (Llama-3-8B shape: 8K 33.6 MB .. 128K 537 MB). CUDA events, median of
-// 21 after 3 warm-ups, each behind a 2 ms hold (microbench.cuh).
+// `size` bytes (the read roofline, microbench.cuh) timed after each way of emptying the
+// L2 of its data: a 512 MiB memset (what bench-attention and peers.py do: it leaves the
+// L2 full of dirty lines, which the timed kernel's misses must write back to HBM), a
+// 512 MiB read with ordinary loads (clean lines, dropped for free), or nothing (the same
+// buffer read again; the read's evict-first loads leave little of it in the L2). Sizes
+// are decode attention's KV bytes at batch 1 (Llama-3-8B shape, 4K .. 128K tokens: 16.8
+// .. 537 MB). CUDA events, median of 21 after 3 warm-ups, each behind a 2 ms hold.
 //   V=target/xtask/nvcc-venv/lib/python3*/site-packages/nvidia/cu13
-//   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -I$V/include xtask/microbench/l2_flush.cu \
+//   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -Ikernels -I$V/include xtask/microbench/l2_flush.cu \
 //       -L$V/lib -lcudart_static -ldl -lpthread -lrt -o l2_flush && ./l2_flush
 #include "microbench.cuh"
 
-// The read flush: every 16-byte word read with an ordinary L2 policy (read_sum's
+// The read flush: every 16-byte word read with an ordinary L2 policy (the read floor's
 // streaming loads are marked evict-first, and would evict each other before the data).
 __global__ void read_flush(const uint4* __restrict__ in, size_t n16, uint32_t* out) {
     uint32_t s = 0;
@@ -36,7 +36,7 @@ int main() {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    const auto read = [&](const uint8_t* p, size_t n) { read_sum<<<sms * 8, 512>>>((const uint4*)p, n / 16, sink); };
+    const auto read = [&](const uint8_t* p, size_t n) { read_roofline(p, n, sink, sms); };
     printf("%10s %14s %14s %14s   (us; GB/s)\n", "MB", "memset flush", "read flush", "no flush");
     for (const double mb : {16.8, 33.6, 67.1, 134.2, 268.4, 536.9}) {
         const size_t n = (size_t)(mb * 1e6) / 16 * 16;

@@ -12,8 +12,8 @@
 //   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -Ikernels -I$V/include xtask/microbench/zipfusion_restore.cu \
 //       -L$V/lib -lcudart_static -ldl -lpthread -lrt -o zipfusion_restore
 //   ./zipfusion_restore code.zf <checksum> [copies]
-// (copies: how many times the pages are tiled, default enough for 1 GiB; 1 for
-// compute-sanitizer runs).
+// (copies: how many times the pages are tiled, default enough for 1 GiB; a small count
+// such as 2 for compute-sanitizer runs).
 #include <cstdlib>
 #include "zipfusion/zipfusion_restore.cu"
 #include "microbench.cuh"
@@ -44,8 +44,11 @@ int main(int argc, char** argv) {
     const uint32_t expected_one = (uint32_t)strtoul(argv[2], nullptr, 0);
     // Header (spec 7.1): magic "KVZF", version, variant, flags, L, H, D, reserved, T.
     if (c.size() < ZIPFUSION_HEADER_LEN || memcmp(c.data(), "KVZF", 4) != 0) { printf("not a ZipFusion container\n"); return 2; }
-    const bool zero_aware = c[6] == 1;
+    const unsigned version = c[4] | c[5] << 8, variant = c[6];
+    if (version != 1 || variant > 1) { printf("version %u, variant %u: not a version-1 container\n", version, variant); return 2; }
+    const bool zero_aware = variant == 1;
     const size_t L = le32(c, 8), H = le32(c, 12), D = le32(c, 16), T = le64(c, 24);
+    if (L == 0 || H == 0) { printf("L=%zu H=%zu: no pages\n", L, H); return 2; }
     if (D != 64 && D != 128 && D != 256) { printf("head_dim %zu: the kernel is built for 64, 128 and 256\n", D); return 2; }
     // Body (spec 7.2): per layer its pages back to back (each page's length from its last
     // entry's offset and block bytes, spec 5.1-5.2), then its BF16 tail, skipped here.
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     printf("checksum %#010x, expected %#010x, status %u: %s\n", got, expected, status, ok ? "ok" : "MISMATCH");
 
     const double restore_ms = median_ms(e0, e1, [&](int) { launch(); });
-    const double read_ms = median_ms(e0, e1, [&](int) { read_sum<<<sms * 8, 512>>>((const uint4*)d_pages, total / 16, d_sum); });
+    const double read_ms = median_ms(e0, e1, [&](int) { read_roofline(d_pages, total, d_sum, sms); });
     print_rates("read roofline (page bytes)", read_ms, (double)total, 0);
     printf("%-34s %8.3f ms %8.1f GB/s of pages %8.1f GB/s of BF16 restored, %.1f%% of the read roofline, %d CTAs x %d warps, %zu B shared per CTA, %d stages\n",
            "zipfusion restore", restore_ms, total / (restore_ms * 1e-3) / 1e9, 2.0 * values / (restore_ms * 1e-3) / 1e9,

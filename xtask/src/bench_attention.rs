@@ -519,10 +519,12 @@ fn measure(
         Ok(decode_device(gpu, &mut workspace, &problem, &mut out.slice_mut(..), &mut lse.slice_mut(..))?)
     })?;
     workspace.check(gpu)?;
-    // The read floor of `bytes` of the cell's KV (its contents do not change a plain read).
+    // The read floor of `bytes` of the cell's KV (its contents do not change a plain read;
+    // a kernel that reads more bytes than the BF16 cache has no floor here).
     let mut sink = gpu.zeros::<u32>(1)?;
-    let mut read_floor = |bytes: u64, time: &mut Timer<'_>| {
-        let bytes = (bytes as usize).min(4 * n) / 16 * 16;
+    let mut read_floor = |bytes: u64, time: &mut Timer<'_>| -> anyhow::Result<f64> {
+        let bytes = usize::try_from(bytes)?.next_multiple_of(16);
+        anyhow::ensure!(bytes <= 4 * n, "a read floor of {bytes} bytes past the {}-byte KV", 4 * n);
         time(&mut || Ok(gpu.read_floor(&kv, bytes, &mut sink)?))
     };
     let twin_floor_us = read_floor((4 * n) as u64, &mut time)?;
@@ -662,9 +664,9 @@ fn measure(
 
 /// The GAAC fused kernel on the cell's pages (`kv`: K pages then V pages, `[pages, 16, H,
 /// D]` each): bases calibrated on the first tokens of the values, every block sealed on the
-/// device into a default-capacity slot (one call, each page's K and V tails in turn), the directory from the statuses (raw blocks read
-/// from the sealer's raw buffer), timed with `time`. Returns the cell (not yet compared)
-/// and the output and lse.
+/// device into a default-capacity slot (one call, each page's K and V tails in turn), the
+/// directory from the statuses (raw blocks read from the sealer's raw buffer), timed with
+/// `time`. Returns the cell (not yet compared, no read floor yet) and the output and lse.
 #[allow(clippy::too_many_arguments)]
 fn measure_gaac(
     gpu: &GpuContext,

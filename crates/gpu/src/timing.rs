@@ -1,7 +1,8 @@
 //! GPU timing for benchmarks: CUDA events (created with `CU_EVENT_DEFAULT`, since the
 //! default flags disable timing), warm-up, the median of many runs, each run queued behind
 //! a hold kernel (`kernels/gpu/timing.cu`) so that the host's launch latency is not
-//! timed, and the device-to-device copy that gives each measurement its roofline.
+//! timed, the device-to-device copy that gives each measurement its roofline, and the
+//! read floor of a read-only kernel (`GpuContext::read_floor`).
 
 use cudarc::driver::{CudaSlice, PushKernelArg, sys};
 
@@ -136,9 +137,10 @@ impl GpuContext {
 
     /// Queues the plainest kernel that reads the first `bytes` bytes of `data` once
     /// ([`TimingKernel::ReadFloor`]: four independent 16-byte streaming loads in flight per
-    /// thread, 4 CTAs of 512 threads per SM, nothing written): timed like a memory-bound kernel of the same bytes, it is that
-    /// kernel's floor at this size, launch and ramp included (a short read does not reach
-    /// the large-copy bandwidth). `sink` is a 4-byte scratch word.
+    /// thread, 4 CTAs of 512 threads per SM, nothing written). Timed like a memory-bound
+    /// kernel of the same bytes, it is that kernel's floor at this size, launch and ramp
+    /// included (a short read does not reach the large-copy bandwidth). `sink` is a 4-byte
+    /// scratch word.
     ///
     /// # Errors
     /// [`crate::Error::Buffer`] (nothing queued) when `bytes` is not a multiple of 16 or
