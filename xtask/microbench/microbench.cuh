@@ -1,7 +1,7 @@
 // What the standalone microbenchmarks in this folder share: error checks, the timing
 // method of docs/PERF.md (CUDA events, 3 warm-ups, median of 21, each behind the
-// workspace's hold kernel) and the read roofline (the workspace's read floor kernel).
-// Build with -Ikernels.
+// workspace's hold kernel) and the read roofline (the workspace's read floor kernel,
+// included by its path from this folder).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
-#include "gpu/timing.cu"
+#include "../../kernels/gpu/timing.cu"
 
 // Returns 1 from main() with the failing call's text when a CUDA call fails.
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
