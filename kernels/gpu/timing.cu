@@ -1,4 +1,5 @@
-// A kernel for GPU timing (crates/gpu/src/timing.rs), not a codec.
+// Kernels for GPU timing (crates/gpu/src/timing.rs), not a codec: the hold and the read
+// floor.
 //
 // kvcodec_hold keeps its stream busy for `ns` nanoseconds of the GPU's global timer
 // (one thread; the loop is also bounded by a count). A benchmark launches it, then records its start event

@@ -1,11 +1,13 @@
 // The GAAC restore-only microbenchmark (docs/formats/gaac.md §3.7, fused-attention notes
 // §4.9): the slots of a GAAC container, tiled to at least 1 GiB, restored by
 // kernels/gaac/gaac_restore.cu (every value rebuilt to BF16 in registers in fragment
-// order and folded into a checksum, no attention), against a kernel that only reads and
-// sums the same bytes (the read roofline) in the same run. Reports GB/s of slot bytes
-// read and of BF16 restored, and the checksum against the CPU reference's. CUDA events,
-// 3 warm-ups, median of 21, each behind a 2 ms hold (microbench.cuh). Results:
-// docs/PERF.md, "GAAC". A standalone program, not part of the workspace build:
+// order and folded into a checksum, no attention), against the read floor kernel
+// (kvcodec_read_floor, microbench.cuh) on the same bytes in the same run. Reports GB/s of
+// slot bytes read and of BF16 restored, and the checksum against the CPU reference's. CUDA
+// events, 3 warm-ups, median of 21, each behind a 2 ms hold (microbench.cuh). Results:
+// docs/PERF.md, "GAAC" (the versions, against an older roofline kernel) and "the
+// restore-only kernels" (the current one). A standalone program, not part of the workspace
+// build:
 //   cargo run --release -p gaac --example restore_input -- fixtures/smollm2-135m-code.safetensors code.gaac
 //   (prints the checksum of one copy)
 //   V=target/xtask/nvcc-venv/lib/python3*/site-packages/nvidia/cu13

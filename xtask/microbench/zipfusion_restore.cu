@@ -2,9 +2,9 @@
 // "Restore-only"): the pages of a ZipFusion container, tiled to at least 1 GiB, read and
 // restored by kernels/zipfusion/zipfusion_restore.cu (the fused attention's loader: every
 // value rebuilt to BF16 in mma B-fragment registers and folded into a checksum, no
-// attention), against a kernel that only reads and sums the same bytes (the read roofline)
-// in the same run. Reports GB/s of compressed page bytes read and of BF16 restored, and the
-// checksum against the CPU's. CUDA events, 3 warm-ups, median of 21, each behind a 2 ms
+// attention), against the read floor kernel (kvcodec_read_floor, microbench.cuh) on the
+// same bytes in the same run. Reports GB/s of compressed page bytes read and of BF16
+// restored, and the checksum against the CPU's. CUDA events, 3 warm-ups, median of 21, each behind a 2 ms
 // hold (microbench.cuh). A standalone program, not part of the workspace build:
 //   cargo run --release -p zipfusion --example restore_input -- fixtures/smollm2-135m-code.safetensors code.zf
 //   (prints the checksum of one copy; `zero-aware` and a head_dim may follow code.zf)

@@ -237,8 +237,9 @@ pub(crate) fn run(args: AttentionArgs) -> anyhow::Result<()> {
         crate::shown(&input),
         args.pages
     )?;
-    // Each kernel: µs, GB/s of what it reads, the byte ratio of that, the speedup over the
-    // best peer and (fused) over the twin.
+    // The cell's BF16 read floor; each kernel: µs, GB/s of what it reads, its read floor
+    // over its time (%flr), the byte ratio of what it reads, the speedup over the best peer
+    // and (fused) over the twin.
     outln!(
         "{:<10} {:>3} {:>7} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>5} {:>5} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>8} {:>5} {:>5} {:>6} {:>6} {:>6} | {:>4}",
         "shape",
