@@ -2,7 +2,7 @@
 // docs/formats/zipfusion.md): reads the compressed pages of a cache, restores every value
 // to BF16 in the mma.m16n8k16 B-fragment registers exactly as the fused decode attention
 // does, and folds the registers into a checksum instead of computing attention. It measures
-// what the fused kernel pays to read and restore a page, against the read roofline of the
+// what the fused kernel pays to read and restore a page, against the read floor of the
 // same bytes; the host program is xtask/microbench/zipfusion_restore.cu and the numbers are
 // in docs/perf/attention.md, "Restore-only".
 //

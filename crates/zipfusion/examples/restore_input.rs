@@ -42,8 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = decoded.shape();
     let pages_per_layer = s.tokens / zipfusion::format::PAGE_TOKENS;
     let mut sum = 0u32;
-    for (index, _) in info.pages.iter().enumerate() {
-        let (layer, page) = (index / pages_per_layer, index % pages_per_layer);
+    for (layer, page) in (0..s.layers).flat_map(|l| (0..pages_per_layer).map(move |p| (l, p))) {
         for head in 0..s.kv_heads {
             for kind in [KvKind::K, KvKind::V] {
                 let tensor = decoded.tensor(layer, kind);
