@@ -14,6 +14,7 @@ mod cpu_bench;
 mod fixtures;
 mod kernel_constants;
 mod kernels;
+mod reshape;
 mod simulate;
 mod stats;
 mod tidy;
@@ -94,6 +95,31 @@ enum Command {
     /// without the shared pool; the allocator's CPU cost per step; `--trace` writes the
     /// allocator trace a device replay checks against.
     Simulate(simulate::SimulateArgs),
+    /// A KV file of another model's shape from a fixture's real values: the first
+    /// --layers layers, each K and V's words in file order regrouped as tokens of
+    /// --kv-heads x --head-dim, and the --dead-k-channels quietest K channels of every head
+    /// set to +0.0 (dead QK-norm channels). The defaults make issue 21's head_dim-256
+    /// model: 18 layers, one KV head.
+    Reshape {
+        /// The source KV safetensors file (a fixture).
+        #[arg(long)]
+        input: PathBuf,
+        /// Output safetensors path.
+        #[arg(long)]
+        out: PathBuf,
+        /// Layers kept, the source's first ones.
+        #[arg(long, default_value_t = 18)]
+        layers: usize,
+        /// KV heads per token.
+        #[arg(long, default_value_t = 1)]
+        kv_heads: usize,
+        /// Channels per head.
+        #[arg(long, default_value_t = 256)]
+        head_dim: usize,
+        /// K channels per head set to +0.0 in every token.
+        #[arg(long, default_value_t = 8)]
+        dead_k_channels: usize,
+    },
     /// Build a folder with everything a GPU machine without Rust needs, and print the command to run there.
     GpuBundle {
         /// Output folder: an earlier bundle there is replaced, any other non-empty folder refused.
@@ -132,6 +158,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PlotAttention { json, svg } => bench_attention::plot(&json, &svg),
         Command::CpuBench(args) => cpu_bench::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Reshape { input, out, layers, kv_heads, head_dim, dead_k_channels } => {
+            reshape::run(&input, &out, reshape::Reshape { layers, kv_heads, head_dim, dead_k_channels })
+        }
         Command::GpuBundle { out, gpu_only } => bundle::run(&out, gpu_only),
     }
 }

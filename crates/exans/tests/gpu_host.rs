@@ -51,6 +51,12 @@ fn host_decode(
     Ok(gpu.download(&out, index.values())?)
 }
 
+/// Chunks of 600,000 bytes from both sources, so that a fixture's container is several
+/// chunks and a bad record is decoded by a chunk of its own, after others.
+fn small_chunks() -> HostDecodeOptions {
+    HostDecodeOptions { chunk_bytes: 600_000, streams: 2, staging_chunk_bytes: 600_000 }
+}
+
 /// Host decodes of `cache`'s container with every chunk size and stream count given, from
 /// both sources, each compared with the original; each decoder decodes twice (reuse).
 fn check_host_round_trip(
@@ -66,7 +72,7 @@ fn check_host_round_trip(
     let index = DeviceIndex::new(gpu, &container).unwrap();
     for &chunk_bytes in chunks {
         for streams in [1, 2, 4] {
-            let options = HostDecodeOptions { chunk_bytes, streams };
+            let options = HostDecodeOptions { chunk_bytes, streams, staging_chunk_bytes: chunk_bytes };
             let mut decoder = HostDecoder::new(gpu, options).unwrap();
             for source in [Source::Pinned, Source::Staged, Source::Pinned] {
                 let what = format!("{name}, B = {block_tokens}, {options:?}, {source:?}");
@@ -114,8 +120,15 @@ fn host_decode_of_one_record_and_small_caches() {
 #[test]
 fn host_decode_refuses_bad_options_and_buffers() {
     let Some(gpu) = gpu_or_skip("host_decode_refuses_bad_options_and_buffers") else { return };
-    for (chunk_bytes, streams, what) in [(0, 2, "chunk_bytes"), (1, 0, "streams"), (1, 9, "streams")] {
-        let err = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes, streams }).unwrap_err();
+    let bad = [
+        (0, 2, 1, "chunk_bytes"),
+        (1, 0, 1, "streams"),
+        (1, 9, 1, "streams"),
+        (1, 2, 0, "staging_chunk_bytes"),
+    ];
+    for (chunk_bytes, streams, staging_chunk_bytes, what) in bad {
+        let options = HostDecodeOptions { chunk_bytes, streams, staging_chunk_bytes };
+        let err = HostDecoder::new(&gpu, options).unwrap_err();
         assert!(
             matches!(err, GpuError::Gpu(kvcodec_gpu::Error::InvalidArgument { what: w, .. }) if w == what),
             "{err}"
@@ -167,7 +180,7 @@ fn host_decode_verifies_checksums() {
     let options = exans::EncodeOptions { checksum: true, ..Default::default() };
     let container = exans::encode_cache_with(&cache, 16, &options).unwrap();
     let index = DeviceIndex::new(&gpu, &container).unwrap();
-    let mut decoder = HostDecoder::new(&gpu, HostDecodeOptions { chunk_bytes: 600_000, streams: 2 }).unwrap();
+    let mut decoder = HostDecoder::new(&gpu, small_chunks()).unwrap();
     for source in [Source::Pinned, Source::Staged] {
         let got = host_decode(&gpu, &mut decoder, &container, &index, source).unwrap();
         assert!(got == cache.concat_words(), "{source:?}: checksummed container");
@@ -202,8 +215,7 @@ fn host_decode_reports_the_cpu_error() {
     let (_, cache) = kvcodec_testkit::fixtures().remove(0);
     let container = encode_cache(&cache, 16).unwrap();
     let info = container_info(&container).unwrap();
-    // Small chunks, so the bad record is decoded by a chunk of its own, after others.
-    let options = HostDecodeOptions { chunk_bytes: 600_000, streams: 2 };
+    let options = small_chunks();
     let mut decoder = HostDecoder::new(&gpu, options).unwrap();
     let mut kernel_found = 0;
     for block in [0, info.blocks() / 2, info.blocks() - 1] {

@@ -166,11 +166,15 @@ pub(crate) fn print_table(rows: &[Row], warmup: usize) -> std::io::Result<()> {
             "h2d-raw      a page-locked host-to-device copy of the uncompressed cache; h2d-exans: of the container"
         )?;
         outln!(
+            "             h2d-exans-pageable: the container from pageable memory (the driver stages it), no hold"
+        )?;
+        outln!(
             "exans-h2d-*  the container decoded into device memory while it arrives from page-locked host memory,"
         )?;
         outln!(
-            "             in 2, 8 or 32 MiB chunks, or staged from pageable memory; GB/s of BF16 landed, timed"
+            "             in 2, 8 or 32 MiB chunks, or staged from pageable memory (32 MiB chunks; -8M: 8 MiB) by"
         )?;
+        outln!("             the rayon pool's threads; GB/s of BF16 landed, timed")?;
         outln!(
             "             without the hold (the host drives these); roof: h2d_bw x ratio, the link's bound"
         )?;

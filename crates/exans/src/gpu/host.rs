@@ -22,12 +22,15 @@
 //!   `PinnedHostSlice::as_slice`, or `cuMemHostRegister`ed memory). The copy engine
 //!   reads it directly; the borrow lasts until the [`PendingDecode`] is finished or
 //!   dropped.
-//! - [`HostContainer::Staged`]: any `&[u8]`. Each chunk is first copied by the host
+//! - [`HostContainer::Staged`]: any `&[u8]`, cut into chunks of
+//!   [`HostDecodeOptions::staging_chunk_bytes`]. Each chunk is first copied by the host
 //!   into one of three reusable page-locked slots, whose previous transfer the host
-//!   waits for. Its cost is one host `memcpy` of the compressed bytes on the calling
-//!   thread (single-threaded, so several times slower than a decode from page-locked
-//!   memory: docs/PERF.md) and `3 x` the largest chunk of page-locked memory, allocated
-//!   on first use and kept.
+//!   waits for, while the copy engine moves the chunks staged before it. The host copy
+//!   runs on the current rayon pool's threads, about two pieces per thread
+//!   ([`staging_piece`]): one thread's copy, not the link, bounds this path otherwise
+//!   (docs/PERF.md, "GPU, decode from host memory"). Its cost is that copy of the
+//!   compressed bytes and `3 x` the largest chunk of page-locked memory, allocated on
+//!   first use and kept.
 //!
 //! Validation is that of [`super::decode_device`]: the caller's [`DeviceIndex`] ran the
 //! CPU parser over the container; a nonzero device status gets the CPU decoder's exact
@@ -38,6 +41,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice};
 use kvcodec_gpu::GpuContext;
+use rayon::prelude::*;
 
 use super::decode::{check_buffers, launch_records};
 use super::{DecodeChecks, DeviceIndex, GpuError};
@@ -55,9 +59,17 @@ pub const DEFAULT_CHUNK_BYTES: usize = 8 << 20;
 pub const DEFAULT_STREAMS: usize = 2;
 /// The most decode streams a [`HostDecoder`] uses.
 pub const MAX_STREAMS: usize = 8;
+/// Default [`HostDecodeOptions::staging_chunk_bytes`]: 32 MiB. A staged chunk also pays
+/// the host copy's fork and join (waking the pool's threads, the slowest piece), which
+/// 8 MiB chunks do not amortise (docs/PERF.md); three slots of it are 96 MiB of
+/// page-locked memory.
+pub const DEFAULT_STAGING_CHUNK_BYTES: usize = 32 << 20;
 /// Page-locked staging slots of [`HostContainer::Staged`] decodes: the host fills one while
 /// the copy engine reads another, with one spare against jitter.
 const STAGING_SLOTS: usize = 3;
+/// The smallest piece of a staged chunk's host copy (bytes), so that a small chunk is not
+/// cut into pieces shorter than rayon's per-task cost.
+const STAGING_MIN_PIECE: usize = 256 << 10;
 
 /// How a [`HostDecoder`] pipelines a decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,11 +79,18 @@ pub struct HostDecodeOptions {
     pub chunk_bytes: usize,
     /// Decode streams, `1..=MAX_STREAMS`: the context's stream and `streams - 1` more.
     pub streams: usize,
+    /// Record bytes per chunk of a [`HostContainer::Staged`] decode, at least 1 (as
+    /// `chunk_bytes` is for page-locked containers); the staging slots are this large.
+    pub staging_chunk_bytes: usize,
 }
 
 impl Default for HostDecodeOptions {
     fn default() -> Self {
-        HostDecodeOptions { chunk_bytes: DEFAULT_CHUNK_BYTES, streams: DEFAULT_STREAMS }
+        HostDecodeOptions {
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            streams: DEFAULT_STREAMS,
+            staging_chunk_bytes: DEFAULT_STAGING_CHUNK_BYTES,
+        }
     }
 }
 
@@ -124,9 +143,10 @@ pub enum HostContainer<'a> {
     /// still decode correctly, but the driver then stages each copy with the host
     /// blocked in it.
     Pinned(&'a [u8]),
-    /// In ordinary (pageable) memory: this thread copies each chunk into a page-locked
-    /// staging slot first, waiting for the slot's previous transfer (costs in the
-    /// module docs).
+    /// In ordinary (pageable) memory: each chunk is copied into a page-locked staging
+    /// slot first, by the current rayon pool's threads (the global pool unless the
+    /// decode runs inside `rayon::ThreadPool::install`), once the slot's previous
+    /// transfer is done (costs in the module docs).
     Staged(&'a [u8]),
 }
 
@@ -175,12 +195,17 @@ impl HostDecoder {
     /// the context's stream, without a host synchronisation).
     ///
     /// # Errors
-    /// [`kvcodec_gpu::Error::InvalidArgument`] for `chunk_bytes == 0` or `streams`
-    /// outside `1..=MAX_STREAMS`; [`kvcodec_gpu::Error::Cuda`].
+    /// [`kvcodec_gpu::Error::InvalidArgument`] for `chunk_bytes == 0`,
+    /// `staging_chunk_bytes == 0` or `streams` outside `1..=MAX_STREAMS`;
+    /// [`kvcodec_gpu::Error::Cuda`].
     pub fn new(gpu: &GpuContext, options: HostDecodeOptions) -> Result<Self, GpuError> {
-        if options.chunk_bytes == 0 {
-            let why = "must be at least 1".into();
-            return Err(kvcodec_gpu::Error::InvalidArgument { what: "chunk_bytes", why }.into());
+        for (what, bytes) in
+            [("chunk_bytes", options.chunk_bytes), ("staging_chunk_bytes", options.staging_chunk_bytes)]
+        {
+            if bytes == 0 {
+                let why = "must be at least 1".into();
+                return Err(kvcodec_gpu::Error::InvalidArgument { what, why }.into());
+            }
         }
         if !(1..=MAX_STREAMS).contains(&options.streams) {
             let why = format!("{} is outside 1..={MAX_STREAMS}", options.streams);
@@ -228,7 +253,8 @@ impl HostDecoder {
             HostContainer::Staged(bytes) => (bytes, true),
         };
         check_buffers(index, container.len(), out.len())?;
-        let chunks = plan_chunks(&index.info().offsets, self.options.chunk_bytes);
+        let chunk_bytes = if staged { self.options.staging_chunk_bytes } else { self.options.chunk_bytes };
+        let chunks = plan_chunks(&index.info().offsets, chunk_bytes);
         let main = gpu.stream();
         if staged {
             let largest = chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
@@ -265,7 +291,7 @@ impl HostDecoder {
                     // No work is recorded on the slot's own event (event tracking is off),
                     // so this waits for nothing; `done` above did the waiting.
                     let slot = &mut slot.as_mut_slice()?[..src.len()];
-                    slot.copy_from_slice(src);
+                    stage(slot, src);
                     copy.memcpy_htod(&*slot, &mut dst)?;
                     done.record(copy)?;
                 } else {
@@ -330,6 +356,22 @@ impl Drop for HostDecoder {
             let _ = done.synchronize();
         }
     }
+}
+
+/// The piece of a staged chunk of `bytes` that one task of the host copy takes, for a
+/// rayon pool of `threads`: about two pieces per thread (one each leaves the threads
+/// that steal late idle while the last piece is copied), at least [`STAGING_MIN_PIECE`]
+/// bytes, a multiple of 4 KiB.
+pub fn staging_piece(bytes: usize, threads: usize) -> usize {
+    bytes.div_ceil(2 * threads.max(1)).max(STAGING_MIN_PIECE).next_multiple_of(4096)
+}
+
+/// `dst.copy_from_slice(src)` (equal lengths) by the current rayon pool's threads, in
+/// pieces of [`staging_piece`].
+fn stage(dst: &mut [u8], src: &[u8]) {
+    debug_assert_eq!(dst.len(), src.len());
+    let piece = staging_piece(src.len(), rayon::current_num_threads());
+    dst.par_chunks_mut(piece).zip(src.par_chunks(piece)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// A decode issued by [`HostDecoder`]: holds the host container and the decoder until
@@ -441,6 +483,27 @@ mod tests {
         let offsets = [32, 48, 64, 64 + 1024, 1104, 1120];
         let c = check_plan(&offsets, 64);
         assert_eq!(c.iter().map(|c| c.records.clone()).collect::<Vec<_>>(), vec![0..2, 2..3, 3..5]);
+    }
+
+    #[test]
+    fn staging_copies_every_byte() {
+        let piece = STAGING_MIN_PIECE;
+        let n = 40 * piece + 17;
+        let src: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+        for len in [0, 1, piece - 1, piece, piece + 1, 3 * piece + 5, n] {
+            let mut dst = vec![0xa5; len];
+            stage(&mut dst, &src[..len]);
+            assert!(dst == src[..len], "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn staging_pieces_are_two_per_thread_above_the_minimum() {
+        assert_eq!(staging_piece(32 << 20, 16), 1 << 20);
+        assert_eq!(staging_piece(32 << 20, 8), 2 << 20);
+        assert_eq!(staging_piece(8 << 20, 16), STAGING_MIN_PIECE);
+        assert_eq!(staging_piece(1, 0), STAGING_MIN_PIECE);
+        assert_eq!(staging_piece((32 << 20) + 1, 16) % 4096, 0);
     }
 
     #[test]
