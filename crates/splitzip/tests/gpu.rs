@@ -13,8 +13,15 @@ fn fixture_words() -> Vec<(String, Vec<u16>)> {
     kvcodec_testkit::fixtures().into_iter().map(|(name, cache)| (name, cache.concat_words())).collect()
 }
 
+/// `words` with exponent bit 4 flipped in every `every`-th value (the exponent moved by
+/// 16, outside a fixture's codebook): dense escapes that still leave the payload coded.
+fn with_escapes(words: &[u16], every: usize) -> Vec<u16> {
+    words.iter().enumerate().map(|(i, &w)| if i % every == 0 { w ^ 0x0800 } else { w }).collect()
+}
+
 /// Inputs: edge cases (empty, one value, odd lengths, all zeros, specials, every value
-/// escaped) and the real fixtures, with the codebook of the other fixture.
+/// escaped), the real fixtures with the codebook of the other fixture, and the first with
+/// escapes in 3.4% and 10% of its values.
 fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
     let fixtures = fixture_words();
     let cb_code = Codebook::calibrate(&[&fixtures[0].1]).unwrap();
@@ -26,6 +33,8 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
         ("specials".to_string(), kvcodec_testkit::special_words().repeat(1000), cb_code),
         ("random-raw".to_string(), Rng(7).words(100_003), cb_code),
         ("fixture-prefix-odd".to_string(), fixtures[0].1[..123_457].to_vec(), cb_prose),
+        ("fixture-escapes-3.4%".to_string(), with_escapes(&fixtures[0].1, 29), cb_prose),
+        ("fixture-escapes-10%".to_string(), with_escapes(&fixtures[0].1[..300_001], 10), cb_prose),
     ];
     let [code, prose] = <[(String, Vec<u16>); 2]>::try_from(fixtures).unwrap();
     cases.push((code.0, code.1, cb_prose));

@@ -9,6 +9,7 @@
 //! A codec joins the bench by implementing `bf16_field::CacheCodec` and
 //! `kvcodec_gpu::GpuCacheCodec` and adding one line to [`CODECS`].
 
+mod escapes;
 mod exans_host;
 mod method;
 pub(crate) mod report;
@@ -85,6 +86,21 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// This context over `cache`, a variant of the input the bench made, named `name`; its
+    /// calibrations are made afresh on first use (or set by the caller).
+    fn with_cache<'b>(&'b self, name: &'b str, cache: &'b KvCache) -> Ctx<'b> {
+        Ctx {
+            name,
+            path: self.path,
+            cache,
+            calibration_arg: self.calibration_arg,
+            splitzip: std::cell::OnceCell::new(),
+            gaac: std::cell::OnceCell::new(),
+            method: self.method,
+            gpu: self.gpu,
+        }
+    }
+
     /// `--calibration` when it names a JSON `cargo xtask calibrate` wrote (SplitZip
     /// codebooks or GAAC bases).
     fn calibration_json(&self) -> Option<&Path> {
@@ -169,6 +185,9 @@ const CODECS: &[Entry] = &[
             Ok(rows)
         },
     },
+    // SplitZip on the input with exponents moved out of its codebooks, a sweep of escape
+    // rates (escapes.rs).
+    Entry { name: "splitzip-escapes", rows: escapes::rows },
     Entry {
         name: "exans",
         rows: |ctx| {
