@@ -502,12 +502,62 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 // ---------------------------------------------------------------------------------------
 // Decoder, values: CTAs 0 .. tiles - 1 decode one tile each. Every thread rebuilds 8
 // words from 4 bytes of codes (exponents looked up in registers with byte permutes) and 8
-// bytes of sign+mantissa, patches its escaped values in registers (found by binary search
-// in its chunk's escape list, bounded even for a corrupt list) and stores 16 bytes once.
-// CTAs from `tiles` on run the body check (sz_check_body, one thread per chunk). The
-// hardware has been seen to dispatch CTAs in index order, so they mostly fill the SMs the
-// last wave of tiles leaves idle; correctness does not depend on any order.
+// bytes of sign+mantissa, patches its escaped values in registers from the tile's escape
+// image in shared memory (sz_tile_escapes) and stores 16 bytes once. CTAs from `tiles` on
+// run the body check (sz_check_body, one thread per chunk). The hardware has been seen to
+// dispatch CTAs in index order, so they mostly fill the SMs the last wave of tiles leaves
+// idle; correctness does not depend on any order.
 // ---------------------------------------------------------------------------------------
+
+// A tile's escapes as its threads read them: bit v of `mask` set when the tile's value v
+// is escaped, byte v of `image` its exponent (9 KB of shared memory per CTA).
+struct SzTileEscapes {
+    uint32_t mask[SPLITZIP_TILE_VALUES / 32];
+    uint32_t image[SPLITZIP_TILE_VALUES / 4];
+};
+
+// Builds `t` for the tile of chunks first_chunk .. + tile_chunks, every thread of the
+// CTA taking part (two barriers): warp w takes chunks w, w + 8, ..., its lanes the
+// chunk's escapes, so a chunk's list is read once, coalesced, instead of searched by
+// every group of the chunk (a dependent chain of loads per group, which made the decode
+// slow down as escapes grew). A chunk whose offsets are not ordered within E and its
+// length, and a position past its chunk, are skipped: the body check reports them and the
+// output is then unspecified. The ORs are atomic because a corrupt list may name a value
+// twice. Work is bounded by the tile's values.
+__device__ __forceinline__ void sz_tile_escapes(SzTileEscapes& t, const uint32_t* __restrict__ offsets,
+                                                const uint8_t* __restrict__ positions,
+                                                const uint8_t* __restrict__ esc_exponents, unsigned long long n,
+                                                unsigned chunk_size, unsigned long long chunks,
+                                                unsigned long long escapes, unsigned long long first_chunk,
+                                                unsigned tile_chunks) {
+    constexpr unsigned kWords = sizeof(SzTileEscapes) / 16;
+    for (unsigned i = threadIdx.x; i < kWords; i += SPLITZIP_THREADS) reinterpret_cast<uint4*>(&t)[i] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+    // 32-bit indices (offsets are u32, a chunk at most SPLITZIP_TILE_VALUES long): the
+    // group loads of the caller stay in registers without spilling at the 40-register cap.
+    const unsigned shift = sz_chunk_shift(chunk_size), lane = threadIdx.x % 32;
+    const uint16_t* position = reinterpret_cast<const uint16_t*>(positions);
+    for (unsigned c = threadIdx.x / 32; c < tile_chunks; c += SPLITZIP_THREADS / 32) {
+        const unsigned long long chunk = first_chunk + c;
+        const unsigned lo = offsets[chunk], hi = offsets[chunk + 1];
+        const unsigned chunk_len = chunk + 1 == chunks ? (unsigned)(n - (chunk << shift)) : chunk_size;
+        if (lo > hi || hi > escapes || hi - lo > chunk_len) continue;
+        for (unsigned j = lane; j < hi - lo; j += 32) {  // hi - lo <= chunk_len: no wrap
+            const unsigned k = lo + j, pos = position[k];
+            if (pos >= chunk_len) continue;
+            const unsigned v = (c << shift) + pos;
+            atomicOr(&t.mask[v / 32], 1u << (v % 32));
+            atomicOr(&t.image[v / 4], (uint32_t)esc_exponents[k] << (8 * (v % 4)));
+        }
+    }
+    __syncthreads();
+}
+
+// 0xff in byte i for bit i of `bits` (4 bits): the four shifted copies do not overlap,
+// so neither the multiply nor the spread to 0xff carries.
+__device__ __forceinline__ uint32_t sz_byte_mask4(uint32_t bits) {
+    return ((bits * 0x00204081u) & 0x01010101u) * 0xffu;
+}
 //
 // kSums (splitzip_decode_tiles_checksum) also adds the Adler-32 sums of the words it
 // writes to sums[0, 1], for the host to compare with the header's checksum.
@@ -526,8 +576,6 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     }
     const SzLayout lay = sz_layout(n, chunk_size);
     const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
-    const uint8_t* positions = payload + lay.escape_positions;
-    const uint8_t* esc_exponents = payload + exponents_at;
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
     uint32_t adler_s = 0, adler_o = 0;  // kSums: see sz_adler_ws
@@ -550,6 +598,17 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
             }
         }
     }
+    // The tile's escapes into shared memory, unless it has none (every thread reads the
+    // same two offsets, so the branch is uniform; a tile whose offsets claim none while a
+    // chunk inside has some is corrupt, which the body check reports).
+    __shared__ SzTileEscapes tile_escapes;
+    const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
+    const unsigned tile_chunks = (unsigned)min((unsigned long long)(SPLITZIP_TILE_VALUES / chunk_size), lay.chunks - first_chunk);
+    const bool patch = offsets[first_chunk] != offsets[first_chunk + tile_chunks];
+    if (patch) {
+        sz_tile_escapes(tile_escapes, offsets, payload + lay.escape_positions, payload + exponents_at, n, chunk_size,
+                        lay.chunks, escapes, first_chunk, tile_chunks);
+    }
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
         if (kSums && u > 0) sz_adler_next(adler_s, adler_o);  // also before a group past n
@@ -557,23 +616,13 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         if (v0 >= n) continue;
         uint32_t e_lo = kv_lookup16_quad(codes[u] & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
         uint32_t e_hi = kv_lookup16_quad(codes[u] >> 16, codebook.x, codebook.y, codebook.z, codebook.w);
-        const unsigned long long chunk = v0 >> sz_chunk_shift(chunk_size);
-        const unsigned long long lo = offsets[chunk], hi = offsets[chunk + 1];
-        if (hi > lo && hi <= escapes) {
-            const unsigned start = (unsigned)(v0 & (chunk_size - 1));
-            unsigned long long a = lo, b = hi;
-            while (a < b) {
-                const unsigned long long mid = (a + b) / 2;
-                if (sz_position(positions, mid) < start) a = mid + 1; else b = mid;
-            }
-            for (int step = 0; step < 8 && a < hi; ++step, ++a) {
-                const unsigned pos = sz_position(positions, a);
-                if (pos < start || pos >= start + 8) break;
-                const unsigned k = pos - start, shift = 8 * (k % 4);
-                const uint32_t e = esc_exponents[a];
-                if (k < 4) e_lo = (e_lo & ~(0xffu << shift)) | (e << shift);
-                else e_hi = (e_hi & ~(0xffu << shift)) | (e << shift);
-            }
+        const unsigned v = (unsigned)(v0 - base);  // a multiple of 8: its mask bits are one byte
+        const uint32_t escaped = patch ? (tile_escapes.mask[v / 32] >> (v % 32)) & 0xffu : 0u;
+        if (escaped != 0) {
+            const uint2 image = *reinterpret_cast<const uint2*>(&tile_escapes.image[v / 4]);
+            const uint32_t sel_lo = sz_byte_mask4(escaped & 15u), sel_hi = sz_byte_mask4(escaped >> 4);
+            e_lo = (e_lo & ~sel_lo) | (image.x & sel_lo);
+            e_hi = (e_hi & ~sel_hi) | (image.y & sel_hi);
         }
         const uint2 lo4 = kv_join_quad(e_lo, sf[u].x);
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
