@@ -511,7 +511,7 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 
 // A tile's escapes as its threads read them: bit v of `mask` set when the tile's value v
 // is escaped, byte v of `image` its exponent (9 KB of shared memory per CTA).
-struct SzTileEscapes {
+struct __align__(16) SzTileEscapes {  // zeroed by 16-byte stores, read by 8-byte loads
     uint32_t mask[SPLITZIP_TILE_VALUES / 32];
     uint32_t image[SPLITZIP_TILE_VALUES / 4];
 };
@@ -519,8 +519,10 @@ struct SzTileEscapes {
 // Builds `t` for the tile of chunks first_chunk .. + tile_chunks, every thread of the
 // CTA taking part (two barriers): warp w takes chunks w, w + 8, ..., its lanes the
 // chunk's escapes, so a chunk's list is read once, coalesced, instead of searched by
-// every group of the chunk (a dependent chain of loads per group, which made the decode
-// slow down as escapes grew). A chunk whose offsets are not ordered within E and its
+// every group of the chunk (a dependent chain of loads per group, whose length grows
+// with the chunk's escapes). Chunks of 2048 values and more leave warps idle here (a
+// tile holds fewer than 8); splitting their lists over warps cost registers (spills at
+// the 40-register cap) for chunk sizes the codec does not use by default. A chunk whose offsets are not ordered within E and its
 // length, and a position past its chunk, are skipped: the body check reports them and the
 // output is then unspecified. The ORs are atomic because a corrupt list may name a value
 // twice. Work is bounded by the tile's values.
@@ -558,7 +560,7 @@ __device__ __forceinline__ void sz_tile_escapes(SzTileEscapes& t, const uint32_t
 __device__ __forceinline__ uint32_t sz_byte_mask4(uint32_t bits) {
     return ((bits * 0x00204081u) & 0x01010101u) * 0xffu;
 }
-//
+
 // kSums (splitzip_decode_tiles_checksum) also adds the Adler-32 sums of the words it
 // writes to sums[0, 1], for the host to compare with the header's checksum.
 template <bool kSums>
@@ -603,6 +605,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     // chunk inside has some is corrupt, which the body check reports).
     __shared__ SzTileEscapes tile_escapes;
     const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
+    // A division once per tile: written with the chunk shift, ptxas spilled at the cap.
     const unsigned tile_chunks = (unsigned)min((unsigned long long)(SPLITZIP_TILE_VALUES / chunk_size), lay.chunks - first_chunk);
     const bool patch = offsets[first_chunk] != offsets[first_chunk + tile_chunks];
     if (patch) {
