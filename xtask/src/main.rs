@@ -97,9 +97,9 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// A KV file of another model's shape from a fixture's real values: the first
     /// --layers layers, each K and V's words in file order regrouped as tokens of
-    /// --kv-heads x --head-dim, and the --dead-k-channels quietest K channels of every head
-    /// set to +0.0 (dead QK-norm channels). The defaults make issue 21's head_dim-256
-    /// model: 18 layers, one KV head.
+    /// --kv-heads x --head-dim, and --dead-k-channels K channels of every head (rotary
+    /// pairs, the same ones in every file) set to +0.0 (dead QK-norm channels). The
+    /// defaults make issue 21's head_dim-256 model: 18 layers, one KV head.
     Reshape {
         /// The source KV safetensors file (a fixture).
         #[arg(long)]
@@ -116,7 +116,7 @@ enum Command {
         /// Channels per head.
         #[arg(long, default_value_t = 256)]
         head_dim: usize,
-        /// K channels per head set to +0.0 in every token.
+        /// K channels per head set to +0.0 in every token (even: rotary pairs).
         #[arg(long, default_value_t = 8)]
         dead_k_channels: usize,
     },

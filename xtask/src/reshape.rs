@@ -4,13 +4,15 @@
 //!
 //! Each of the first `layers` layers' K and V keeps its words in file order, regrouped
 //! as tokens of `kv_heads x head_dim` (a 256-wide head holds four consecutive 64-value
-//! heads of SmolLM2, as `bench-attention` fills wide heads); the tokens that do not fill
+//! heads of SmolLM2, as `bench-attention` fills wide heads); the words that do not fill
 //! a whole new token are dropped. Then `dead_k_channels` channels of every K head are set
-//! to +0.0 in every token (a QK-norm channel whose weight is zero is exactly zero
-//! whatever its input). Which channels are dead is the model's, not the text's: they are
-//! drawn from a fixed sequence per (layer, head), so every file made with the same
-//! arguments has the same dead channels, and a codec calibrated on one (SplitZip's
-//! codebook, GAAC's bases) meets them in another.
+//! to +0.0 in every token: a QK-norm channel whose scale is zero is exactly zero whatever
+//! its input, and it stays zero after RoPE (the cache holds K after RoPE) only when its
+//! rotary partner is dead too, so channels die in pairs `c` and `c + head_dim / 2` (the
+//! rotate-half pairing of Llama and Gemma in transformers). Which channels are dead is
+//! the model's, not the text's: the pairs are drawn from a fixed sequence per (layer,
+//! head), so every file made with the same arguments has the same dead channels, and a
+//! codec calibrated on one (SplitZip's codebook, GAAC's bases) meets them in another.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,7 +29,7 @@ pub(crate) struct Reshape {
     pub(crate) kv_heads: usize,
     /// Channels per head of the output.
     pub(crate) head_dim: usize,
-    /// K channels per head set to +0.0 in every token.
+    /// K channels per head set to +0.0 in every token: an even number (rotary pairs).
     pub(crate) dead_k_channels: usize,
 }
 
@@ -71,14 +73,20 @@ fn reshape(source: &KvCache, to: Reshape) -> anyhow::Result<(KvCache, Vec<Vec<us
         to.layers,
         s.layers
     );
+    let per_token = to.kv_heads * to.head_dim;
+    ensure!(per_token > 0, "--kv-heads and --head-dim must be at least 1");
+    ensure!(
+        to.head_dim.is_multiple_of(2) && to.dead_k_channels.is_multiple_of(2),
+        "--head-dim {} and --dead-k-channels {} must be even: channels die in rotary pairs",
+        to.head_dim,
+        to.dead_k_channels
+    );
     ensure!(
         to.dead_k_channels < to.head_dim,
         "--dead-k-channels {} leaves no live channel of {}",
         to.dead_k_channels,
         to.head_dim
     );
-    let per_token = to.kv_heads * to.head_dim;
-    ensure!(per_token > 0, "--kv-heads and --head-dim must be at least 1");
     let tokens = s.values_per_tensor() / per_token;
     ensure!(
         tokens > 0,
@@ -105,9 +113,9 @@ fn reshape(source: &KvCache, to: Reshape) -> anyhow::Result<(KvCache, Vec<Vec<us
 }
 
 /// The dead channels of K head number `head_index` (`layer * kv_heads + head`),
-/// ascending: the first `to.dead_k_channels` of a Fisher-Yates shuffle of the channels
-/// driven by SplitMix64 seeded with the index, so they depend on nothing but the index
-/// and the shape.
+/// ascending: the first `to.dead_k_channels / 2` of a Fisher-Yates shuffle of the first
+/// half's channels, driven by SplitMix64 seeded with the index, each with its rotary
+/// partner `c + head_dim / 2`; they depend on nothing but the index and the shape.
 fn dead_channels(head_index: usize, to: Reshape) -> Vec<usize> {
     let mut state = head_index as u64;
     let mut next = || {
@@ -117,12 +125,13 @@ fn dead_channels(head_index: usize, to: Reshape) -> Vec<usize> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     };
-    let mut order: Vec<usize> = (0..to.head_dim).collect();
-    for i in 0..to.dead_k_channels {
-        let j = i + (next() % (to.head_dim - i) as u64) as usize;
+    let (half, pairs) = (to.head_dim / 2, to.dead_k_channels / 2);
+    let mut order: Vec<usize> = (0..half).collect();
+    for i in 0..pairs {
+        let j = i + (next() % (half - i) as u64) as usize;
         order.swap(i, j);
     }
-    let mut channels = order[..to.dead_k_channels].to_vec();
+    let mut channels: Vec<usize> = order[..pairs].iter().flat_map(|&c| [c, c + half]).collect();
     channels.sort_unstable();
     channels
 }
@@ -160,14 +169,14 @@ mod tests {
 
     #[test]
     fn a_partial_token_is_dropped_and_each_head_has_its_dead_channels() {
-        // 48 words as tokens of 2 x 5: 4 tokens, 8 words dropped.
-        let to = Reshape { layers: 2, kv_heads: 2, head_dim: 5, dead_k_channels: 2 };
+        // 48 words as tokens of 2 x 10: 2 tokens, 8 words dropped.
+        let to = Reshape { layers: 2, kv_heads: 2, head_dim: 10, dead_k_channels: 2 };
         let (cache, dead) = reshape(&source(), to).unwrap();
-        assert_eq!(cache.shape().tokens, 4);
+        assert_eq!(cache.shape().tokens, 2);
         assert_eq!(dead.len(), 4);
         let k = cache.tensor(1, KvKind::K);
         assert_eq!(k.len(), 40);
-        for (h, head) in k.chunks_exact(5).enumerate() {
+        for (h, head) in k.chunks_exact(10).enumerate() {
             let dead = &dead[2 + h % 2];
             assert!(
                 head.iter().enumerate().all(|(c, &w)| (w == 0) == dead.contains(&c)),
@@ -183,12 +192,13 @@ mod tests {
         for d in &all {
             assert_eq!(d.len(), 8);
             assert!(d.windows(2).all(|w| w[0] < w[1]) && d[7] < 256, "{d:?}");
+            assert!(d.iter().all(|c| d.contains(&((c + 128) % 256))), "rotary pairs: {d:?}");
         }
         assert_eq!(all, (0..18).map(|i| dead_channels(i, to)).collect::<Vec<_>>());
         assert!(all.windows(2).any(|w| w[0] != w[1]), "every layer the same channels");
-        let most = Reshape { dead_k_channels: 255, ..to };
+        let most = Reshape { dead_k_channels: 254, ..to };
         let d = dead_channels(3, most);
-        assert!(d.len() == 255 && d.windows(2).all(|w| w[0] < w[1]));
+        assert!(d.len() == 254 && d.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
@@ -199,6 +209,8 @@ mod tests {
             Reshape { layers: 1, kv_heads: 1, head_dim: 8, dead_k_channels: 8 },
             Reshape { layers: 1, kv_heads: 1, head_dim: 64, dead_k_channels: 0 },
             Reshape { layers: 1, kv_heads: 0, head_dim: 8, dead_k_channels: 0 },
+            Reshape { layers: 1, kv_heads: 1, head_dim: 8, dead_k_channels: 3 },
+            Reshape { layers: 1, kv_heads: 2, head_dim: 5, dead_k_channels: 2 },
         ];
         for to in bad {
             assert!(reshape(&source(), to).is_err(), "{to:?}");

@@ -21,7 +21,7 @@ fn with_escapes(words: &[u16], every: usize) -> Vec<u16> {
 
 /// Inputs: edge cases (empty, one value, odd lengths, all zeros, specials, every value
 /// escaped), the real fixtures with the codebook of the other fixture, and the first with
-/// escapes in 3.4% and 10% of its values.
+/// every 29th and every 10th exponent moved (about 3.5% and 10% escapes).
 fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
     let fixtures = fixture_words();
     let cb_code = Codebook::calibrate(&[&fixtures[0].1]).unwrap();
@@ -33,8 +33,8 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
         ("specials".to_string(), kvcodec_testkit::special_words().repeat(1000), cb_code),
         ("random-raw".to_string(), Rng(7).words(100_003), cb_code),
         ("fixture-prefix-odd".to_string(), fixtures[0].1[..123_457].to_vec(), cb_prose),
-        ("fixture-escapes-3.4%".to_string(), with_escapes(&fixtures[0].1, 29), cb_prose),
-        ("fixture-escapes-10%".to_string(), with_escapes(&fixtures[0].1[..300_001], 10), cb_prose),
+        ("fixture-escapes-every-29th".to_string(), with_escapes(&fixtures[0].1, 29), cb_prose),
+        ("fixture-escapes-every-10th".to_string(), with_escapes(&fixtures[0].1[..300_001], 10), cb_prose),
     ];
     let [code, prose] = <[(String, Vec<u16>); 2]>::try_from(fixtures).unwrap();
     cases.push((code.0, code.1, cb_prose));
@@ -128,6 +128,45 @@ fn assert_gpu_reports(gpu: &GpuContext, bad: &[u8], cpu: &DecodeError, what: &st
     let gpu_err = decode_to_vec(gpu, bad).unwrap_err();
     let expected = splitzip::Error::Decode(cpu.clone());
     assert!(matches!(&gpu_err, GpuError::Codec(e) if *e == expected), "{what}: {gpu_err} vs {cpu}");
+}
+
+/// Corrupt bodies with dense escapes at the smallest and largest GPU chunk sizes (256
+/// chunks of a tile, or one): every byte flip the CPU rejects, the GPU rejects with the
+/// same error; one it accepts decodes to the CPU's words.
+#[test]
+fn gpu_decode_of_corrupt_escapes_matches_the_cpu_at_every_chunk_size() {
+    let Some(gpu) = gpu_or_skip("gpu_decode_of_corrupt_escapes_matches_the_cpu_at_every_chunk_size") else {
+        return;
+    };
+    let (_, words) = fixture_words().remove(0);
+    let codebook = Codebook::calibrate(&[&words]).unwrap();
+    let words = with_escapes(&words[..200_003], 29);
+    for chunk_size in [32, 8192] {
+        let payload = encode(&words, &codebook, chunk_size).unwrap();
+        let header = splitzip::PayloadHeader::parse(&payload).unwrap();
+        let splitzip::Layout::Coded(layout) = header.layout else { panic!("chunk {chunk_size}: not coded") };
+        let mut rejected = 0;
+        for (section, s) in layout.sections() {
+            for k in [0u64, 1, 2, 3, s.len / 3, s.len / 2, s.len.saturating_sub(2), s.len.saturating_sub(1)] {
+                if k >= s.len {
+                    continue;
+                }
+                for flip in [0x5au8, 0xff, 0x01] {
+                    let mut bad = payload.clone();
+                    bad[(s.offset + k) as usize] ^= flip;
+                    let what = format!("chunk {chunk_size}, {section}+{k} ^ {flip:#x}");
+                    match decode(&bad) {
+                        Ok(cpu) => assert_eq!(decode_to_vec(&gpu, &bad).unwrap(), cpu, "{what}"),
+                        Err(cpu) => {
+                            assert_gpu_reports(&gpu, &bad, &cpu, &what);
+                            rejected += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(rejected >= 10, "chunk {chunk_size}: only {rejected} corruptions were rejected");
+    }
 }
 
 #[test]

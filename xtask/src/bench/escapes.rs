@@ -1,10 +1,10 @@
 //! SplitZip under escapes (issue 21): the input's real values with the exponents of a
 //! chosen share moved out of the codebook, so that a sweep of escape rates keeps the
 //! data's sign+mantissa and the rest of its exponents. A chosen value's exponent moves
-//! by 16 (up, or down where up would leave the finite exponents), past a 16-entry
-//! codebook's span in the common case; a value whose both moves land in the codebook, an
-//! exact zero or a value already escaped is never chosen. Values are chosen by a hash of
-//! their index, so a rate gives the same cache in every run.
+//! by 16: up, or down where up would leave the finite exponents or land in the codebook.
+//! A value whose both moves land in the codebook or outside 1..=254, an exact zero or
+//! subnormal (exponent 0) and a value already escaped are never chosen. Values are chosen
+//! by a hash of their index, so a rate gives the same cache in every run.
 
 use bf16_field::{KvCache, KvKind};
 use splitzip::{Codebook, SplitzipCodec};
@@ -12,9 +12,9 @@ use splitzip::{Codebook, SplitzipCodec};
 use super::report::Row;
 use super::{Ctx, codec_rows};
 
-/// The escape rates of the sweep (escaped values over all values): SplitZip's own
-/// calibration on another text of the model (~0.1-0.2%), then up to what a codebook from
-/// another model gives (~1.6%) and past it.
+/// The escape rates of the sweep (escaped values over all values): issue 21's 0.15% (a
+/// codebook from another capture of the same model) and ~1.6% (a codebook from another
+/// model), steps between them, and past them.
 pub(super) const ESCAPE_RATES: [f64; 5] = [0.0015, 0.005, 0.01, 0.016, 0.03];
 
 /// SplitZip's rows (CPU, then GPU when there is one) on the input moved to each rate of

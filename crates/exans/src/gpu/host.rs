@@ -3,7 +3,7 @@
 //! (the offload use case of the ExANS paper: a KV cache kept compressed in host memory).
 //!
 //! The records are cut into chunks of about [`HostDecodeOptions::chunk_bytes`]
-//! ([`plan_chunks`]). Chunk `i` is copied on the decoder's copy stream into a device copy
+//! ([`plan_chunks`]; [`HostDecodeOptions::staging_chunk_bytes`] for a staged container). Chunk `i` is copied on the decoder's copy stream into a device copy
 //! of the container, an event is recorded, and one of [`HostDecodeOptions::streams`]
 //! decode streams (the context's stream first) waits on it and launches
 //! `exans_decode_records` on the chunk's records; the kernel joins each symbol with its
@@ -27,8 +27,8 @@
 //!   into one of three reusable page-locked slots, whose previous transfer the host
 //!   waits for, while the copy engine moves the chunks staged before it. The host copy
 //!   runs on the current rayon pool's threads, about two pieces per thread
-//!   ([`staging_piece`]): one thread's copy, not the link, bounds this path otherwise
-//!   (docs/PERF.md, "GPU, decode from host memory"). Its cost is that copy of the
+//!   (`staging_piece`): one thread's copy, not the link, bounds this path otherwise
+//!   (docs/perf/host-staging.md). Its cost is that copy of the
 //!   compressed bytes and `3 x` the largest chunk of page-locked memory, allocated on
 //!   first use and kept.
 //!
@@ -61,8 +61,8 @@ pub const DEFAULT_STREAMS: usize = 2;
 pub const MAX_STREAMS: usize = 8;
 /// Default [`HostDecodeOptions::staging_chunk_bytes`]: 32 MiB. A staged chunk also pays
 /// the host copy's fork and join (waking the pool's threads, the slowest piece), which
-/// 8 MiB chunks do not amortise (docs/PERF.md); three slots of it are 96 MiB of
-/// page-locked memory.
+/// 8 MiB chunks do not amortise (docs/perf/host-staging.md); three slots of it are 96 MiB
+/// of page-locked memory.
 pub const DEFAULT_STAGING_CHUNK_BYTES: usize = 32 << 20;
 /// Page-locked staging slots of [`HostContainer::Staged`] decodes: the host fills one while
 /// the copy engine reads another, with one spare against jitter.
@@ -74,8 +74,8 @@ const STAGING_MIN_PIECE: usize = 256 << 10;
 /// How a [`HostDecoder`] pipelines a decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostDecodeOptions {
-    /// Record bytes per chunk, at least 1 ([`plan_chunks`]); a record larger than this
-    /// is a chunk of its own.
+    /// Record bytes per chunk of a [`HostContainer::Pinned`] decode, at least 1
+    /// ([`plan_chunks`]); a record larger than this is a chunk of its own.
     pub chunk_bytes: usize,
     /// Decode streams, `1..=MAX_STREAMS`: the context's stream and `streams - 1` more.
     pub streams: usize,
@@ -358,11 +358,11 @@ impl Drop for HostDecoder {
     }
 }
 
-/// The piece of a staged chunk of `bytes` that one task of the host copy takes, for a
+/// The piece (bytes) of a staged chunk of `bytes` that one task of the host copy takes, for a
 /// rayon pool of `threads`: about two pieces per thread (one each leaves the threads
 /// that steal late idle while the last piece is copied), at least [`STAGING_MIN_PIECE`]
 /// bytes, a multiple of 4 KiB.
-pub fn staging_piece(bytes: usize, threads: usize) -> usize {
+fn staging_piece(bytes: usize, threads: usize) -> usize {
     bytes.div_ceil(2 * threads.max(1)).max(STAGING_MIN_PIECE).next_multiple_of(4096)
 }
 

@@ -147,9 +147,11 @@ pub fn decode_device(
             // SAFETY: the header was validated (section offsets and lengths match n, the
             // chunk size and E, and the payload is exactly encoded_len bytes), so every
             // index the kernel derives is in bounds; escape indices are checked against E
-            // before use (the check CTAs) or used only when a chunk's offsets are ordered
-            // and <= E (the tile CTAs); `out` holds n words; `status` holds one u32; the
-            // _checksum variant adds to the two u64 of `sums`.
+            // before use (the check CTAs) or used only when a chunk's offsets are ordered,
+            // <= E and at most the chunk's length apart (the tile CTAs, whose shared escape
+            // image also takes only positions below the chunk's length); `out` holds n
+            // words; `status` holds one u32; the _checksum variant adds to the two u64 of
+            // `sums`.
             unsafe { launch.launch(launch_config(tiles + check_ctas, THREADS, 0)) }?;
         }
     }
