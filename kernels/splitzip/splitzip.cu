@@ -502,8 +502,13 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 // ---------------------------------------------------------------------------------------
 // Decoder, values: CTAs 0 .. tiles - 1 decode one tile each. Every thread rebuilds 8
 // words from 4 bytes of codes (exponents looked up in registers with byte permutes) and 8
-// bytes of sign+mantissa, patches its escaped values in registers from the tile's escape
-// image in shared memory (sz_tile_escapes) and stores 16 bytes once. CTAs from `tiles` on
+// bytes of sign+mantissa, patches its escaped values in registers and stores 16 bytes
+// once. Two ways to find a group's escapes, chosen by the host from the payload's escape
+// rate (kImage): a binary search of its chunk's sorted list (bounded even for a corrupt
+// list), which costs nothing in a chunk without escapes but a dependent chain of loads per
+// group in a chunk with some; or the tile's escape image in shared memory
+// (sz_tile_escapes), which costs every tile with an escape two barriers but each group one
+// shared load, and wins once escapes are dense (docs/perf/splitzip-gpu.md). CTAs from `tiles` on
 // run the body check (sz_check_body, one thread per chunk). The hardware has been seen to
 // dispatch CTAs in index order, so they mostly fill the SMs the last wave of tiles leaves
 // idle; correctness does not depend on any order.
@@ -563,7 +568,7 @@ __device__ __forceinline__ uint32_t sz_byte_mask4(uint32_t bits) {
 
 // kSums (splitzip_decode_tiles_checksum) also adds the Adler-32 sums of the words it
 // writes to sums[0, 1], for the host to compare with the header's checksum.
-template <bool kSums>
+template <bool kSums, bool kImage>
 __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n,
                                                 unsigned chunk_size, unsigned long long escapes,
                                                 unsigned long long exponents_at, uint4 codebook,
@@ -578,6 +583,8 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     }
     const SzLayout lay = sz_layout(n, chunk_size);
     const uint32_t* offsets = reinterpret_cast<const uint32_t*>(payload + lay.escape_offsets);
+    const uint8_t* positions = payload + lay.escape_positions;
+    const uint8_t* esc_exponents = payload + exponents_at;
     const unsigned long long base = (unsigned long long)blockIdx.x * SPLITZIP_TILE_VALUES;
 
     uint32_t adler_s = 0, adler_o = 0;  // kSums: see sz_adler_ws
@@ -604,13 +611,17 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     // same two offsets, so the branch is uniform; a tile whose offsets claim none while a
     // chunk inside has some is corrupt, which the body check reports).
     __shared__ SzTileEscapes tile_escapes;
-    const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
-    // A division once per tile: written with the chunk shift, ptxas spilled at the cap.
-    const unsigned tile_chunks = (unsigned)min((unsigned long long)(SPLITZIP_TILE_VALUES / chunk_size), lay.chunks - first_chunk);
-    const bool patch = offsets[first_chunk] != offsets[first_chunk + tile_chunks];
-    if (patch) {
-        sz_tile_escapes(tile_escapes, offsets, payload + lay.escape_positions, payload + exponents_at, n, chunk_size,
-                        lay.chunks, escapes, first_chunk, tile_chunks);
+    bool patch = false;
+    if (kImage) {
+        const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
+        // A division once per tile: written with the chunk shift, ptxas spilled at the cap.
+        const unsigned tile_chunks =
+            (unsigned)min((unsigned long long)(SPLITZIP_TILE_VALUES / chunk_size), lay.chunks - first_chunk);
+        patch = offsets[first_chunk] != offsets[first_chunk + tile_chunks];
+        if (patch) {
+            sz_tile_escapes(tile_escapes, offsets, positions, esc_exponents, n, chunk_size, lay.chunks, escapes,
+                            first_chunk, tile_chunks);
+        }
     }
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
@@ -619,13 +630,34 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         if (v0 >= n) continue;
         uint32_t e_lo = kv_lookup16_quad(codes[u] & 0xffffu, codebook.x, codebook.y, codebook.z, codebook.w);
         uint32_t e_hi = kv_lookup16_quad(codes[u] >> 16, codebook.x, codebook.y, codebook.z, codebook.w);
-        const unsigned v = (unsigned)(v0 - base);  // a multiple of 8: its mask bits are one byte
-        const uint32_t escaped = patch ? (tile_escapes.mask[v / 32] >> (v % 32)) & 0xffu : 0u;
-        if (escaped != 0) {
-            const uint2 image = *reinterpret_cast<const uint2*>(&tile_escapes.image[v / 4]);
-            const uint32_t sel_lo = sz_byte_mask4(escaped & 15u), sel_hi = sz_byte_mask4(escaped >> 4);
-            e_lo = (e_lo & ~sel_lo) | (image.x & sel_lo);
-            e_hi = (e_hi & ~sel_hi) | (image.y & sel_hi);
+        if (kImage) {
+            const unsigned v = (unsigned)(v0 - base);  // a multiple of 8: its mask bits are one byte
+            const uint32_t escaped = patch ? (tile_escapes.mask[v / 32] >> (v % 32)) & 0xffu : 0u;
+            if (escaped != 0) {
+                const uint2 image = *reinterpret_cast<const uint2*>(&tile_escapes.image[v / 4]);
+                const uint32_t sel_lo = sz_byte_mask4(escaped & 15u), sel_hi = sz_byte_mask4(escaped >> 4);
+                e_lo = (e_lo & ~sel_lo) | (image.x & sel_lo);
+                e_hi = (e_hi & ~sel_hi) | (image.y & sel_hi);
+            }
+        } else {
+            const unsigned long long chunk = v0 >> sz_chunk_shift(chunk_size);
+            const unsigned long long lo = offsets[chunk], hi = offsets[chunk + 1];
+            if (hi > lo && hi <= escapes) {
+                const unsigned start = (unsigned)(v0 & (chunk_size - 1));
+                unsigned long long a = lo, b = hi;
+                while (a < b) {
+                    const unsigned long long mid = (a + b) / 2;
+                    if (sz_position(positions, mid) < start) a = mid + 1; else b = mid;
+                }
+                for (int step = 0; step < 8 && a < hi; ++step, ++a) {
+                    const unsigned pos = sz_position(positions, a);
+                    if (pos < start || pos >= start + 8) break;
+                    const unsigned k = pos - start, shift = 8 * (k % 4);
+                    const uint32_t e = esc_exponents[a];
+                    if (k < 4) e_lo = (e_lo & ~(0xffu << shift)) | (e << shift);
+                    else e_hi = (e_hi & ~(0xffu << shift)) | (e << shift);
+                }
+            }
         }
         const uint2 lo4 = kv_join_quad(e_lo, sf[u].x);
         const uint2 hi4 = kv_join_quad(e_hi, sf[u].y);
@@ -659,11 +691,13 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
     }
 }
 
+// The entry points: the search (`splitzip_decode_tiles*`) and the image
+// (`splitzip_decode_tiles_dense*`), each without and with the checksum's sums.
 extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
 splitzip_decode_tiles(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
                       unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
                       uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
-    sz_decode_tiles<false>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, nullptr);
+    sz_decode_tiles<false, false>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
@@ -671,5 +705,20 @@ splitzip_decode_tiles_checksum(const uint8_t* __restrict__ payload, unsigned lon
                                unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
                                uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status,
                                unsigned long long* __restrict__ sums) {
-    sz_decode_tiles<true>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, sums);
+    sz_decode_tiles<true, false>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, sums);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
+splitzip_decode_tiles_dense(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                            unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                            uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status) {
+    sz_decode_tiles<false, true>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLITZIP_THREADS, SZ_DECODE_CTAS_PER_SM)
+splitzip_decode_tiles_dense_checksum(const uint8_t* __restrict__ payload, unsigned long long n, unsigned chunk_size,
+                                     unsigned long long escapes, unsigned long long exponents_at, uint4 codebook,
+                                     uint16_t* __restrict__ out, unsigned tiles, unsigned* __restrict__ status,
+                                     unsigned long long* __restrict__ sums) {
+    sz_decode_tiles<true, true>(payload, n, chunk_size, escapes, exponents_at, codebook, out, tiles, status, sums);
 }

@@ -15,6 +15,14 @@ const _: () = assert!(
     "CHECKSUM_STATUS is the CHECKSUM code of DECODE_STATUS"
 );
 
+/// A payload with at least one escape per this many values decodes with the tile escape
+/// image ([`SplitzipKernel::DecodeTilesDense`]), below it with a search per group
+/// ([`SplitzipKernel::DecodeTiles`]). The image costs every tile with an escape two
+/// barriers, the search every group of a chunk with escapes a chain of dependent loads;
+/// the crossover lies between the two escape rates measured either side of it (0.033%
+/// and 0.15%: docs/perf/splitzip-gpu.md, "Dense escapes"), and 1/1024 is between them.
+pub(crate) const DENSE_ESCAPES: u64 = 1024;
+
 /// What a decode leaves on the device for the host to judge: the body check's status
 /// word and, for a payload with a checksum, the Adler-32 sums of the words written.
 /// Reusable across decodes ([`decode_device`] clears it).
@@ -129,8 +137,13 @@ pub fn decode_device(
             let (n64, cs, e, exp_at) =
                 (n as u64, header.chunk_size, header.escape_count, layout.escape_exponents.offset);
             let cb = CodebookArg::new(&header.codebook);
-            let kernel =
-                if checksum { SplitzipKernel::DecodeTilesChecksum } else { SplitzipKernel::DecodeTiles };
+            let dense = u128::from(e) * u128::from(DENSE_ESCAPES) >= n as u128;
+            let kernel = match (dense, checksum) {
+                (false, false) => SplitzipKernel::DecodeTiles,
+                (false, true) => SplitzipKernel::DecodeTilesChecksum,
+                (true, false) => SplitzipKernel::DecodeTilesDense,
+                (true, true) => SplitzipKernel::DecodeTilesDenseChecksum,
+            };
             let f = gpu.function(kernel)?;
             let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
             // The body check runs in CTAs after the tiles' (one thread per chunk, at most

@@ -75,11 +75,17 @@ pub enum SplitzipKernel {
     EncodePlace,
     /// Header and padding, or the raw form.
     EncodeFinish,
-    /// Values of one tile per CTA, then the body check.
+    /// Values of one tile per CTA, then the body check; each group finds its escapes by
+    /// a search of its chunk's list (sparse escapes).
     DecodeTiles,
     /// [`SplitzipKernel::DecodeTiles`] that also adds the Adler-32 sums of the values it
     /// writes (a payload with a checksum).
     DecodeTilesChecksum,
+    /// [`SplitzipKernel::DecodeTiles`] with each tile's escapes laid out in shared memory
+    /// first (payloads with an escape per 1024 values or more).
+    DecodeTilesDense,
+    /// [`SplitzipKernel::DecodeTilesDense`] with the checksum's sums.
+    DecodeTilesDenseChecksum,
 }
 
 impl Kernel for SplitzipKernel {
@@ -94,6 +100,8 @@ impl Kernel for SplitzipKernel {
             SplitzipKernel::EncodeFinish => "splitzip_encode_finish",
             SplitzipKernel::DecodeTiles => "splitzip_decode_tiles",
             SplitzipKernel::DecodeTilesChecksum => "splitzip_decode_tiles_checksum",
+            SplitzipKernel::DecodeTilesDense => "splitzip_decode_tiles_dense",
+            SplitzipKernel::DecodeTilesDenseChecksum => "splitzip_decode_tiles_dense_checksum",
         }
     }
 }
