@@ -94,12 +94,19 @@ fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
     let container = exans::encode_cache(cache, block_tokens)?;
     let info = exans::container_info(&container)?;
     let (mut sections, mut raw_blocks, mut record_bytes) = ([0usize; 6], 0, 0);
+    // Coded records' frequency tables (2 + 3K bytes) and rANS words (2 bytes each), the
+    // rest of their sections being alignment padding.
+    let (mut table_bytes, mut word_bytes) = (0, 0);
     let (mut entropy_bytes, mut quantized_bytes) = (0.0, 0.0);
     for b in 0..info.blocks() {
         let r = exans::inspect_record(info.record(&container, b))?;
         raw_blocks += usize::from(r.raw);
         for (a, x) in sections.iter_mut().zip(r.section_bytes) {
             *a += x;
+        }
+        if !r.raw {
+            table_bytes += 2 + 3 * r.model.len();
+            word_bytes += 2 * r.word_counts.iter().map(|&c| c as usize).sum::<usize>();
         }
         record_bytes += r.record_len;
         let (h, q) = block_entropy_bits(&cache.block(b, block_tokens)?)?;
@@ -121,6 +128,21 @@ fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
         "  mean bytes per record: {}; container header and index {:.1}",
         per_block.join(", "),
         (container.len() - record_bytes) as f64 / blocks
+    )?;
+    // The directory is 8 word counts (u32) and 8 x 32 final rANS states (u32) per coded
+    // record (spec §4).
+    let coded = blocks - raw_blocks as f64;
+    let counts = (4 * exans::format::PARTITIONS) as f64 * coded;
+    let final_states = (4 * exans::format::PARTITIONS * exans::format::LANES) as f64 * coded;
+    let per = |x: f64| x / blocks;
+    outln!(
+        "  of which: frequency table {:.1} + pad {:.1}; word counts {:.1}, final states {:.1}; rANS words {:.1} + pad {:.1}",
+        per(table_bytes as f64),
+        per((sections[2] - table_bytes) as f64),
+        per(counts),
+        per(final_states),
+        per(word_bytes as f64),
+        per((sections[4] - word_bytes) as f64)
     )?;
     let ideal_exponent_bytes = entropy_bytes - cache.shape().total_values() as f64;
     let words = sections[4] as f64;
