@@ -221,6 +221,16 @@ fn calibrate_gaac(input: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A deterministic hash of two coordinates: SplitMix64's output for state `a * gamma + b`
+/// (so `mix(k, seed)` for k = 1, 2, ... is SplitMix64's sequence from `seed`). The serving
+/// simulation picks page sizes with it, `reshape` dead channels, the escape sweep values.
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(b);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// The workspace root (the folder above xtask/).
 fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()

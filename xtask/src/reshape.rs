@@ -114,21 +114,14 @@ fn reshape(source: &KvCache, to: Reshape) -> anyhow::Result<(KvCache, Vec<Vec<us
 
 /// The dead channels of K head number `head_index` (`layer * kv_heads + head`),
 /// ascending: the first `to.dead_k_channels / 2` of a Fisher-Yates shuffle of the first
-/// half's channels, driven by SplitMix64 seeded with the index, each with its rotary
+/// half's channels, driven by SplitMix64 seeded with the index ([`crate::mix`]), each with its rotary
 /// partner `c + head_dim / 2`; they depend on nothing but the index and the shape.
 fn dead_channels(head_index: usize, to: Reshape) -> Vec<usize> {
-    let mut state = head_index as u64;
-    let mut next = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
     let (half, pairs) = (to.head_dim / 2, to.dead_k_channels / 2);
     let mut order: Vec<usize> = (0..half).collect();
     for i in 0..pairs {
-        let j = i + (next() % (half - i) as u64) as usize;
+        let draw = crate::mix(i as u64 + 1, head_index as u64);
+        let j = i + (draw % (half - i) as u64) as usize;
         order.swap(i, j);
     }
     let mut channels: Vec<usize> = order[..pairs].iter().flat_map(|&c| [c, c + half]).collect();

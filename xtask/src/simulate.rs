@@ -485,14 +485,6 @@ fn pool_config(args: &SimulateArgs, codec: Codec, shared: bool) -> anyhow::Resul
     })
 }
 
-/// A deterministic hash (splitmix64) of a page's coordinates: picks its sizes' start.
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(b);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 struct Server<'a> {
     pool: Pool,
     sizes: Option<&'a PageSizes>,
@@ -604,7 +596,7 @@ impl<'a> Server<'a> {
     }
 
     fn page_bytes(&self, id: u64, page: u64, layer: u32) -> u32 {
-        self.size_at(mix(id, page), layer)
+        self.size_at(crate::mix(id, page), layer)
     }
 
     /// The size [`Server::page_bytes`] gives a page whose `mix(id, page)` is `h` (a row's
@@ -697,7 +689,7 @@ impl<'a> Server<'a> {
         }
         let mut decode_sizes = Vec::new();
         for page in full as u64..(prompt + output).div_ceil(PAGE_TOKENS) {
-            let h = mix(id, page);
+            let h = crate::mix(id, page);
             decode_sizes.extend((0..LAYERS).map(|layer| self.size_at(h, layer)));
         }
         self.running.push(Running {

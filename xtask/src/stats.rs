@@ -146,12 +146,11 @@ fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {
     )?;
     let ideal_exponent_bytes = entropy_bytes - cache.shape().total_values() as f64;
     let words = sections[4] as f64;
-    let states = (4 * exans::format::PARTITIONS * exans::format::LANES) as f64 * blocks;
     outln!(
         "  against the exponents' entropy: 12-bit quantization {:+.3}%, words {:+.3}%, words and final states {:+.3}%",
         100.0 * (quantized_bytes / ideal_exponent_bytes - 1.0),
         100.0 * (words / ideal_exponent_bytes - 1.0),
-        100.0 * ((words + states) / ideal_exponent_bytes - 1.0)
+        100.0 * ((words + final_states) / ideal_exponent_bytes - 1.0)
     )?;
     Ok(())
 }

@@ -66,7 +66,7 @@ pub(super) fn with_escapes(cache: &KvCache, codec: &SplitzipCodec, rate: f64) ->
             .map(|&w| {
                 index += 1;
                 match moved(w, codebook(kind)) {
-                    Move::To(to) if splitmix64(index) < threshold => {
+                    Move::To(to) if crate::mix(index, 0) < threshold => {
                         escaped += 1;
                         to
                     }
@@ -102,14 +102,6 @@ fn moved(w: u16, codebook: &Codebook) -> Move {
         Some(to) => Move::To((w & 0x807f) | ((to as u16) << 7)),
         None => Move::Stays,
     }
-}
-
-/// SplitMix64's output for `x`: an index's fixed pseudo-random draw.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]
