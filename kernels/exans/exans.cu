@@ -28,7 +28,11 @@
 //      16-byte store: 512 contiguous bytes per warp, whole sectors with no data exchanged
 //      between lanes. A regular partition (whole tiles, groups of whole tiles) keeps a
 //      running output pointer per lane; any other tile is checked (whole, inside one
-//      group, aligned) and written value by value when it is not.
+//      group, aligned) and written value by value when it is not;
+//   5. version 4 (spec 6.4): the record's last P = min(N, 512) values are written with
+//      sign+mantissa byte 0 in step 4 (the section ends before them), every lane's final
+//      state is checked against its payload and kept in shared memory, and after a CTA
+//      barrier thread k ORs lane k's two bytes into its two values.
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -88,6 +92,7 @@ struct ExRecord {
     unsigned long long streams[EXANS_PARTITIONS];
     unsigned counts[EXANS_PARTITIONS];
     unsigned precision;
+    unsigned payload;       // P: sign+mantissa bytes in the lanes' states (spec 6.4)
     unsigned symbols;       // K
     unsigned model_offset;
     unsigned groups;        // 2L
@@ -118,11 +123,12 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
     const unsigned long long record_len = h[EXANS_HEADER_RECORD_LEN / 4];
     if (record_len < EXANS_HEADER_LEN || record_len > slot_end - slot_start) return false;
     const uint32_t version = u16_at(EXANS_HEADER_VERSION);
-    if (h[EXANS_HEADER_MAGIC / 4] != EXANS_RECORD_MAGIC || (version != EXANS_VERSION && version != EXANS_VERSION_2))
+    if (h[EXANS_HEADER_MAGIC / 4] != EXANS_RECORD_MAGIC ||
+        (version != EXANS_VERSION && version != EXANS_VERSION_3 && version != EXANS_VERSION_2))
         return false;
-    // The checksum (flag bit 1, version 3) is verified after the decode, from the output.
+    // The checksum (flag bit 1, versions 3 and 4) is verified after the decode, from the output.
     const uint32_t flags = u16_at(EXANS_HEADER_FLAGS);
-    const uint32_t known = version == EXANS_VERSION ? EXANS_FLAG_RAW | EXANS_FLAG_CHECKSUM : EXANS_FLAG_RAW;
+    const uint32_t known = version != EXANS_VERSION_2 ? EXANS_FLAG_RAW | EXANS_FLAG_CHECKSUM : EXANS_FLAG_RAW;
     if ((flags & ~known) != 0) return false;
     // The shape must be the one the container implies (it fixes where the output goes).
     const unsigned long long first_token = rec * (unsigned long long)block_tokens;
@@ -166,7 +172,11 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
         r.streams[q] = at;
         at = ex_align16(at + 2ull * counts[q]);  // counts < 2^32: no overflow in 64 bits
     }
-    if (h[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] != at || at + n != record_len) return false;
+    // Version 4 carries the last P = min(N, 512) sign+mantissa bytes in the lanes' states
+    // (spec 6.4); the section holds the other N - P.
+    const unsigned long long payload = version == EXANS_VERSION ? min(n, (unsigned long long)EXANS_PAYLOAD_BYTES) : 0;
+    if (h[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] != at || at + n - payload != record_len) return false;
+    r.payload = (unsigned)payload;
     r.precision = precision;
     r.symbols = k;
     r.model_offset = (unsigned)model;
@@ -324,12 +334,14 @@ __device__ __forceinline__ uint4 ex_store_tile(uint16_t* dst, uint32_t s0, uint3
 
 // The general path of a tile (partial, across groups or unaligned): value by value, each
 // finding its group by division (rare: never for whole tiles of a record whose groups
-// are multiples of 256 values at aligned offsets). kSums adds each word to the
-// checksum's sums (s, ws), at its byte position in the partition.
+// are multiples of 256 values at aligned offsets). Values from `cut` on get the
+// sign+mantissa byte 0: theirs are in the lanes' states, joined after the partitions
+// (spec 6.4). kSums adds each word to the checksum's sums (s, ws), at its byte position
+// in the partition.
 template <bool kSums>
 __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sgnman, const uint8_t* centers,
                                    uint32_t s0, uint32_t s1, unsigned first, unsigned p_len, unsigned p_start,
-                                   unsigned group_len, unsigned long long tensor_values,
+                                   unsigned cut, unsigned group_len, unsigned long long tensor_values,
                                    unsigned long long out_block, uint32_t& s, unsigned long long& ws) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -339,7 +351,7 @@ __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sg
             const unsigned v = p_start + idx;
             const unsigned g = v / group_len, r = v - g * group_len;
             const uint32_t exponent = (sym + centers[g] - EXANS_CENTER_SYMBOL) & 0xffu;
-            const uint32_t word = kv_join(exponent, sgnman[v]);
+            const uint32_t word = kv_join(exponent, v < cut ? sgnman[v] : 0u);
             out[g * tensor_values + out_block + r] = (uint16_t)word;
             if (kSums) kv_adler_add_word_wide(word, 2u * idx, s, ws);
         }
@@ -378,6 +390,11 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
     // 4 and 2^16 for ex_decode_round, read back from shared memory so that ptxas cannot
     // fold its multiply-adds back into shifts and permutes.
     __shared__ uint32_t s_four_k16[2];
+    // Each lane's final state's low 16 bits: the sign+mantissa bytes of the record's last
+    // P values (spec 6.4), joined after the partitions.
+    __shared__ uint16_t s_payload[EXANS_PARTITIONS * EXANS_LANES];
+    static_assert(EXANS_PARTITIONS * EXANS_LANES == EXANS_THREADS && EXANS_PAYLOAD_BYTES == 2 * EXANS_THREADS,
+                  "one thread per lane joins the lane's two payload bytes");
 
     // One warp per partition and EX_DYNAMIC_SMEM bytes of dynamic shared memory: any other
     // launch is refused (uniform, before any work).
@@ -522,10 +539,13 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         ExLane l;
         l.run = exans_lane_run(p_len, lane);
         l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EXANS_LANES * p + lane));
-        if (__any_sync(0xffffffffu, l.x < EXANS_STATE_LOWER)) {
-            if (lane == 0) atomicOr(status, EXANS_STATUS_STATE_RANGE);
-            continue;  // warp-uniform; no block barrier until the next record
-        }
+        // Values from `cut` on have their sign+mantissa bytes in the lanes' states (spec 6.4).
+        const unsigned cut = (unsigned)n - rs.payload;
+        // A state below 2^16 flags the record, and the warp skips its steps (warp-uniform)
+        // but still meets the block barrier before the payload's join.
+        const bool state_range = __any_sync(0xffffffffu, l.x < EXANS_STATE_LOWER);
+        if (state_range && lane == 0) atomicOr(status, EXANS_STATUS_STATE_RANGE);
+        const unsigned steps = state_range ? 0u : m;
         l.pos = 0;
         l.count = rs.counts[p];
         l.total_chunks = (l.count + 7u) / 8u;
@@ -557,9 +577,12 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // starting at multiples of 256 values, aligned) stores every tile with 16-byte
         // stores at a running per-lane pointer, with no per-tile tests.
         // With kSums, also a partition of at most 2^25 values (so the running sums of the
-        // regular path below fit 32 bits): larger ones take the general path.
+        // regular path below fit 32 bits): larger ones take the general path. No lane's 8
+        // values may straddle `cut` (a multiple of 8, or past the partition), so that a
+        // lane either loads its 8 sign+mantissa bytes or takes 0 for all 8.
         const bool regular = aligned && p_len % EXANS_TILE == 0 && p_start % EXANS_TILE == 0 &&
-                             group_len % EXANS_TILE == 0 && (!kSums || p_len <= (1u << 25));
+                             group_len % EXANS_TILE == 0 && (!kSums || p_len <= (1u << 25)) &&
+                             (cut % EXANS_GROUP == 0 || cut >= p_start + p_len);
         uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
         const unsigned long long group_jump = tensor_values - group_len;
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
@@ -579,7 +602,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // sign+mantissa bytes and written, 16 bytes per lane and 512 contiguous bytes per
         // warp when the tile is whole, inside one group and aligned; otherwise value by
         // value.
-        for (unsigned t0 = 0; t0 < m; t0 += EXANS_DECODE_ROUND_STEPS) {
+        for (unsigned t0 = 0; t0 < steps; t0 += EXANS_DECODE_ROUND_STEPS) {
             __syncwarp();  // every lane's reads of the previous round are done with the ring
             // The words this round can read are normally in groups older than the newest
             // (the previous round's lookahead, still in flight), so the wait skips it; if
@@ -605,10 +628,12 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             // Regular partitions load the round's sign+mantissa bytes now, so that the
             // loads' latency hides behind the decode steps.
             uint2 sgnman0 = make_uint2(0, 0), sgnman1 = make_uint2(0, 0);
+            // Values from `cut` on keep 0: the section ends there (spec 6.4).
             if (regular) {
                 const uint2* const sgnman_tile = reinterpret_cast<const uint2*>(sgnman_part + tile0 * EXANS_TILE) + lane;
-                sgnman0 = __ldg(sgnman_tile);
-                if (second) sgnman1 = __ldg(sgnman_tile + EXANS_TILE / 8);
+                const unsigned v0 = p_start + tile0 * EXANS_TILE + EXANS_GROUP * lane;  // the lane's first value
+                if (v0 < cut) sgnman0 = __ldg(sgnman_tile);
+                if (second && v0 + EXANS_TILE < cut) sgnman1 = __ldg(sgnman_tile + EXANS_TILE / 8);
             }
             uint32_t syms[EXANS_DECODE_ROUND_STEPS / 4];
             if (single) {
@@ -645,7 +670,8 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                 for (int u = 0; u < 2; ++u) {
                     const unsigned first = (tile0 + u) * EXANS_TILE;  // the tile's first symbol
                     if (first >= p_len) break;                     // warp-uniform
-                    if (aligned && first + EXANS_TILE <= p_len && tile.r + EXANS_TILE <= group_len) {
+                    if (aligned && first + EXANS_TILE <= p_len && tile.r + EXANS_TILE <= group_len &&
+                        p_start + first + EXANS_TILE <= cut) {
                         const uint2 sgnman = __ldg(reinterpret_cast<const uint2*>(sgnman_part + first) + lane);
                         uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
                         // The center through the generic pointer: a shared load here (the
@@ -655,7 +681,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                         if (kSums) kv_adler_add16_wide(w, 2u * (first + EXANS_GROUP * lane), adler_s, adler_ws);
                     } else {
                         ex_store_tile_slow<kSums>(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
-                                                  first + EXANS_GROUP * lane, p_len, p_start, group_len,
+                                                  first + EXANS_GROUP * lane, p_len, p_start, cut, group_len,
                                                   tensor_values, out_block, adler_s, adler_ws);
                     }
                     // The next tile's group: a loop, not a division, which ptxas predicates
@@ -676,11 +702,42 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             kv_adler_warp_flush_mod32(adler_s, adler_ws, 2ull * p_start, record_sums + 2 * rec);
         }
         ex_cp_async_wait_all();  // nothing may land in the ring once the next record uses it
+        // Lane k = 32 p + j ends at its initial encoder state, 2^16 + b0 + 256 b1, with the
+        // bytes it carries no payload in zero (spec 6.3, 6.4): c = clamp(P - 2 k, 0, 2).
+        const unsigned k_lane = EXANS_LANES * p + lane;
+        const unsigned carried = rs.payload > 2u * k_lane ? min(rs.payload - 2u * k_lane, 2u) : 0u;
+        const bool end_ok = l.x >= EXANS_STATE_LOWER && l.x - EXANS_STATE_LOWER < (1u << (8u * carried));
+        s_payload[k_lane] = (uint16_t)l.x;
         unsigned flags = 0;
         if (l.pos > l.count) flags |= EXANS_STATUS_EXHAUSTED;
-        if (__any_sync(0xffffffffu, l.x != EXANS_STATE_LOWER)) flags |= EXANS_STATUS_FINAL_STATE;
+        if (__any_sync(0xffffffffu, !end_ok)) flags |= EXANS_STATUS_FINAL_STATE;
         if (l.pos != l.count) flags |= EXANS_STATUS_UNCONSUMED;
         if (lane == 0 && flags) atomicOr(status, flags);
+
+        // ---- The last P values' sign+mantissa bytes, from the states (spec 6.4). ----
+        // Every warp has stored its values (with byte 0 there) and its states: thread k
+        // ORs the bytes of lane k into values cut + 2 k and the next, reading back the
+        // words its CTA wrote (a CTA barrier makes them visible). kSums adds what the
+        // bytes add to each word to the record's sums (the words were summed with 0).
+        __syncthreads();
+        if (rs.payload != 0) {  // block-uniform
+            uint32_t patch_s = 0;
+            unsigned long long patch_ws = 0;
+            const uint32_t bytes = s_payload[tid];
+#pragma unroll
+            for (unsigned i = 0; i < 2; ++i) {
+                const unsigned q = 2u * tid + i;  // index in the payload
+                if (q < rs.payload) {
+                    const unsigned v = cut + q;
+                    const unsigned g = v / group_len, r = v - g * group_len;
+                    uint16_t* const at = out + (g * tensor_values + out_block + r);
+                    const uint32_t add = kv_join(0u, (bytes >> (8u * i)) & 0xffu);
+                    *at = (uint16_t)(*at | add);
+                    if (kSums) kv_adler_add_word_wide(add, 2u * q, patch_s, patch_ws);
+                }
+            }
+            if (kSums) kv_adler_warp_flush_mod32(patch_s, patch_ws, 2ull * cut, record_sums + 2 * rec);
+        }
     }
 }
 

@@ -315,6 +315,8 @@ __device__ __forceinline__ void ee_encode_blocks(
     __shared__ uint32_t s_enc[256];  // freq | cdf << 16
     __shared__ uint4 s_tab[256];     // (divider magic, freq, cdf, divider shift): one load per step
     __shared__ uint32_t s_words[EXANS_PARTITIONS];
+    __shared__ uint16_t s_payload[EXANS_THREADS];  // lane 32 p + j's payload bytes (spec 6.4)
+    static_assert(EXANS_THREADS == EXANS_PARTITIONS * EXANS_LANES, "thread k reads lane k's payload");
     __shared__ uint32_t s_k;
     __shared__ uint8_t s_centers[EE_SHARED_GROUPS];
     __shared__ ulonglong2 s_adler[kSums ? EXANS_THREADS : 1];  // kSums: each thread's (S, W)
@@ -452,6 +454,25 @@ __device__ __forceinline__ void ee_encode_blocks(
             __syncwarp();
         }
         if (kSums) kv_adler_warp_flush_mod(s_adler[tid].x, s_adler[tid].y, 0, record_sums + 2ull * blk);
+        // Lane k = tid's payload (spec 6.4): the sign+mantissa bytes of block values n - P
+        // + 2 k and the next (P = min(n, 512); a byte past the block is 0), which its
+        // initial state carries, 2^16 + b0 + 256 b1. Read here, where the registers are
+        // free, for (c).
+        {
+            const uint32_t payload = (uint32_t)min(n, (u64)EXANS_PAYLOAD_BYTES);
+            const uint32_t pg = (uint32_t)per_group;
+            uint32_t bytes = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 2; ++i) {
+                const uint32_t q = 2u * tid + i;  // index in the payload
+                if (q < payload) {
+                    const uint32_t v = (uint32_t)n - payload + q;
+                    const uint32_t g = v / pg, r = v - g * pg;
+                    bytes |= kv_sign_mantissa_of(words[(u64)g * thd + base + r]) << (8 * i);
+                }
+            }
+            s_payload[tid] = (uint16_t)bytes;
+        }
         // The first round of (c)'s symbols (see there) into L2 while warp 0 quantizes: the
         // round loop prefetches each next round, but nothing covered the first one. A hint
         // only: two prefetches per lane, one every 64 words (128 bytes) of the round, so
@@ -583,7 +604,7 @@ __device__ __forceinline__ void ee_encode_blocks(
             const uint32_t m = exans_lane_run(np, 0);       // the partition's steps
             const uint32_t pg = (uint32_t)per_group;  // <= n < 2^31
             uint32_t* const stage32 = s_pool + warp * (EE_ROUND / 4 * EXANS_LANES);
-            uint32_t x = EXANS_STATE_LOWER;
+            uint32_t x = EXANS_STATE_LOWER + s_payload[tid];  // spec 6.4, see (a)
             // The partition's scratch slice; the stack's word k at region[np - 1 - k], so
             // the next word's slot is stk = region + np - 1 - (words so far). stk is only
             // dereferenced at a word's slot (index < count <= np).
@@ -679,7 +700,8 @@ __device__ __forceinline__ void ee_encode_blocks(
             const u64 model = EXANS_HEADER_LEN + 2ull * layers;
             u64 at = ee_align16(model + 2 + 3ull * s_k) + EXANS_DIRECTORY_LEN;
             for (int p = 0; p < EXANS_PARTITIONS; ++p) at = ee_align16(at + 2ull * s_words[p]);
-            const u64 coded = at + n, raw = EXANS_HEADER_LEN + 2 * n;
+            // The section holds n - P bytes; the last P travel in the states (spec 6.4).
+            const u64 coded = at + n - min(n, (u64)EXANS_PAYLOAD_BYTES), raw = EXANS_HEADER_LEN + 2 * n;
             lens_out[blk] = coded >= raw ? raw : coded;
         }
         __syncthreads();
@@ -937,18 +959,21 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
             }
             at = ee_align16(at + 2ull * count);
         }
+        // The section: the sign+mantissa bytes of values 0 .. n - P; the last P = min(n,
+        // 512) are in the lanes' states (spec 6.4).
+        const u64 section = n - min(n, (u64)EXANS_PAYLOAD_BYTES);
         if (vec) {
             // The plane exans_encode_blocks wrote under the same condition, 16 bytes per
             // chunk (the block's plane starts at scratch_base, a multiple of 16: H D is a
-            // multiple of 8 and 2L even). n is a multiple of 8, so only the last chunk can
-            // end past n, by 8 bytes: those are zero (the gap to the next record) and not
-            // read (they would be the next block's plane, or past the buffer).
-            const uint32_t chunks = ((uint32_t)n + 15) / 16;
+            // multiple of 8 and 2L even). n and P are multiples of 8, so only the last
+            // chunk can end past the section, by 8 bytes: those are zero (the gap to the
+            // next record) and not read.
+            const uint32_t chunks = ((uint32_t)section + 15) / 16;
             const uint4* const from = (const uint4*)(sgnman_in + scratch_base);
             uint4* to = (uint4*)(rec + sgnman_off);
             for (uint32_t c = tid; c < chunks; c += EXANS_THREADS) {
                 uint4 v;
-                if (16 * c + 16 <= (uint32_t)n) {
+                if (16 * c + 16 <= (uint32_t)section) {
                     v = __ldg(from + c);
                 } else {
                     const uint2 h = __ldg((const uint2*)(from + c));
@@ -960,8 +985,9 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
             continue;
         }
         // Sign+mantissa bytes, 16 per chunk; the last chunk's tail is the gap to the next
-        // record (sgnman_off is 16-aligned, so align16(sgnman_off + n) = sgnman_off + 16 ceil(n / 16)).
-        const u64 chunks = (n + 15) / 16;
+        // record (sgnman_off is 16-aligned, so align16(sgnman_off + section) = sgnman_off +
+        // 16 ceil(section / 16)).
+        const u64 chunks = (section + 15) / 16;
         for (u64 c = tid; c < chunks; c += EXANS_THREADS) {
             EeCursor cur = ee_cursor(words, thd, base, per_group, c * 16);
             uint32_t v[4];
@@ -971,7 +997,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
 #pragma unroll
                 for (int b = 0; b < 4; ++b) {
                     const u64 i = c * 16 + 4 * j + b;
-                    if (i < n) acc |= kv_sign_mantissa_of(ee_next(cur, thd, per_group)) << (8 * b);
+                    if (i < section) acc |= kv_sign_mantissa_of(ee_next(cur, thd, per_group)) << (8 * b);
                 }
                 v[j] = acc;
             }

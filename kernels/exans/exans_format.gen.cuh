@@ -3,10 +3,11 @@
 // this file differs from what they give.
 #pragma once
 
-#define EXANS_VERSION 3u                                 // record and container format version (spec 3, 8)
+#define EXANS_VERSION 4u                                 // record and container format version (spec 3, 8)
 #define EXANS_RECORD_MAGIC 0x4158564bu                   // "KVXA" read as a little-endian u32
 #define EXANS_CONTAINER_MAGIC 0x4358564bu                // "KVXC" read as a little-endian u32
-#define EXANS_VERSION_2 2u                               // the previous version, still read (spec 3)
+#define EXANS_VERSION_3 3u                               // version 3, still read: no payload in the states (spec 3)
+#define EXANS_VERSION_2 2u                               // version 2, still read: no checksum, no payload (spec 3)
 #define EXANS_FLAG_RAW 1u                                // record flag: stored raw (spec 7)
 #define EXANS_FLAG_CHECKSUM 2u                           // record flag: the header holds the block's Adler-32 (spec 3)
 #define EXANS_HEADER_LEN 48ull                           // bytes of a record header (spec 3)
@@ -20,6 +21,7 @@
 #define EXANS_MAX_PRECISION 12                           // the largest probability precision n (spec 5)
 #define EXANS_PRECISION 12u                              // the precision the encoders write (spec 5.2)
 #define EXANS_STATE_LOWER 0x10000u                       // the rANS state interval's lower end, 2^16 (spec 6.3)
+#define EXANS_PAYLOAD_BYTES 512u                         // sign+mantissa bytes a version 4 record carries in its lanes' states, at most (spec 6.4)
 #define EXANS_CENTER_SYMBOL 127u                         // the symbol of a group's center (spec 2)
 #define EXANS_HEADER_MAGIC 0                             // record header field offsets (spec 3)
 #define EXANS_HEADER_VERSION 4

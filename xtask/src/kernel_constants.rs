@@ -101,10 +101,16 @@ pub(crate) fn headers() -> Vec<Header> {
                     "\"KVXC\" read as a little-endian u32",
                 ),
                 d(
+                    "EXANS_VERSION_3",
+                    ef::VERSION_3 as usize,
+                    "u",
+                    "version 3, still read: no payload in the states (spec 3)",
+                ),
+                d(
                     "EXANS_VERSION_2",
                     ef::VERSION_2 as usize,
                     "u",
-                    "the previous version, still read (spec 3)",
+                    "version 2, still read: no checksum, no payload (spec 3)",
                 ),
                 d("EXANS_FLAG_RAW", ef::FLAG_RAW as usize, "u", "record flag: stored raw (spec 7)"),
                 d(
@@ -148,6 +154,12 @@ pub(crate) fn headers() -> Vec<Header> {
                     ef::STATE_LOWER as usize,
                     "u",
                     "the rANS state interval's lower end, 2^16 (spec 6.3)",
+                ),
+                d(
+                    "EXANS_PAYLOAD_BYTES",
+                    ef::PAYLOAD_BYTES,
+                    "u",
+                    "sign+mantissa bytes a version 4 record carries in its lanes' states, at most (spec 6.4)",
                 ),
                 d(
                     "EXANS_CENTER_SYMBOL",

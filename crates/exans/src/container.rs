@@ -4,8 +4,8 @@ use bf16_field::{KvCache, KvShape, WordOrder};
 use rayon::prelude::*;
 
 use crate::format::{
-    CONTAINER_HEADER_LEN, CONTAINER_MAGIC, HEADER_LEN, VERSION, VERSION_2, align_up, container_header as ch,
-    header,
+    CONTAINER_HEADER_LEN, CONTAINER_MAGIC, HEADER_LEN, VERSION, VERSION_2, VERSION_3, align_up,
+    container_header as ch, header,
 };
 use crate::record::{BlockShape, EncodeOptions, decode_block_into, encode_block_with, record_shape};
 use crate::{Error, Result};
@@ -106,8 +106,10 @@ pub fn container_info(bytes: &[u8]) -> Result<ContainerInfo> {
     if magic != CONTAINER_MAGIC {
         return Err(Error::BadMagic { found: magic, expected: "KVXC" });
     }
+    // Versions 2, 3 and 4 share the container layout; each record carries its own
+    // version (spec §8).
     let version = u16_at(bytes, ch::VERSION);
-    if version != VERSION && version != VERSION_2 {
+    if ![VERSION, VERSION_3, VERSION_2].contains(&version) {
         return Err(Error::UnsupportedVersion { version });
     }
     let flags = u16_at(bytes, ch::FLAGS);
@@ -297,7 +299,9 @@ fn encode_tensors(
     }
     let mut out = Vec::with_capacity(at);
     out.extend_from_slice(&CONTAINER_MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    // The records' version (checked by the block encoder): a reader that predates
+    // version 4 rejects the container by its header first.
+    out.extend_from_slice(&options.version.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     for v in [s.layers, s.kv_heads, s.head_dim, block_tokens] {
         out.extend_from_slice(&(v as u16).to_le_bytes());

@@ -95,8 +95,9 @@ pub enum Error {
         /// The magic expected there: `"KVXA"` for a record, `"KVXC"` for a container.
         expected: &'static str,
     },
-    /// The version field is neither [`crate::format::VERSION`] nor
-    /// [`crate::format::VERSION_2`].
+    /// The version field is none of [`crate::format::VERSION`] (4),
+    /// [`crate::format::VERSION_3`] and [`crate::format::VERSION_2`], the versions a
+    /// decoder reads (spec §3, §8).
     #[error("unsupported version {version}")]
     UnsupportedVersion {
         /// The version found.
@@ -224,8 +225,11 @@ pub enum Error {
         /// The partition.
         partition: usize,
     },
-    /// A lane did not end at the initial encoder state `2^16` (corrupt data).
-    #[error("partition {partition} lane {lane}: final state {state:#x}, expected 0x10000")]
+    /// A lane did not end at the form of its initial encoder state, `2^16` plus a payload
+    /// of at most the bytes the lane carries (`state - 2^16 < 256^c`, `c` from
+    /// [`crate::format::lane_payload_bytes`]; exactly `2^16` in versions 2 and 3) (corrupt
+    /// data; spec §6.3, §6.4).
+    #[error("partition {partition} lane {lane}: final state {state:#x}, expected 0x10000 plus its payload")]
     FinalStateMismatch {
         /// The partition.
         partition: usize,
@@ -245,8 +249,9 @@ pub enum Error {
         count: usize,
     },
     /// The decoded values' Adler-32 differs from the record's checksum (flag bit 1,
-    /// version 3): the record was corrupted where its structure cannot tell (the
-    /// sign+mantissa bytes, the centers) or in the checksum itself. The block's values
+    /// versions 3 and 4): the record was corrupted where its structure cannot tell (the
+    /// sign+mantissa bytes, in the section or in the final states' payload, the centers)
+    /// or in the checksum itself. The block's values
     /// have been written (they are what the record holds).
     #[error("checksum {stored:#010x}, the decoded values give {computed:#010x}")]
     ChecksumMismatch {

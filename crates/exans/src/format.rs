@@ -1,4 +1,5 @@
-//! Every constant of the ExANS format, version 3 (version 2 is still read), in one place.
+//! Every constant of the ExANS format, version 4 (versions 2 and 3 are still read), in one
+//! place.
 //!
 //! Each item names the section of `docs/formats/exans.md` ("spec §n") that defines it.
 //! Change a constant only together with that section and [`VERSION`]; the CUDA kernels
@@ -12,17 +13,21 @@
 pub const RECORD_MAGIC: [u8; 4] = *b"KVXA";
 /// Magic of a whole-cache container, the ASCII bytes `KVXC` (spec §8).
 pub const CONTAINER_MAGIC: [u8; 4] = *b"KVXC";
-/// Version of records and containers this crate writes (spec §3, §8): 3 adds the
-/// optional checksum of a record's values.
-pub const VERSION: u16 = 3;
-/// The previous version, still read: no checksum flag, bytes 44..48 reserved (spec §3).
+/// Version of records and containers this crate writes (spec §3, §8): 4 carries the
+/// block's last sign+mantissa bytes in the lanes' initial states (spec §6.4).
+pub const VERSION: u16 = 4;
+/// Version 3, still read: the optional checksum, every lane starting at exactly `2^16`
+/// (no payload) and a sign+mantissa section of all N bytes (spec §3).
+pub const VERSION_3: u16 = 3;
+/// Version 2, still read: as version 3 without the checksum flag, bytes 44..48 reserved
+/// (spec §3).
 pub const VERSION_2: u16 = 2;
 /// Record flag bit 0: the block is stored raw, BF16 words little-endian (spec §7).
 pub const FLAG_RAW: u16 = 1;
-/// Record flag bit 1 (version 3): the header holds the Adler-32 of the block's values at
+/// Record flag bit 1 (versions 3 and 4): the header holds the Adler-32 of the block's values at
 /// [`header::CHECKSUM`] (spec §3).
 pub const FLAG_CHECKSUM: u16 = 2;
-/// Every record flag bit version 3 defines; any other set bit is rejected (spec §3).
+/// Every record flag bit versions 3 and 4 define; any other set bit is rejected (spec §3).
 pub const KNOWN_FLAGS: u16 = FLAG_RAW | FLAG_CHECKSUM;
 /// Every record flag bit version 2 defines.
 pub const KNOWN_FLAGS_V2: u16 = FLAG_RAW;
@@ -50,8 +55,8 @@ pub mod header {
     pub const MAGIC: usize = 0;
     /// `u16` format version, [`super::VERSION`].
     pub const VERSION: usize = 4;
-    /// `u16` flags; bit 0 is [`super::FLAG_RAW`], bit 1 [`super::FLAG_CHECKSUM`] (version
-    /// 3); the others must be zero.
+    /// `u16` flags; bit 0 is [`super::FLAG_RAW`], bit 1 [`super::FLAG_CHECKSUM`] (versions
+    /// 3 and 4); the others must be zero.
     pub const FLAGS: usize = 6;
     /// `u16` L, layers (>= 1).
     pub const LAYERS: usize = 8;
@@ -79,9 +84,10 @@ pub mod header {
     pub const DIRECTORY_OFFSET: usize = 32;
     /// `u32` offset of partition 0's word stream.
     pub const WORDS_OFFSET: usize = 36;
-    /// `u32` offset of the raw sign+mantissa bytes; of the raw BF16 words in a raw record.
+    /// `u32` offset of the raw sign+mantissa bytes (`N - P` of them in version 4, spec §4);
+    /// of the raw BF16 words in a raw record.
     pub const SIGN_MANTISSA_OFFSET: usize = 40;
-    /// `u32` (version 3) Adler-32 of the block's N values, little-endian bytes in block
+    /// `u32` (versions 3 and 4) Adler-32 of the block's N values, little-endian bytes in block
     /// order, when [`super::FLAG_CHECKSUM`] is set; else zero (reserved in version 2).
     pub const CHECKSUM: usize = 44;
 }
@@ -121,8 +127,16 @@ pub const PARTITIONS: usize = 8;
 /// Interleaved rANS states ("lanes") per partition: one warp (spec §6.2).
 pub const LANES: usize = 32;
 /// Lower bound L of a normalised rANS state, which is always in `[2^16, 2^32)`; also
-/// every lane's initial encoder state and required final decoder state (spec §6.3).
+/// every lane's initial encoder state before its payload is added (spec §6.3, §6.4).
 pub const STATE_LOWER: u32 = 1 << 16;
+/// Sign+mantissa bytes a lane's initial encoder state carries in version 4: the state is
+/// `2^16 + b0 + 256 b1`, below `2^17`, so the encoder still never emits a word while
+/// encoding a lane's first symbol (spec §6.4).
+pub const PAYLOAD_BYTES_PER_LANE: usize = 2;
+/// Sign+mantissa bytes a version 4 record carries in its lanes' states, at most:
+/// 8 partitions x 32 lanes x 2 bytes; a block of fewer values carries all of them
+/// (spec §6.4).
+pub const PAYLOAD_BYTES: usize = PARTITIONS * LANES * PAYLOAD_BYTES_PER_LANE;
 /// Bits per renormalisation word (spec §6.3).
 pub const WORD_BITS: u32 = 16;
 /// Bytes of a partition directory: [`PARTITIONS`] word counts then
@@ -205,6 +219,23 @@ pub const fn lane_symbol(lane: usize, step: usize) -> usize {
 pub const fn lane_run(partition_len: usize, lane: usize) -> usize {
     let rest = (partition_len % TILE).saturating_sub(LANE_GROUP * lane);
     LANE_GROUP * (partition_len / TILE) + if rest < LANE_GROUP { rest } else { LANE_GROUP }
+}
+
+/// Sign+mantissa bytes a record of `n` values carries in its lanes' initial states: the
+/// values `n - payload_len .. n` (spec §6.4). Version 4 only; versions 2 and 3 carry none.
+#[inline]
+pub const fn payload_len(values: usize) -> usize {
+    if values < PAYLOAD_BYTES { values } else { PAYLOAD_BYTES }
+}
+
+/// Payload bytes lane `lane` of partition `partition` carries in a record of `n` values:
+/// `clamp(payload_len(n) - 2 k, 0, 2)` with `k = 32 partition + lane`; they are the
+/// sign+mantissa bytes of values `n - payload_len(n) + 2 k` and the next (spec §6.4).
+#[inline]
+pub const fn lane_payload_bytes(values: usize, partition: usize, lane: usize) -> usize {
+    let first = PAYLOAD_BYTES_PER_LANE * (LANES * partition + lane);
+    let rest = payload_len(values).saturating_sub(first);
+    if rest < PAYLOAD_BYTES_PER_LANE { rest } else { PAYLOAD_BYTES_PER_LANE }
 }
 
 /// Steps `m` of a partition of `n_p` symbols, lane 0's run (spec §6.2).

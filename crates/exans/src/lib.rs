@@ -12,8 +12,9 @@
 //!    quantizer (spec §5);
 //! 3. the block's symbol stream is cut into 8 partitions, each coded by 32 interleaved
 //!    rANS lanes (32-bit state, 16-bit words) sharing one word stream (spec §6);
-//! 4. the sign+mantissa bytes follow raw; a block that would not shrink is stored raw
-//!    (spec §7).
+//! 4. the sign+mantissa bytes follow raw, except the block's last (up to) 512, which the
+//!    lanes' initial rANS states carry (format version 4, spec §6.4); a block that would
+//!    not shrink is stored raw (spec §7). Records of versions 2 and 3 are still read.
 //!
 //! ```
 //! use exans::{BlockShape, decode_block, encode_block};
@@ -51,9 +52,12 @@
 //! ```
 //!
 //! **Integrity.** Truncation, damaged headers, offsets, models and rANS streams are
-//! detected (spec §6.3, §10), but a flipped bit in the raw sign+mantissa bytes or a
-//! center (or one that leaves every rANS check intact) decodes to a different cache
-//! without an error, unless the records carry their checksum
+//! detected (spec §6.3, §10), but a flipped bit in the raw sign+mantissa bytes (in the
+//! section or in a lane's payload, spec §6.4) or a center, or one that leaves every rANS
+//! check intact (in version 4 the final check accepts any state in `[2^16, 2^16 + 256^c)`
+//! for a lane carrying `c` bytes, so a damaged word read in a lane's last steps can pass),
+//! decodes to
+//! a different cache without an error, unless the records carry their checksum
 //! ([`EncodeOptions::checksum`], [`ExansCodec::checksum`]; spec §3): the Adler-32 of each
 //! block, verified by every decoder ([`Error::ChecksumMismatch`]).
 //!

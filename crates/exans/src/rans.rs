@@ -8,6 +8,11 @@
 //! next 16-bit word of the partition's single stream, lanes in ascending order (the GPU's
 //! ballot/popc order). The encoder visits the same (step, lane) pairs in exactly the
 //! reverse order and reverses its word stack.
+//!
+//! In version 4 a lane's initial encoder state carries up to two sign+mantissa bytes,
+//! `2^16 + b0 + 256 b1` (spec §6.4); the decoder checks each final state against the
+//! lane's payload capacity and hands the states back so that the record decoder can
+//! take the bytes out.
 
 use crate::format::{
     ENTRY_FIELD_MASK, ENTRY_FREQ_SHIFT, ENTRY_SYMBOL_SHIFT, LANE_GROUP, LANES, STATE_LOWER, TILE, WORD_BITS,
@@ -16,19 +21,25 @@ use crate::format::{
 use crate::model::EncEntry;
 use crate::{Error, Result};
 
-/// Encodes one partition's symbols; returns the lanes' final states (the decoder's
-/// initial states) and appends the partition's words, in decoder read order, to `words`.
+/// Encodes one partition's symbols from the lanes' initial states `initial` (each in
+/// `[2^16, 2^17)`: `2^16` plus the lane's payload, spec §6.3, §6.4); returns the lanes'
+/// final states (the decoder's initial states) and appends the partition's words, in
+/// decoder read order, to `words`.
 ///
 /// Every symbol must have a non-zero frequency in `table`.
 pub(crate) fn encode_partition(
     symbols: &[u8],
     table: &[EncEntry; 256],
     precision: u32,
+    initial: &[u32; LANES],
     words: &mut Vec<u16>,
 ) -> [u32; LANES] {
     let n = symbols.len();
     let m = lane_steps(n);
-    let mut states = [STATE_LOWER; LANES];
+    // Below 2^17 <= freq << (32 - n), so no lane emits while encoding its first symbol
+    // (spec §6.3, "Last symbol").
+    debug_assert!(initial.iter().all(|&x| (STATE_LOWER..2 * STATE_LOWER).contains(&x)));
+    let mut states = *initial;
     let first = words.len();
     // Emit threshold per symbol: x >= freq << (32 - n) needs a word out first; computed
     // in u64 because freq = 2^n makes it 2^32.
@@ -65,36 +76,43 @@ const WORD_PAD: usize = LANES;
 
 /// Decodes one partition into `out` (its `n` symbols) from the lanes' initial states and
 /// the partition's word stream (`u16` LE bytes, exactly `2 x count` of them). `table`
-/// holds the `2^precision` packed entries of spec §5.4, zero-padded to 4096.
+/// holds the `2^precision` packed entries of spec §5.4, zero-padded to 4096. `payload`
+/// holds each lane's payload capacity in bytes, 0..=2 ([`crate::format::lane_payload_bytes`];
+/// all 0 in versions 2 and 3). Returns the lanes' final states, `2^16` plus each lane's
+/// payload (spec §6.4).
 ///
 /// # Errors
 /// [`Error::StateOutOfRange`] for an initial state below `2^16`,
 /// [`Error::WordStreamExhausted`] when a lane needs a word past the stream,
-/// [`Error::FinalStateMismatch`] when a lane does not end at `2^16`,
-/// [`Error::UnconsumedWords`] when words are left over. `partition` only labels errors.
+/// [`Error::FinalStateMismatch`] when a lane does not end at `2^16` plus a payload that
+/// fits its capacity, [`Error::UnconsumedWords`] when words are left over. `partition`
+/// only labels errors.
 #[cfg(test)]
 pub(crate) fn decode_partition(
     partition: usize,
     states_in: &[u32; LANES],
+    payload: &[u8; LANES],
     word_bytes: &[u8],
     table: &[u32; TABLE_SLOTS],
     precision: u32,
     out: &mut [u8],
-) -> Result<()> {
-    decode_partition_with(partition, states_in, word_bytes, table, precision, out, &mut Vec::new())
+) -> Result<[u32; LANES]> {
+    decode_partition_with(partition, states_in, payload, word_bytes, table, precision, out, &mut Vec::new())
 }
 
 /// [`decode_partition`] with a caller-owned scratch buffer for the decoded words (reused
 /// across partitions and blocks to avoid an allocation per partition).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_partition_with(
     partition: usize,
     states_in: &[u32; LANES],
+    payload: &[u8; LANES],
     word_bytes: &[u8],
     table: &[u32; TABLE_SLOTS],
     precision: u32,
     out: &mut [u8],
     words: &mut Vec<u16>,
-) -> Result<()> {
+) -> Result<[u32; LANES]> {
     for (lane, &state) in states_in.iter().enumerate() {
         if state < STATE_LOWER {
             return Err(Error::StateOutOfRange { partition, lane, state });
@@ -124,7 +142,8 @@ pub(crate) fn decode_partition_with(
             None => return Err(Error::WordStreamExhausted { partition }),
         }
     }
-    check_end(partition, &st, pos, count)
+    check_end(partition, &st, payload, pos, count)?;
+    Ok(st)
 }
 
 /// Decodes the steps of a partition's last, partial tile (`out` is the whole partition,
@@ -175,10 +194,21 @@ fn decode_step(x: u32, table: &[u32; TABLE_SLOTS], mask: u32, precision: u32) ->
     ((e >> ENTRY_SYMBOL_SHIFT) as u8, freq * (x >> precision) + (e & ENTRY_FIELD_MASK))
 }
 
-/// The end-of-partition checks: every lane back at `2^16`, every word consumed.
-fn check_end(partition: usize, st: &[u32; LANES], pos: usize, count: usize) -> Result<()> {
-    for (lane, &state) in st.iter().enumerate() {
-        if state != STATE_LOWER {
+/// The end-of-partition checks (spec §6.3, "Final checks"): every lane back at `2^16`
+/// plus a payload of at most its `payload[lane]` bytes (`state - 2^16 < 256^c`; exactly
+/// `2^16` for `c = 0`), then every word consumed.
+fn check_end(
+    partition: usize,
+    st: &[u32; LANES],
+    payload: &[u8; LANES],
+    pos: usize,
+    count: usize,
+) -> Result<()> {
+    for (lane, (&state, &capacity)) in st.iter().zip(payload).enumerate() {
+        debug_assert!(capacity as usize <= crate::format::PAYLOAD_BYTES_PER_LANE);
+        // A state below 2^16 wraps to a huge excess and fails too.
+        let excess = state.wrapping_sub(STATE_LOWER);
+        if excess >> (8 * capacity as u32) != 0 {
             return Err(Error::FinalStateMismatch { partition, lane, state });
         }
     }
@@ -200,19 +230,20 @@ fn load_words(words: &mut Vec<u16>, bytes: &[u8]) {
 }
 
 /// Decodes partitions `first..first + P` exactly as `P` calls of
-/// [`decode_partition_with`] would (same outputs, same first error), interleaving their
-/// whole tiles where all have the same number of them and the CPU has AVX2 (each last,
-/// partial tile is then decoded on its own).
+/// [`decode_partition_with`] would (same outputs and final states, same first error),
+/// interleaving their whole tiles where all have the same number of them and the CPU has
+/// AVX2 (each last, partial tile is then decoded on its own).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_partitions_with<const P: usize>(
     first: usize,
     states_in: [&[u32; LANES]; P],
+    payload: [&[u8; LANES]; P],
     word_bytes: [&[u8]; P],
     table: &[u32; TABLE_SLOTS],
     precision: u32,
     mut out: [&mut [u8]; P],
     words: &mut Vec<u16>,
-) -> Result<()> {
+) -> Result<[[u32; LANES]; P]> {
     #[cfg(target_arch = "x86_64")]
     {
         // The partitions' whole tiles in lock step when every partition has the same
@@ -263,16 +294,26 @@ pub(crate) fn decode_partitions_with<const P: usize>(
                         );
                         pos[p] = tail.ok_or(Error::WordStreamExhausted { partition: first + p })?;
                     }
-                    check_end(first + p, &st[p], pos[p], count[p])?;
+                    check_end(first + p, &st[p], payload[p], pos[p], count[p])?;
                 }
-                return Ok(());
+                return Ok(st);
             }
         }
     }
+    let mut finals = [[0u32; LANES]; P];
     for (p, o) in out.into_iter().enumerate() {
-        decode_partition_with(first + p, states_in[p], word_bytes[p], table, precision, o, words)?;
+        finals[p] = decode_partition_with(
+            first + p,
+            states_in[p],
+            payload[p],
+            word_bytes[p],
+            table,
+            precision,
+            o,
+            words,
+        )?;
     }
-    Ok(())
+    Ok(finals)
 }
 
 /// Decodes the `m` steps of a partition's whole tiles (every lane owns `m` symbols, `m`
@@ -567,15 +608,21 @@ mod tests {
         Model::quantize(&counts, precision).unwrap()
     }
 
+    /// Version 3's lanes: every one starts at exactly 2^16 and carries no payload.
+    const NO_PAYLOAD: [u8; LANES] = [0; LANES];
+    const PLAIN: [u32; LANES] = [STATE_LOWER; LANES];
+
     fn round_trip(symbols: &[u8], precision: u8) -> (usize, [u32; LANES]) {
         let model = model_of(symbols, precision);
         let mut words = Vec::new();
-        let states = encode_partition(symbols, &model.encode_table(), precision as u32, &mut words);
+        let states = encode_partition(symbols, &model.encode_table(), precision as u32, &PLAIN, &mut words);
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let mut out = vec![0u8; symbols.len()];
-        decode_partition(0, &states, &bytes, &padded_decode_table(&model), precision as u32, &mut out)
-            .unwrap();
+        let table = padded_decode_table(&model);
+        let finals =
+            decode_partition(0, &states, &NO_PAYLOAD, &bytes, &table, precision as u32, &mut out).unwrap();
         assert_eq!(out, symbols);
+        assert_eq!(finals, PLAIN);
         (words.len(), states)
     }
 
@@ -604,7 +651,7 @@ mod tests {
                 .collect();
             let model = model_of(&symbols, 12);
             let mut words = Vec::new();
-            let states = encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+            let states = encode_partition(&symbols, &model.encode_table(), 12, &PLAIN, &mut words);
             let table = padded_decode_table(&model);
             let m = n / LANES;
             for corrupt in 0..6usize {
@@ -649,11 +696,22 @@ mod tests {
             .collect();
         let model = model_of(&parts.concat(), 12);
         let table = padded_decode_table(&model);
+        // Half the groups carry a version 4 payload, of a capacity that varies by lane.
+        let payload: [u8; LANES] = std::array::from_fn(|j| if P > 1 { (j % 3) as u8 } else { 0 });
+        let initial: Vec<[u32; LANES]> = (0..P)
+            .map(|_| {
+                std::array::from_fn(|j| {
+                    let bytes = rng.next() & ((1u32 << (8 * payload[j])) - 1);
+                    STATE_LOWER + bytes
+                })
+            })
+            .collect();
         let encoded: Vec<(Vec<u16>, [u32; LANES])> = parts
             .iter()
-            .map(|p| {
+            .zip(&initial)
+            .map(|(p, initial)| {
                 let mut words = Vec::new();
-                let states = encode_partition(p, &model.encode_table(), 12, &mut words);
+                let states = encode_partition(p, &model.encode_table(), 12, initial, &mut words);
                 (words, states)
             })
             .collect();
@@ -687,6 +745,7 @@ mod tests {
             let group = decode_partitions_with::<P>(
                 3,
                 std::array::from_fn(|p| &enc[p].1),
+                [&payload; P],
                 std::array::from_fn(|p| &bytes[p][..]),
                 &table,
                 12,
@@ -694,15 +753,20 @@ mod tests {
                 &mut scratch,
             );
             let mut b = vec![vec![0u8; n]; P];
-            let one_by_one = b.iter_mut().enumerate().try_for_each(|(p, o)| {
-                decode_partition_with(3 + p, &enc[p].1, &bytes[p], &table, 12, o, &mut scratch)
-            });
+            let one_by_one: Result<Vec<[u32; LANES]>> = b
+                .iter_mut()
+                .enumerate()
+                .map(|(p, o)| {
+                    decode_partition_with(3 + p, &enc[p].1, &payload, &bytes[p], &table, 12, o, &mut scratch)
+                })
+                .collect();
+            let group = group.map(|g| g.to_vec());
             assert_eq!(group, one_by_one, "P {P} n {n} corrupt {corrupt}");
             if group.is_ok() {
                 assert_eq!(a, b, "P {P} n {n} corrupt {corrupt}");
             }
             if corrupt == 0 {
-                assert!(group.is_ok());
+                assert_eq!(group.unwrap(), initial, "the final states are the initial ones");
                 assert_eq!(a, parts);
             }
         }
@@ -740,7 +804,7 @@ mod tests {
         counts[3] = 1_000_000;
         let model = Model::quantize(&counts, 12).unwrap();
         let mut words = Vec::new();
-        encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+        encode_partition(&symbols, &model.encode_table(), 12, &PLAIN, &mut words);
         assert!(words.len() <= symbols.len());
         assert!(words.len() > symbols.len() * 2 / 3, "{} words", words.len());
     }
@@ -756,7 +820,7 @@ mod tests {
         (symbols[24], symbols[25], symbols[48], symbols[49]) = (1, 2, 2, 1);
         let model = Model::from_entries(12, vec![(0, 4094), (1, 1), (2, 1)]).unwrap();
         let mut words = Vec::new();
-        let states = encode_partition(&symbols, &model.encode_table(), 12, &mut words);
+        let states = encode_partition(&symbols, &model.encode_table(), 12, &PLAIN, &mut words);
         // Steps 7..2 of symbol 0 (freq 4094, cdf 0) take 2^16 to 2^16 + 6 * 32 = 65728.
         // Lane 3 then encodes symbol 25 (sym 2, cdf 4095): x = 65728 << 12 | 4095, and
         // sheds its low word 4095 before encoding symbol 24 (sym 1, cdf 4094), leaving
@@ -770,5 +834,62 @@ mod tests {
         assert_eq!(states[7], 65_792);
         assert_eq!(states[8], STATE_LOWER);
         assert_eq!(states[31], STATE_LOWER);
+    }
+
+    #[test]
+    fn payload_states_round_trip_and_an_excess_byte_is_a_final_state_mismatch() {
+        // 300 symbols: a whole tile and a partial one of 44 (lanes 0..=5 busy in it).
+        let mut rng = kvcodec_testkit::Rng(5);
+        let symbols: Vec<u8> =
+            (0..300).map(|_| [127u8, 127, 127, 126, 128, 3][(rng.next() >> 29) as usize % 6]).collect();
+        let model = model_of(&symbols, 12);
+        let table = padded_decode_table(&model);
+        // Lanes 0..10 carry 2 bytes, lane 10 one, the rest none: 21 payload bytes.
+        let payload: [u8; LANES] = std::array::from_fn(|j| match j {
+            0..10 => 2,
+            10 => 1,
+            _ => 0,
+        });
+        let initial: [u32; LANES] = std::array::from_fn(|j| match payload[j] {
+            2 => STATE_LOWER + 0xff80 - j as u32, // b0 and b1 both nonzero
+            1 => STATE_LOWER + 0x7f,
+            _ => STATE_LOWER,
+        });
+        let mut words = Vec::new();
+        let states = encode_partition(&symbols, &model.encode_table(), 12, &initial, &mut words);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = vec![0u8; symbols.len()];
+        let finals = decode_partition(0, &states, &payload, &bytes, &table, 12, &mut out).unwrap();
+        assert_eq!(out, symbols);
+        assert_eq!(finals, initial);
+        // Declared capacity below what a lane holds: lane 10 ends at 2^16 + 0x7f, which
+        // needs one byte.
+        let mut short = payload;
+        short[10] = 0;
+        assert_eq!(
+            decode_partition(0, &states, &short, &bytes, &table, 12, &mut out),
+            Err(Error::FinalStateMismatch { partition: 0, lane: 10, state: STATE_LOWER + 0x7f })
+        );
+        // In a partition of one partial tile (44 symbols: lanes 6..32 idle), an idle lane's
+        // state is its final state: a byte beyond its capacity of 0 fails, and so does a
+        // state of 2^17 or more whatever the capacity (two bytes hold at most 2^16 - 1).
+        let short_symbols = &symbols[..44];
+        words.clear();
+        let states = encode_partition(short_symbols, &model.encode_table(), 12, &initial, &mut words);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = vec![0u8; 44];
+        assert_eq!(decode_partition(0, &states, &payload, &bytes, &table, 12, &mut out), Ok(initial));
+        assert_eq!(out, short_symbols);
+        let mut corrupt = states;
+        corrupt[20] += 0x100;
+        assert_eq!(
+            decode_partition(0, &corrupt, &payload, &bytes, &table, 12, &mut out),
+            Err(Error::FinalStateMismatch { partition: 0, lane: 20, state: STATE_LOWER + 0x100 })
+        );
+        corrupt[20] = 2 * STATE_LOWER;
+        assert_eq!(
+            decode_partition(0, &corrupt, &[2; LANES], &bytes, &table, 12, &mut out),
+            Err(Error::FinalStateMismatch { partition: 0, lane: 20, state: 2 * STATE_LOWER })
+        );
     }
 }

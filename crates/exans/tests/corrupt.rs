@@ -3,8 +3,8 @@
 //! whose byte map is:
 //!
 //! ```text
-//! 0x000 magic "KVXA"      0x004 version 3      0x006 flags 0
-//! 0x008 L=1  0x00a H=1  0x00c D=33  0x00e B'=8  0x010 N=528  0x014 record_len=1680
+//! 0x000 magic "KVXA"      0x004 version 4      0x006 flags 0
+//! 0x008 L=1  0x00a H=1  0x00c D=33  0x00e B'=8  0x010 N=528  0x014 record_len=1168
 //! 0x018 precision 12  0x019 partitions 8  0x01a lanes 32  0x01b reserved
 //! 0x01c model_offset 0x32  0x020 directory 0x50  0x024 words 0x470  0x028 sm 0x480
 //! 0x02c checksum u32 (0: flag bit 1 clear)
@@ -12,10 +12,16 @@
 //! 0x032 K=7, entries (sym, freq u16) at 0x034 (67,8) 0x037 (107,8) 0x03a (117,8)
 //!       0x03d (124,8) 0x040 (127,4048) 0x043 (135,8) 0x046 (157,8); padding 0x049..0x050
 //! 0x050 word counts [3, 0, 0, 0, 0, 0, 0, 0]
-//! 0x070 final states, partition p lane j at 0x070 + 4 (32 p + j)
+//! 0x070 final states, partition p lane j at 0x070 + 4 (32 p + j); each lane carries
+//!       2 sign+mantissa bytes (P = 512: values 16..528) in the low 16 bits
 //! 0x470 partition 0's words 0xe018 0xc000 0x0010; padding 0x476..0x480
-//! 0x480 528 sign+mantissa bytes, to 0x690
+//! 0x480 N - P = 16 sign+mantissa bytes (values 0..16), to 0x490
 //! ```
+//!
+//! Version 3 records (every lane at exactly 2^16, a section of all N bytes) start from
+//! the same block's version 3 record (`common::example_record_v3`, the dump of spec §9
+//! before version 4): the same bytes up to 0x480 but for the version, record_len 0x690
+//! and the states (no payload), then 528 sign+mantissa bytes.
 
 mod common;
 
@@ -45,10 +51,117 @@ fn example_adler() -> u32 {
 }
 
 #[test]
+fn version_3_is_still_read() {
+    let r = common::example_record_v3();
+    assert_eq!(r.len(), 0x690);
+    assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
+    let info = exans::inspect_record(&r).unwrap();
+    assert_eq!((info.version, info.payload_bytes, info.section_bytes[5]), (3, 0, 528));
+    // The same block's version 4 record differs in the version, record_len, the states
+    // and the section: 512 bytes shorter.
+    let v4 = common::example_record();
+    assert_eq!(common::parse_hexdump(&kvcodec_testkit::hexdump(&v4)), v4, "the dump parser");
+    assert_eq!(v4.len() + 512, r.len());
+    assert_eq!(r[..4], v4[..4]);
+    assert_eq!(r[0x28..0x70], v4[0x28..0x70]);
+    assert_eq!(r[0x470..0x490], v4[0x470..0x490]);
+    // With the checksum flag (version 3 defines it), the same values.
+    let mut checked = r.clone();
+    checked[6] = 2;
+    put(&mut checked, 0x2c, &example_adler().to_le_bytes());
+    assert_eq!(decode_block(&checked).unwrap().1, common::example_block().1.concat());
+    // In a container of version 3 next to a version 4 record.
+    let c = container_with(&[&r, &v4], 3);
+    let (_, groups) = common::example_block();
+    let twice = kvcodec_testkit::cache_from(1, 1, 33, 16, |_, k, i| groups[k][i % 264]);
+    assert_eq!(exans::decode_cache(&c).unwrap(), twice);
+}
+
+#[test]
 fn version_2_is_still_read() {
-    let mut r = common::example_record();
+    // Version 2 is version 3 without the checksum flag.
+    let mut r = common::example_record_v3();
     r[4] = 2;
     assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
+    let c = container_with(&[&r, &r], 2);
+    assert_eq!(exans::decode_cache(&c).unwrap().concat_words().len(), 2 * 528);
+}
+
+#[test]
+fn version_3_lanes_carry_no_payload() {
+    // Partition 0 lane 31 (idle) one above 2^16: a payload byte in version 4, a final
+    // state mismatch in version 3, where every lane must end at exactly 2^16.
+    let mut v3 = common::example_record_v3();
+    v3[0xec] = 1;
+    assert_eq!(
+        decode_block(&v3).unwrap_err(),
+        Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0001_0001 }
+    );
+    let mut v4 = common::example_record();
+    v4[0xec] = 1;
+    let mut words = common::example_block().1.concat();
+    // Lane 31 = k 31 carries values 16 + 62 and 16 + 63: the first one's byte is now 01.
+    words[78] |= 0x0001;
+    assert_eq!(decode_block(&v4).unwrap().1, words);
+    // A version 4 record read as version 3 is 512 bytes short of its layout.
+    let mut relabelled = common::example_record();
+    relabelled[4] = 3;
+    assert_eq!(
+        decode_block(&relabelled).unwrap_err(),
+        Error::SectionMismatch { section: "record_len", stored: 0x490, expected: 0x690 }
+    );
+}
+
+/// A block of N = 2 x 10 x 5 = 100 values, below the 512 of a full payload: lanes k =
+/// 0..50 carry 2 bytes each (values 0..100), lanes 50..256 none (spec §6.4).
+fn small_block() -> (BlockShape, Vec<Vec<u16>>) {
+    let shape = BlockShape { layers: 1, kv_heads: 1, head_dim: 10, tokens: 5 };
+    let k: Vec<u16> = (0..50u16).map(|i| 0x3f80 + (i % 3) * 0x80 + i).collect();
+    let v: Vec<u16> = (0..50u16).map(|i| 0xbf00 - (i % 2) * 0x80 + 2 * i).collect();
+    (shape, vec![k, v])
+}
+
+#[test]
+fn a_small_block_carries_every_byte_in_its_states() {
+    let (shape, groups) = small_block();
+    let refs: Vec<&[u16]> = groups.iter().map(Vec::as_slice).collect();
+    let never = EncodeOptions { raw: RawPolicy::Never, ..Default::default() };
+    let r = exans::encode_block_with(&refs, shape, &never).unwrap();
+    let info = exans::inspect_record(&r).unwrap();
+    assert_eq!((info.version, info.payload_bytes, info.section_bytes[5]), (4, 100, 0));
+    assert_eq!(decode_block(&r).unwrap().1, groups.concat());
+    let directory = u32::from_le_bytes(r[0x20..0x24].try_into().unwrap()) as usize;
+    let state_at = |p: usize, j: usize| directory + 32 + 4 * (32 * p + j);
+    let state = |r: &[u8], at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
+    // Partition 1 lane 17 (k = 49, idle: partitions hold 12 or 13 symbols) carries values
+    // 98 and 99; lane 18 (k = 50) carries nothing and must end at exactly 2^16.
+    let (last, beyond) = (state_at(1, 17), state_at(1, 18));
+    let sf = |v: usize| u32::from(bf16_field::sign_mantissa_of(groups[v / 50][v % 50]));
+    assert_eq!(state(&r, last), 0x0001_0000 + sf(98) + (sf(99) << 8));
+    assert_eq!(state(&r, last), 0x0001_e2e0, "V's words 0xbf60 and 0xbee2");
+    assert_eq!(state(&r, beyond), 0x0001_0000);
+    // A byte flipped in lane 17's payload: another sign+mantissa byte of value 98.
+    let mut flipped = r.clone();
+    flipped[last] ^= 0x01;
+    let mut words = groups.concat();
+    words[98] ^= 0x0001;
+    assert_eq!(decode_block(&flipped).unwrap().1, words);
+    // Any nonzero byte beyond lane 18's capacity of 0 bytes, low or high.
+    for (at, value, state) in [(beyond, 1, 0x0001_0001), (beyond + 1, 0x80, 0x0001_8000)] {
+        let mut bad = r.clone();
+        bad[at] = value;
+        assert_eq!(
+            decode_block(&bad).unwrap_err(),
+            Error::FinalStateMismatch { partition: 1, lane: 18, state }
+        );
+    }
+    // And in the last lane of the record.
+    let mut bad = r.clone();
+    bad[state_at(7, 31)] = 0xff;
+    assert_eq!(
+        decode_block(&bad).unwrap_err(),
+        Error::FinalStateMismatch { partition: 7, lane: 31, state: 0x0001_00ff }
+    );
 }
 
 #[test]
@@ -58,9 +171,10 @@ fn a_checksum_catches_what_the_structure_cannot() {
     checked[6] = 2;
     put(&mut checked, 0x2c, &example_adler().to_le_bytes());
     assert_eq!(decode_block(&checked).unwrap().1, words);
-    // A sign+mantissa bit (0x480 + 100) and a center (0x031) each decode to other values
-    // without the checksum, and fail with it.
-    for at in [0x480 + 100, 0x031] {
+    // A sign+mantissa bit in the section (0x486), one in a lane's payload (partition 0
+    // lane 6's low byte at 0x088, value 28's) and a center (0x031) each decode to other
+    // values without the checksum, and fail with it.
+    for at in [0x486, 0x088, 0x031] {
         let mut plain = common::example_record();
         plain[at] ^= 1;
         assert_ne!(decode_block(&plain).unwrap().1, words, "byte {at:#x}");
@@ -78,7 +192,7 @@ fn a_checksum_catches_what_the_structure_cannot() {
 #[test]
 fn the_byte_map_above_is_the_example_record() {
     let r = common::example_record();
-    assert_eq!(r.len(), 0x690);
+    assert_eq!(r.len(), 0x490);
     assert_eq!(&r[0x30..0x34], &[127, 126, 7, 0]);
     assert_eq!(&r[0x40..0x43], &[127, 0xd0, 0x0f]);
     assert_eq!(&r[0x50..0x54], &[3, 0, 0, 0]);
@@ -89,10 +203,10 @@ fn the_byte_map_above_is_the_example_record() {
 
 // ----- header -----------------------------------------------------------------------
 rejects!(truncated_header, |r| r.truncate(47), Error::Truncated { needed: 48, got: 47 });
-rejects!(truncated_body, |r| r.truncate(0x68f), Error::Truncated { needed: 0x690, got: 0x68f });
+rejects!(truncated_body, |r| r.truncate(0x48f), Error::Truncated { needed: 0x490, got: 0x48f });
 rejects!(bad_magic, |r| r[0] = b'X', Error::BadMagic { found: *b"XVXA", expected: "KVXA" });
 rejects!(version_1, |r| r[4] = 1, Error::UnsupportedVersion { version: 1 });
-rejects!(version_4, |r| r[4] = 4, Error::UnsupportedVersion { version: 4 });
+rejects!(version_5, |r| r[4] = 5, Error::UnsupportedVersion { version: 5 });
 rejects!(unknown_flag_bit_2, |r| r[6] = 4, Error::UnsupportedFlags { flags: 4 });
 // Version 2 did not define the checksum flag.
 rejects!(
@@ -157,13 +271,13 @@ rejects!(
     Error::SectionMismatch { section: "sign_mantissa_offset", stored: 0x490, expected: 0x480 }
 );
 rejects!(
-    // record_len 1681 with one more byte: consistent with the slice, not with the layout.
+    // record_len 1169 with one more byte: consistent with the slice, not with the layout.
     record_len_longer_than_layout,
     |r| {
-        put(r, 0x14, &0x691u32.to_le_bytes());
+        put(r, 0x14, &0x491u32.to_le_bytes());
         r.push(0);
     },
-    Error::SectionMismatch { section: "record_len", stored: 0x691, expected: 0x690 }
+    Error::SectionMismatch { section: "record_len", stored: 0x491, expected: 0x490 }
 );
 
 // ----- padding ----------------------------------------------------------------------
@@ -191,10 +305,10 @@ rejects!(
     Error::PartitionPastEnd { partition: 0 }
 );
 rejects!(
-    // Partition 0 lane 0's state 0x00044b38 loses its high half.
+    // Partition 0 lane 0's state 0x000783a8 loses its high half.
     state_below_2_pow_16,
     |r| put(r, 0x72, &[0, 0]),
-    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x4b38 }
+    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x83a8 }
 );
 rejects!(
     // Partition 0 keeps 2 of its 3 words (the third becomes zero padding): lane 0 runs
@@ -207,17 +321,18 @@ rejects!(
     Error::WordStreamExhausted { partition: 0 }
 );
 rejects!(
-    // Lane 31 of partition 0 owns no symbols: its state must already be 2^16.
+    // Lane 31 of partition 0 owns no symbols: its state must already be 2^16 plus its 2
+    // payload bytes, below 2^17 (a payload flip passes: `version_3_lanes_carry_no_payload`).
     idle_lane_state,
-    |r| r[0xec] = 1,
-    Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0001_0001 }
+    |r| r[0xee] = 3,
+    Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0003_0000 }
 );
 rejects!(
-    // Lane 1's state flipped in its low bit: it decodes 127 eight times, reads no word,
-    // and ends one above 2^16.
+    // Lane 1's state 0x00011990 flipped in bit 17: it decodes 127 eight times, reads no
+    // word, and ends far above 2^16 plus any 2 payload bytes.
     busy_lane_state,
-    |r| r[0x74] ^= 0x01,
-    Error::FinalStateMismatch { partition: 0, lane: 1, state: 0x0001_0001 }
+    |r| r[0x76] ^= 0x02,
+    Error::FinalStateMismatch { partition: 0, lane: 1, state: 0x0002_d1e0 }
 );
 rejects!(
     // Partition 0 claims a fourth word (0x0000, from its padding): never read.
@@ -322,13 +437,13 @@ fn encoder_input_errors() {
         enc(&refs, big),
         Error::ShapeOverflow { layers: 65_535, kv_heads: 65_535, head_dim: 1, tokens: 1 }
     );
-    let options = EncodeOptions { precision: 13, raw: RawPolicy::Auto, checksum: false };
+    let options = EncodeOptions { precision: 13, raw: RawPolicy::Auto, ..EncodeOptions::default() };
     assert_eq!(
         exans::encode_block_with(&refs, shape, &options).unwrap_err(),
         Error::UnsupportedPrecisionForEncode { precision: 13, distinct: 0 }
     );
     // 7 distinct symbols do not fit 2^2 slots: an error when raw is not allowed.
-    let options = EncodeOptions { precision: 2, raw: RawPolicy::Never, checksum: false };
+    let options = EncodeOptions { precision: 2, raw: RawPolicy::Never, ..EncodeOptions::default() };
     assert_eq!(
         exans::encode_block_with(&refs, shape, &options).unwrap_err(),
         Error::UnsupportedPrecisionForEncode { precision: 2, distinct: 7 }
@@ -343,8 +458,8 @@ fn encoder_input_errors() {
 
 // ----- container --------------------------------------------------------------------
 /// Two copies of the example block: T = 16, B = 8. Layout: header 0x00..0x20, index of
-/// 3 u64 offsets 0x20..0x38, padding to 0x40, record 0 at 0x40 (0x690 bytes), record 1
-/// at 0x6d0, end 0xd60.
+/// 3 u64 offsets 0x20..0x38, padding to 0x40, record 0 at 0x40 (0x490 bytes), record 1
+/// at 0x4d0, end 0x960.
 fn container() -> Vec<u8> {
     let (_, groups) = common::example_block();
     let cache = kvcodec_testkit::cache_from(1, 1, 33, 16, |_, k, i| groups[k][i % 264]);
@@ -364,9 +479,40 @@ macro_rules! container_rejects {
 fn container_layout_is_as_documented() {
     let c = container();
     let info = exans::container_info(&c).unwrap();
-    assert_eq!(info.offsets, vec![0x40, 0x6d0, 0xd60]);
-    assert_eq!(info.record_lens, vec![0x690, 0x690]);
-    assert_eq!(c.len(), 0xd60);
+    assert_eq!(info.offsets, vec![0x40, 0x4d0, 0x960]);
+    assert_eq!(info.record_lens, vec![0x490, 0x490]);
+    assert_eq!(c.len(), 0x960);
+    assert_eq!(c[4..6], [4, 0], "version 4");
+    // The same two records behind a container header of version 3 (or 2): the layout
+    // is shared.
+    for version in [3, 2] {
+        let mut old = c.clone();
+        old[4] = version;
+        assert_eq!(exans::decode_cache(&old).unwrap(), exans::decode_cache(&c).unwrap());
+    }
+}
+
+/// A container of `records` (each one of the example block) at B = 8 with header
+/// version `version`, laid out by spec §8.
+fn container_with(records: &[&[u8]], version: u16) -> Vec<u8> {
+    let index_end = 32 + 8 * (records.len() + 1);
+    let mut offsets = vec![index_end.next_multiple_of(16)];
+    for r in records {
+        offsets.push((offsets.last().unwrap() + r.len()).next_multiple_of(16));
+    }
+    let mut c = vec![0u8; *offsets.last().unwrap()];
+    c[..4].copy_from_slice(b"KVXC");
+    put(&mut c, 4, &version.to_le_bytes());
+    put(&mut c, 8, &[1, 0, 1, 0, 33, 0, 8, 0]);
+    put(&mut c, 16, &(8 * records.len() as u64).to_le_bytes());
+    put(&mut c, 24, &(records.len() as u32).to_le_bytes());
+    for (i, o) in offsets.iter().enumerate() {
+        put(&mut c, 32 + 8 * i, &(*o as u64).to_le_bytes());
+    }
+    for (r, o) in records.iter().zip(&offsets) {
+        put(&mut c, *o, r);
+    }
+    c
 }
 
 container_rejects!(container_truncated_header, |c| c.truncate(31), Error::Truncated { needed: 32, got: 31 });
@@ -377,8 +523,8 @@ container_rejects!(
 );
 container_rejects!(
     container_truncated_record,
-    |c| c.truncate(0xd00),
-    Error::Truncated { needed: 0xd60, got: 0xd00 }
+    |c| c.truncate(0x900),
+    Error::Truncated { needed: 0x960, got: 0x900 }
 );
 // A zeroed record header is the record's error, not an index mismatch.
 container_rejects!(
@@ -433,8 +579,8 @@ container_rejects!(
 );
 container_rejects!(
     container_second_offset,
-    |c| put(c, 0x28, &0x6e0u64.to_le_bytes()),
-    Error::IndexMismatch { entry: 1, stored: 0x6e0, expected: 0x6d0 }
+    |c| put(c, 0x28, &0x4e0u64.to_le_bytes()),
+    Error::IndexMismatch { entry: 1, stored: 0x4e0, expected: 0x4d0 }
 );
 container_rejects!(
     container_index_padding,
@@ -459,8 +605,8 @@ container_rejects!(
     // Record 1's H and D swapped: same N, wrong shape.
     container_record_shape,
     |c| {
-        put(c, 0x6d0 + 0x0a, &33u16.to_le_bytes());
-        put(c, 0x6d0 + 0x0c, &1u16.to_le_bytes());
+        put(c, 0x4d0 + 0x0a, &33u16.to_le_bytes());
+        put(c, 0x4d0 + 0x0c, &1u16.to_le_bytes());
     },
     Error::InBlock {
         block: 1,
@@ -473,9 +619,9 @@ container_rejects!(
 );
 container_rejects!(
     container_record_corrupt,
-    |c| c[0x6d0 + 0xec] = 1,
+    |c| c[0x4d0 + 0xee] = 3,
     Error::InBlock {
         block: 1,
-        source: Box::new(Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0001_0001 })
+        source: Box::new(Error::FinalStateMismatch { partition: 0, lane: 31, state: 0x0003_0000 })
     }
 );

@@ -16,7 +16,7 @@ use kvcodec_testkit::gpu_or_skip;
 use kvcodec_testkit::{Rng, cache_from, fixtures, kv_like};
 
 fn options(raw: RawPolicy, precision: u8) -> EncodeOptions {
-    EncodeOptions { precision, raw, checksum: false }
+    EncodeOptions { precision, raw, ..EncodeOptions::default() }
 }
 
 /// Every value 1.0 or -1.0 (one exponent): every block's model has one symbol (K = 1).
@@ -272,8 +272,10 @@ fn gpu_decode_reports_the_cpu_error() {
 
 /// One-symbol records (K = 1) are written without decoding on the GPU (a step maps the
 /// state to itself and reads no word), so the final-state check is what the kernel has
-/// left to find there: a state other than 2^16 must get the CPU decoder's error, at
-/// precision 12 (freq 4096, which the GPU's decode table cannot hold) and at a lower one.
+/// left to find there: a state outside `[2^16, 2^17)` (spec 6.4) must get the CPU
+/// decoder's error, at precision 12 (freq 4096, which the GPU's decode table cannot
+/// hold) and at a lower one; a state inside it is a lane's payload, decoded as the CPU
+/// decodes it.
 #[test]
 fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
     let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error_in_one_symbol_records") else { return };
@@ -287,7 +289,7 @@ fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
         let directory = info.offsets[0] + 48 + centers + model;
         let states = directory + 32;
         for (what, at, value) in [
-            ("state p0 lane 0 = 2^16 + 1", states, 65_537u32),
+            ("state p0 lane 0 = 2^17", states, 1 << 17),
             ("state p4 lane 17 = 2^31", states + 4 * (4 * 32 + 17), 1 << 31),
             ("state p7 lane 31 = 2^32 - 1", states + 4 * 255, u32::MAX),
         ] {
@@ -297,6 +299,10 @@ fn gpu_decode_reports_the_cpu_error_in_one_symbol_records() {
             assert!(decode_cache(&bad).is_err(), "{what}: the CPU rejects it");
             assert!(check_same_outcome(&gpu, &what, &bad), "{what}: found by the kernel");
         }
+        let mut other = container.clone();
+        other[states + 4 * 33..states + 4 * 34].copy_from_slice(&0x0001_5a81u32.to_le_bytes());
+        assert!(decode_cache(&other).unwrap() != one, "another payload, other values");
+        check_same_outcome(&gpu, &format!("precision {precision}, p1 lane 1's payload"), &other);
     }
 }
 
@@ -370,15 +376,20 @@ fn whole_caches_round_trip_on_every_path() {
     }
 }
 
-/// Older and mixed containers on the GPU: a version 2 container (header and records),
-/// and one whose records carry checksums but for one, decode as on the CPU; a damaged
-/// record of the mixed one gives the CPU's error through `decode_to_cache` too.
+/// Older and mixed containers on the GPU: a version 3 container (every lane starting at
+/// exactly 2^16, the whole sign+mantissa section) as `EncodeOptions::version` writes it,
+/// the same as version 2 (its records carry no checksum), and a version 4 one whose
+/// records carry checksums but for one, decode as on the CPU; a damaged record of the
+/// mixed one gives the CPU's error through `decode_to_cache` too.
 #[test]
-fn gpu_decodes_version_2_and_mixed_containers() {
-    let Some(gpu) = gpu_or_skip("gpu_decodes_version_2_and_mixed_containers") else { return };
+fn gpu_decodes_versions_3_and_2_and_mixed_containers() {
+    let Some(gpu) = gpu_or_skip("gpu_decodes_versions_3_and_2_and_mixed_containers") else { return };
     let cache = kv_like(2, 2, 64, 40, 3);
-    let mut old = encode_cache(&cache, 16).unwrap();
+    let v3 = EncodeOptions { version: exans::format::VERSION_3, ..Default::default() };
+    let mut old = exans::encode_cache_with(&cache, 16, &v3).unwrap();
     let info = container_info(&old).unwrap();
+    assert!(info.offsets[..info.blocks()].iter().all(|&at| old[at + 4] == 3), "version 3 records");
+    assert!(decode_to_cache(&gpu, &old).unwrap() == cache, "the GPU reads version 3");
     old[4] = 2; // the container's version
     for &at in &info.offsets[..info.blocks()] {
         old[at + 4] = 2; // each record's
@@ -387,6 +398,7 @@ fn gpu_decodes_version_2_and_mixed_containers() {
     assert!(decode_to_cache(&gpu, &old).unwrap() == cache, "the GPU reads version 2");
     let options = EncodeOptions { checksum: true, ..Default::default() };
     let mut mixed = exans::encode_cache_with(&cache, 16, &options).unwrap();
+    let info = container_info(&mixed).unwrap();
     let first = info.offsets[0];
     mixed[first + 6] &= !2; // record 0 without its checksum
     mixed[first + 44..first + 48].fill(0);

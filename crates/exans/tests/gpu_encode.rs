@@ -229,15 +229,15 @@ fn gpu_encode_continues_the_offsets_across_chunks_of_more_than_256_blocks() {
     else {
         return;
     };
-    // 1201 tokens in blocks of 2: 601 blocks of 2048 values (the last of 1024), coded
-    // records of varying lengths and a raw one. Chunks of 257: the index launches of
-    // chunks 1 and 2 start past block 0, with segments of 2 blocks per thread (257 > 256
-    // threads), and chunk 2 is partial.
-    let cache = kv_like(1, 4, 128, 1201, 77);
-    let want = encode_cache(&cache, 2).unwrap();
+    // 2401 tokens in blocks of 4: 601 blocks of 2048 values (the last of 512, raw: its
+    // coded record would not be smaller), coded records of varying lengths and a raw
+    // one. Chunks of 257: the index launches of chunks 1 and 2 start past block 0, with
+    // segments of 2 blocks per thread (257 > 256 threads), and chunk 2 is partial.
+    let cache = kv_like(1, 4, 64, 2401, 77);
+    let want = encode_cache(&cache, 4).unwrap();
     let raw = raw_flags(&want);
     assert!(raw.contains(&true) && raw.contains(&false), "the cache mixes coded and raw records");
-    let mut d = OnDevice::new(&gpu, &cache, 2);
+    let mut d = OnDevice::new(&gpu, &cache, 4);
     for chunk_blocks in [257, 300, 600] {
         d.ws.set_chunk_blocks(chunk_blocks);
         d.encode(&gpu);

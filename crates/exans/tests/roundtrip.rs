@@ -122,7 +122,7 @@ fn low_precisions_round_trip_and_too_many_symbols_fall_back() {
     let shape = exans::BlockShape { layers: 2, kv_heads: 1, head_dim: 64, tokens: 16 };
     for precision in [4u8, 6, 9, 11, 12] {
         for raw in [exans::RawPolicy::Auto, exans::RawPolicy::Never] {
-            let options = exans::EncodeOptions { precision, raw, checksum: false };
+            let options = exans::EncodeOptions { precision, raw, ..Default::default() };
             match exans::encode_block_with(&groups, shape, &options) {
                 Ok(record) => {
                     let info = inspect_record(&record).unwrap();
@@ -135,5 +135,27 @@ fn low_precisions_round_trip_and_too_many_symbols_fall_back() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn payload_boundaries_round_trip() {
+    // N around the payload's 512 values (spec §6.4): all in the states (N <= 512, the
+    // last P values spanning every partition), then a section of N - 512 bytes, one tile
+    // of a partition (N = 2048) and a partition boundary inside the payload.
+    let mut rng = Rng(17);
+    for d in [1usize, 2, 3, 63, 64, 65, 127, 128, 129, 256, 257] {
+        let cache = cache_from(1, 1, d, 4, |_, _, _| {
+            let r = rng.next();
+            (r as u16 & 0x807f) | ((124 + (r >> 16) as u16 % 6) << 7)
+        });
+        let records = common::round_trip(&cache, 4, exans::RawPolicy::Never);
+        let info = inspect_record(&records[0]).unwrap();
+        let n = 8 * d;
+        assert_eq!(
+            (info.version, info.payload_bytes, info.section_bytes[5]),
+            (4, n.min(512), n - n.min(512))
+        );
+        assert_eq!(info.section_bytes.iter().sum::<usize>(), info.record_len);
     }
 }

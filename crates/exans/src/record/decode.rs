@@ -2,7 +2,9 @@
 
 use super::parse::{Body, Parsed, parse};
 use super::{BlockShape, check_groups};
-use crate::format::{self, PARTITIONS, partition_range};
+use crate::format::{
+    self, LANES, PARTITIONS, PAYLOAD_BYTES, PAYLOAD_BYTES_PER_LANE, lane_payload_bytes, partition_range,
+};
 use crate::rans::{TABLE_SLOTS, decode_partitions_with, fill_decode_table};
 use crate::{Error, Result};
 
@@ -117,7 +119,19 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
                 }
             }
         }
-        Body::Coded { centers, model, states, streams, sign_mantissa, .. } => {
+        Body::Coded { centers, model, states, streams, sign_mantissa, payload, .. } => {
+            // Values 0..first join with the section; values first..N (P of them, spec
+            // §6.4) with the bytes of the lanes' final states, once every partition is done.
+            let first = parsed.values - payload;
+            let capacity: [[u8; LANES]; PARTITIONS] = std::array::from_fn(|p| {
+                std::array::from_fn(|j| {
+                    if payload == 0 { 0 } else { lane_payload_bytes(parsed.values, p, j) as u8 }
+                })
+            });
+            // The last P symbols, copied out of the per-group buffer (a small block's last
+            // P values span several partitions), and the P bytes of the final states.
+            let mut tail_symbols = [0u8; PAYLOAD_BYTES];
+            let mut tail_bytes = [0u8; PAYLOAD_BYTES];
             DECODE_SCRATCH.with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
                 let DecodeScratch { table, symbols, words } = &mut *scratch;
@@ -139,19 +153,40 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
                         rest = tail;
                         part
                     });
-                    decode_partitions_with::<GROUP>(
+                    let finals = decode_partitions_with::<GROUP>(
                         p,
                         std::array::from_fn(|i| &states[p + i]),
+                        std::array::from_fn(|i| &capacity[p + i]),
                         std::array::from_fn(|i| streams[p + i]),
                         table,
                         precision,
                         out,
                         words,
                     )?;
-                    join_range(groups, per_group, centers, start, symbols, &sign_mantissa[start..end]);
+                    // Values start..split join with the section now, split..end later.
+                    let split = first.clamp(start, end);
+                    if split > start {
+                        let (section, at) = (&sign_mantissa[start..split], &symbols[..split - start]);
+                        join_range(groups, per_group, centers, start, at, section);
+                    }
+                    if end > split {
+                        tail_symbols[split - first..end - first].copy_from_slice(&symbols[split - start..]);
+                    }
+                    if payload > 0 {
+                        // Lane k = 32 p + j: bytes 2 k and 2 k + 1 of the payload, the low
+                        // byte first; capacity 0 left the state at exactly 2^16 (zeros).
+                        for (i, lane_states) in finals.iter().enumerate() {
+                            for (j, &state) in lane_states.iter().enumerate() {
+                                let at = PAYLOAD_BYTES_PER_LANE * (LANES * (p + i) + j);
+                                let [b0, b1, ..] = state.to_le_bytes();
+                                tail_bytes[at..at + 2].copy_from_slice(&[b0, b1]);
+                            }
+                        }
+                    }
                 }
                 Ok::<(), Error>(())
             })?;
+            join_range(groups, per_group, centers, first, &tail_symbols[..payload], &tail_bytes[..payload]);
         }
     }
     Ok(parsed.shape)
@@ -164,7 +199,8 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
 /// As [`decode_block_into`].
 pub fn decode_block(record: &[u8]) -> Result<(BlockShape, Vec<u16>)> {
     // Validate every section first: the allocation below is then bounded by the
-    // record's own length (a coded record holds N sign+mantissa bytes, a raw one 2N).
+    // record's own length (a coded record holds N - P >= N - 512 sign+mantissa bytes and
+    // a 1056-byte directory, a raw one 2N).
     let parsed = parse(record)?;
     let shape = parsed.shape;
     let mut words = vec![0u16; parsed.values];

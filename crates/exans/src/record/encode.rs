@@ -2,10 +2,12 @@
 
 use bf16_field::{exponent_of, sign_mantissa_of};
 
-use super::{BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center};
+use super::{
+    BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center, section_len,
+};
 use crate::format::{
-    self, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, RECORD_MAGIC, VERSION, align_up, header,
-    partition_range,
+    self, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, PAYLOAD_BYTES, PAYLOAD_BYTES_PER_LANE,
+    RECORD_MAGIC, STATE_LOWER, VERSION, VERSION_3, align_up, header, partition_range,
 };
 use crate::model::Model;
 use crate::rans::encode_partition;
@@ -25,9 +27,9 @@ fn pad_to(out: &mut Vec<u8>, len: usize) {
 }
 
 /// Writes the header fields common to coded and raw records.
-fn write_header(out: &mut [u8], shape: &BlockShape, values: usize, flags: u16) {
+fn write_header(out: &mut [u8], version: u16, shape: &BlockShape, values: usize, flags: u16) {
     out[header::MAGIC..header::MAGIC + 4].copy_from_slice(&RECORD_MAGIC);
-    put_u16(out, header::VERSION, VERSION);
+    put_u16(out, header::VERSION, version);
     put_u16(out, header::FLAGS, flags);
     put_u16(out, header::LAYERS, shape.layers as u16);
     put_u16(out, header::KV_HEADS, shape.kv_heads as u16);
@@ -55,6 +57,7 @@ pub fn encode_block(groups: &[&[u16]], shape: BlockShape) -> Result<Vec<u8>> {
 /// [`Error::InvalidShape`], [`Error::DimensionTooLarge`], [`Error::ShapeOverflow`] for a
 /// shape the header cannot carry; [`Error::GroupCountMismatch`] /
 /// [`Error::GroupLengthMismatch`] when `groups` does not match `shape`;
+/// [`Error::UnsupportedVersion`] for an [`EncodeOptions::version`] other than 4 or 3;
 /// [`Error::UnsupportedPrecisionForEncode`] for a precision outside `1..=12` or below
 /// `log2` of the block's distinct symbols (with [`RawPolicy::Auto`] that case is stored
 /// raw instead).
@@ -72,8 +75,11 @@ pub fn encode_block_with(groups: &[&[u16]], shape: BlockShape, options: &EncodeO
 fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions) -> Result<Vec<u8>> {
     let values = shape.values()?;
     check_groups(groups.len(), groups.iter().map(|g| g.len()), &shape)?;
+    if options.version != VERSION && options.version != VERSION_3 {
+        return Err(Error::UnsupportedVersion { version: options.version });
+    }
     if options.raw == RawPolicy::Always {
-        return Ok(encode_raw(groups, &shape, values));
+        return Ok(encode_raw(groups, options.version, &shape, values));
     }
     if !(format::MIN_PRECISION..=format::MAX_PRECISION).contains(&options.precision) {
         return Err(Error::UnsupportedPrecisionForEncode { precision: options.precision, distinct: 0 });
@@ -91,25 +97,35 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
     let model = match Model::quantize(&counts, options.precision) {
         Ok(m) => m,
         // Too many distinct symbols for a low precision: raw is the only record.
-        Err(_) if options.raw == RawPolicy::Auto => return Ok(encode_raw(groups, &shape, values)),
+        Err(_) if options.raw == RawPolicy::Auto => {
+            return Ok(encode_raw(groups, options.version, &shape, values));
+        }
         Err(e) => return Err(e),
     };
     let table = model.encode_table();
+    // The section holds values 0..N - P; the lanes' initial states carry the rest.
+    let section = section_len(options.version, values);
+    let initial = if options.version == VERSION {
+        initial_states(groups, section)
+    } else {
+        [[STATE_LOWER; LANES]; PARTITIONS] // version 3: no payload
+    };
     let mut word_counts = [0u32; PARTITIONS];
     let mut states = [[0u32; LANES]; PARTITIONS];
     let mut words: Vec<u16> = Vec::with_capacity(values / 4);
     let mut stream_ends = [0usize; PARTITIONS];
     for p in 0..PARTITIONS {
         let (start, end) = partition_range(values, p);
-        states[p] = encode_partition(&symbols[start..end], &table, options.precision as u32, &mut words);
+        states[p] =
+            encode_partition(&symbols[start..end], &table, options.precision as u32, &initial[p], &mut words);
         stream_ends[p] = words.len();
         word_counts[p] = (stream_ends[p] - if p == 0 { 0 } else { stream_ends[p - 1] }) as u32;
     }
-    let layout = Layout::derive(shape.layers, model.entries().len(), &word_counts, values)
+    let layout = Layout::derive(shape.layers, model.entries().len(), &word_counts, section)
         .expect("offsets of a block whose 2N fits u32 fit usize");
     let raw_len = HEADER_LEN + 2 * values;
     if options.raw == RawPolicy::Auto && layout.record_len >= raw_len {
-        return Ok(encode_raw(groups, &shape, values));
+        return Ok(encode_raw(groups, options.version, &shape, values));
     }
     let record_len = u32::try_from(layout.record_len).map_err(|_| Error::ShapeOverflow {
         layers: shape.layers,
@@ -120,7 +136,7 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
 
     let mut out = Vec::with_capacity(layout.record_len);
     out.resize(HEADER_LEN, 0);
-    write_header(&mut out, &shape, values, 0);
+    write_header(&mut out, options.version, &shape, values, 0);
     put_u32(&mut out, header::RECORD_LEN, record_len);
     out[header::PRECISION] = options.precision;
     out[header::PARTITIONS] = PARTITIONS as u8;
@@ -151,19 +167,37 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         pad_to(&mut out, aligned);
     }
     debug_assert_eq!(out.len(), layout.sign_mantissa);
-    for group in groups {
-        out.extend(group.iter().map(|&w| sign_mantissa_of(w)));
-    }
+    out.extend(groups.iter().flat_map(|g| g.iter()).take(section).map(|&w| sign_mantissa_of(w)));
     debug_assert_eq!(out.len(), layout.record_len);
     Ok(out)
 }
 
+/// The lanes' initial encoder states (spec §6.4): lane `j` of partition `p`, `k = 32 p +
+/// j`, starts at `2^16 + b0 + 256 b1`, with `b0`, `b1` the sign+mantissa bytes of block
+/// values `first + 2 k` and `first + 2 k + 1` (0 where that index is `N` or more).
+/// `first = N - P` is where the section ends.
+fn initial_states(groups: &[&[u16]], first: usize) -> [[u32; LANES]; PARTITIONS] {
+    // Every group has the same length (checked), at least 1.
+    let per_group = groups[0].len();
+    let values = per_group * groups.len();
+    let mut payload = [0u8; PAYLOAD_BYTES];
+    for (b, v) in payload.iter_mut().zip(first..values) {
+        *b = sign_mantissa_of(groups[v / per_group][v % per_group]);
+    }
+    std::array::from_fn(|p| {
+        std::array::from_fn(|j| {
+            let at = PAYLOAD_BYTES_PER_LANE * (LANES * p + j);
+            STATE_LOWER + payload[at] as u32 + ((payload[at + 1] as u32) << 8)
+        })
+    })
+}
+
 /// A raw record: header, then the N words LE in block order (spec §7).
-fn encode_raw(groups: &[&[u16]], shape: &BlockShape, values: usize) -> Vec<u8> {
+fn encode_raw(groups: &[&[u16]], version: u16, shape: &BlockShape, values: usize) -> Vec<u8> {
     let record_len = HEADER_LEN + 2 * values;
     let mut out = Vec::with_capacity(record_len);
     out.resize(HEADER_LEN, 0);
-    write_header(&mut out, shape, values, FLAG_RAW);
+    write_header(&mut out, version, shape, values, FLAG_RAW);
     put_u32(&mut out, header::RECORD_LEN, record_len as u32);
     for field in
         [header::MODEL_OFFSET, header::DIRECTORY_OFFSET, header::WORDS_OFFSET, header::SIGN_MANTISSA_OFFSET]

@@ -13,6 +13,9 @@ use crate::format::{HEADER_LEN, PARTITIONS};
 pub struct RecordInfo {
     /// The block's shape.
     pub shape: BlockShape,
+    /// The record's format version: 4 ([`crate::format::VERSION`]), or 3 or 2, still read
+    /// (spec §3).
+    pub version: u16,
     /// N, values in the block.
     pub values: usize,
     /// Whether the block is stored raw (flag bit 0).
@@ -29,8 +32,13 @@ pub struct RecordInfo {
     pub word_counts: [u32; PARTITIONS],
     /// Bytes per section, padding counted with the section it follows:
     /// `[header, centers, model, directory, words, sign_mantissa]`; for a raw record
-    /// `[48, 0, 0, 0, 0, 2N]`.
+    /// `[48, 0, 0, 0, 0, 2N]`. They sum to `record_len`. The sign+mantissa section holds
+    /// `N - P` bytes in version 4 (`N` in versions 2 and 3); the other `P` are in the
+    /// directory's final states (spec §4, §6.4).
     pub section_bytes: [usize; 6],
+    /// P, the sign+mantissa bytes the lanes' final states carry: `min(N, 512)` in a
+    /// version 4 coded record, 0 otherwise (spec §6.4).
+    pub payload_bytes: usize,
     /// The block's Adler-32 when the record carries one (flag bit 1, spec §3); not
     /// verified here (that needs the decoded values).
     pub checksum: Option<u32>,
@@ -46,9 +54,11 @@ pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
     let parsed = parse(record)?;
     let values = parsed.values;
     let checksum = parsed.checksum;
+    let version = parsed.version;
     Ok(match parsed.body {
         Body::Raw { .. } => RecordInfo {
             shape: parsed.shape,
+            version,
             values,
             raw: true,
             record_len: record.len(),
@@ -57,10 +67,12 @@ pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
             model: Vec::new(),
             word_counts: [0; PARTITIONS],
             section_bytes: [HEADER_LEN, 0, 0, 0, 0, 2 * values],
+            payload_bytes: 0,
             checksum,
         },
-        Body::Coded { centers, model, word_counts, layout, .. } => RecordInfo {
+        Body::Coded { centers, model, word_counts, sign_mantissa, payload, layout, .. } => RecordInfo {
             shape: parsed.shape,
+            version,
             values,
             raw: false,
             record_len: record.len(),
@@ -74,8 +86,9 @@ pub fn inspect_record(record: &[u8]) -> Result<RecordInfo> {
                 layout.directory - layout.model,
                 layout.words - layout.directory,
                 layout.sign_mantissa - layout.words,
-                values,
+                sign_mantissa.len(),
             ],
+            payload_bytes: payload,
             checksum,
         },
     })
@@ -86,8 +99,9 @@ impl fmt::Display for RecordInfo {
         let s = &self.shape;
         writeln!(
             f,
-            "{} record: L={} H={} D={} B'={} N={} len={} ratio={:.4}",
+            "{} record v{}: L={} H={} D={} B'={} N={} len={} ratio={:.4}",
             if self.raw { "raw" } else { "coded" },
+            self.version,
             s.layers,
             s.kv_heads,
             s.head_dim,
@@ -98,6 +112,9 @@ impl fmt::Display for RecordInfo {
         )?;
         let [h, c, m, d, w, sm] = self.section_bytes;
         writeln!(f, "sections: header={h} centers={c} model={m} directory={d} words={w} sign_mantissa={sm}")?;
+        if self.payload_bytes > 0 {
+            writeln!(f, "sign+mantissa bytes in the final states: {}", self.payload_bytes)?;
+        }
         if let Some(checksum) = self.checksum {
             writeln!(f, "checksum: adler32 {checksum:08x}")?;
         }

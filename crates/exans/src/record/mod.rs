@@ -98,11 +98,22 @@ pub struct EncodeOptions {
     /// Store the Adler-32 of each block's values in its record (flag bit 1, spec §3),
     /// which every decoder then verifies; off by default.
     pub checksum: bool,
+    /// Format version of the records and container written: [`format::VERSION`] (4, the
+    /// default) or [`format::VERSION_3`], for readers that predate version 4 (a serving
+    /// fleet upgraded in steps: the old nodes read 3; every version 4 reader reads both).
+    /// Version 3 records are about 496 bytes larger per block (spec §6.4). The GPU
+    /// encoder writes version 4 only.
+    pub version: u16,
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { precision: PRECISION, raw: RawPolicy::Auto, checksum: false }
+        EncodeOptions {
+            precision: PRECISION,
+            raw: RawPolicy::Auto,
+            checksum: false,
+            version: format::VERSION,
+        }
     }
 }
 
@@ -140,7 +151,8 @@ pub const fn center_exponent(symbol: u8, center: u8) -> u8 {
     symbol.wrapping_add(center).wrapping_sub(format::CENTER_SYMBOL)
 }
 
-/// Section offsets of a coded record, derived from L, K, the word counts and N (spec §4).
+/// Section offsets of a coded record, derived from L, K, the word counts and the length
+/// of the sign+mantissa section (spec §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
     model: usize,
@@ -153,12 +165,16 @@ struct Layout {
 }
 
 impl Layout {
-    /// `None` when an offset overflows `usize` (a hostile word count).
+    /// The layout of a record of `layers` layers, a model of `symbols` entries and these
+    /// word counts, whose sign+mantissa section holds `section_len` bytes
+    /// ([`section_len`]: `N - P` in version 4, `N` in versions 2 and 3), so that
+    /// `record_len = sign_mantissa + section_len`. `None` when an offset overflows
+    /// `usize` (a hostile word count).
     fn derive(
         layers: usize,
         symbols: usize,
         word_counts: &[u32; PARTITIONS],
-        values: usize,
+        section_len: usize,
     ) -> Option<Layout> {
         let model = HEADER_LEN.checked_add(layers.checked_mul(2)?)?;
         let directory = align_up(model.checked_add(MODEL_COUNT_LEN + MODEL_ENTRY_LEN * symbols)?)?;
@@ -169,9 +185,21 @@ impl Layout {
             *start = at;
             at = align_up(at.checked_add((count as usize).checked_mul(WORD_LEN)?)?)?;
         }
-        let record_len = at.checked_add(values)?;
+        let record_len = at.checked_add(section_len)?;
         Some(Layout { model, directory, words, streams, sign_mantissa: at, record_len })
     }
+}
+
+/// Sign+mantissa bytes a coded record of `values` values and version `version` carries in
+/// its lanes' initial states: `P = min(N, 512)` in version 4, 0 in versions 2 and 3
+/// (spec §4, §6.4).
+const fn payload_len(version: u16, values: usize) -> usize {
+    if version == format::VERSION { format::payload_len(values) } else { 0 }
+}
+
+/// Bytes of a coded record's sign+mantissa section: `N - P` (spec §4).
+const fn section_len(version: u16, values: usize) -> usize {
+    values - payload_len(version, values)
 }
 
 fn check_groups(groups_len: usize, lens: impl Iterator<Item = usize>, shape: &BlockShape) -> Result<()> {
@@ -221,5 +249,15 @@ mod tests {
         assert_eq!(l.sign_mantissa, l.streams[7] + 16);
         assert_eq!(l.record_len, l.sign_mantissa + 1000);
         assert!(Layout::derive(1, 1, &[u32::MAX; 8], usize::MAX - 10).is_none());
+    }
+
+    #[test]
+    fn the_section_holds_n_minus_p_bytes_in_version_4_only() {
+        use format::{VERSION, VERSION_2, VERSION_3};
+        for (values, p) in [(1, 1), (528, 512), (511, 511), (512, 512), (513, 512), (184_320, 512)] {
+            assert_eq!(section_len(VERSION, values), values - p, "N = {values}");
+            assert_eq!(section_len(VERSION_3, values), values);
+            assert_eq!(section_len(VERSION_2, values), values);
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! The record parser: every check of spec §10 up to (not including) the rANS decode,
 //! shared by the decoder and the inspector.
 
-use super::{BlockShape, Layout};
+use super::{BlockShape, Layout, payload_len};
 use crate::format::{
     self, DIRECTORY_LEN, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, KNOWN_FLAGS, KNOWN_FLAGS_V2, LANES,
-    MODEL_COUNT_LEN, MODEL_ENTRY_LEN, PARTITIONS, RECORD_MAGIC, VERSION, VERSION_2, WORD_LEN, align_up,
-    header,
+    MODEL_COUNT_LEN, MODEL_ENTRY_LEN, PARTITIONS, RECORD_MAGIC, VERSION, VERSION_2, VERSION_3, WORD_LEN,
+    align_up, header,
 };
 use crate::model::Model;
 use crate::{Error, Result};
@@ -45,6 +45,8 @@ fn expect_section(section: &'static str, stored: u32, expected: usize) -> Result
 /// the rANS decode itself.
 pub(super) struct Parsed<'a> {
     pub(super) shape: BlockShape,
+    /// The record's format version: [`VERSION`], [`VERSION_3`] or [`VERSION_2`].
+    pub(super) version: u16,
     pub(super) values: usize,
     /// The Adler-32 of the values, when the record carries one (flag bit 1).
     pub(super) checksum: Option<u32>,
@@ -64,7 +66,11 @@ pub(super) enum Body<'a> {
         word_counts: [u32; PARTITIONS],
         states: [[u32; LANES]; PARTITIONS],
         streams: [&'a [u8]; PARTITIONS],
+        /// The sign+mantissa section: values `0..N - payload`.
         sign_mantissa: &'a [u8],
+        /// P, the sign+mantissa bytes of values `N - P..N` that the lanes' states carry
+        /// (spec §6.4): `min(N, 512)` in version 4, 0 in versions 2 and 3.
+        payload: usize,
         layout: Layout,
     },
 }
@@ -72,24 +78,27 @@ pub(super) enum Body<'a> {
 /// The 48-byte header's common part, validated.
 struct Header {
     shape: BlockShape,
+    version: u16,
     values: usize,
     flags: u16,
     checksum: Option<u32>,
 }
 
 /// The checks of a record header that need only its 48 bytes, not the record's length
-/// (spec §10, rows 1-5): magic, version, flags, reserved fields. Returns the flags and
-/// the checksum. A container runs them on each record before it trusts the record's
-/// length field, so that a damaged header is reported as a record error.
-pub(crate) fn check_header_fields(record: &[u8]) -> Result<(u16, Option<u32>)> {
+/// (spec §10, rows 1-5): magic, version, flags, reserved fields. Returns the version, the
+/// flags and the checksum. A container runs them on each record before it trusts the
+/// record's length field, so that a damaged header is reported as a record error.
+pub(crate) fn check_header_fields(record: &[u8]) -> Result<(u16, u16, Option<u32>)> {
     get(record, 0, HEADER_LEN)?;
     let magic: [u8; 4] = record[..4].try_into().expect("4 bytes");
     if magic != RECORD_MAGIC {
         return Err(Error::BadMagic { found: magic, expected: "KVXA" });
     }
     let version = u16_at(record, header::VERSION)?;
+    // Versions 3 and 4 define the same flags; version 4 differs only in the payload of
+    // the lanes' states (spec §6.4).
     let known_flags = match version {
-        VERSION => KNOWN_FLAGS,
+        VERSION | VERSION_3 => KNOWN_FLAGS,
         VERSION_2 => KNOWN_FLAGS_V2,
         _ => return Err(Error::UnsupportedVersion { version }),
     };
@@ -108,12 +117,12 @@ pub(crate) fn check_header_fields(record: &[u8]) -> Result<(u16, Option<u32>)> {
     if checksum.is_none() && stored_checksum != 0 {
         return Err(Error::ReservedNonZero { offset: header::CHECKSUM, value: stored_checksum });
     }
-    Ok((flags, checksum))
+    Ok((version, flags, checksum))
 }
 
 /// Reads and validates the 48-byte header's common part.
 fn parse_header(record: &[u8]) -> Result<Header> {
-    let (flags, checksum) = check_header_fields(record)?;
+    let (version, flags, checksum) = check_header_fields(record)?;
     let shape = BlockShape {
         layers: u16_at(record, header::LAYERS)? as usize,
         kv_heads: u16_at(record, header::KV_HEADS)? as usize,
@@ -132,11 +141,11 @@ fn parse_header(record: &[u8]) -> Result<Header> {
     if record.len() > record_len {
         return Err(Error::TrailingBytes { extra: record.len() - record_len });
     }
-    Ok(Header { shape, values, flags, checksum })
+    Ok(Header { shape, version, values, flags, checksum })
 }
 
 pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
-    let Header { shape, values, flags, checksum } = parse_header(record)?;
+    let Header { shape, version, values, flags, checksum } = parse_header(record)?;
     let precision = record[header::PRECISION];
     let (partitions, lanes) = (record[header::PARTITIONS], record[header::LANES]);
     let stored = |field| u32_at(record, field);
@@ -156,7 +165,13 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
             expect_section(section, stored(field)?, HEADER_LEN)?;
         }
         expect_section("record_len", stored(header::RECORD_LEN)?, HEADER_LEN + 2 * values)?;
-        return Ok(Parsed { shape, values, checksum, body: Body::Raw { words: &record[HEADER_LEN..] } });
+        return Ok(Parsed {
+            shape,
+            version,
+            values,
+            checksum,
+            body: Body::Raw { words: &record[HEADER_LEN..] },
+        });
     }
 
     if !(format::MIN_PRECISION..=format::MAX_PRECISION).contains(&precision) {
@@ -178,8 +193,11 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
         entry_bytes.chunks_exact(MODEL_ENTRY_LEN).map(|e| (e[0], u16::from_le_bytes([e[1], e[2]]))).collect();
     let model = Model::from_entries(precision, entries)?;
 
-    // Directory: offsets follow from K; the word counts fix the rest.
-    let probe = Layout::derive(shape.layers, count as usize, &[0; PARTITIONS], values).ok_or(
+    // Directory: offsets follow from K; the word counts fix the rest. The section holds
+    // N - P bytes, P by version (spec §4).
+    let payload = payload_len(version, values);
+    let section = values - payload;
+    let probe = Layout::derive(shape.layers, count as usize, &[0; PARTITIONS], section).ok_or(
         Error::ShapeOverflow {
             layers: shape.layers,
             kv_heads: shape.kv_heads,
@@ -205,7 +223,7 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
             _ => return Err(Error::PartitionPastEnd { partition }),
         }
     }
-    let layout = Layout::derive(shape.layers, count as usize, &word_counts, values)
+    let layout = Layout::derive(shape.layers, count as usize, &word_counts, section)
         .ok_or(Error::PartitionPastEnd { partition: PARTITIONS - 1 })?;
     expect_section("sign_mantissa_offset", sign_mantissa_offset as u32, layout.sign_mantissa)?;
     expect_section("record_len", stored(header::RECORD_LEN)?, layout.record_len)?;
@@ -226,12 +244,13 @@ pub(super) fn parse(record: &[u8]) -> Result<Parsed<'_>> {
             }
         }
     }
-    let sign_mantissa = get(record, layout.sign_mantissa, values)?;
+    let sign_mantissa = get(record, layout.sign_mantissa, section)?;
     Ok(Parsed {
         shape,
+        version,
         values,
         checksum,
-        body: Body::Coded { centers, model, word_counts, states, streams, sign_mantissa, layout },
+        body: Body::Coded { centers, model, word_counts, states, streams, sign_mantissa, payload, layout },
     })
 }
 

@@ -80,6 +80,41 @@ pub fn example_record() -> Vec<u8> {
     exans::encode_block_with(&refs, shape, &options).unwrap()
 }
 
+/// The worked example's record in format version 3 (every lane starting at exactly
+/// `2^16`, all 528 sign+mantissa bytes in the section): the dump of spec §9 as the
+/// version 3 encoder wrote it, kept in `tests/data/example-v3.hex` so that version 3
+/// records stay readable.
+pub fn example_record_v3() -> Vec<u8> {
+    parse_hexdump(include_str!("../data/example-v3.hex"))
+}
+
+/// The bytes of a `hexdump -C`-style dump ([`kvcodec_testkit::hexdump`]): `*` repeats
+/// the previous line up to the next offset; the last line is the length.
+pub fn parse_hexdump(text: &str) -> Vec<u8> {
+    let mut out: Vec<u8> = Vec::new();
+    let mut previous: Vec<u8> = Vec::new();
+    let mut starred = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if line.trim() == "*" {
+            starred = true;
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let offset = usize::from_str_radix(fields.next().unwrap(), 16).unwrap();
+        if starred {
+            while out.len() < offset {
+                out.extend_from_slice(&previous);
+            }
+            starred = false;
+        }
+        assert_eq!(out.len(), offset, "dump offset {offset:#x}");
+        previous = fields.map(|b| u8::from_str_radix(b, 16).unwrap()).collect();
+        out.extend_from_slice(&previous);
+    }
+    assert!(previous.is_empty(), "the last line is the length alone");
+    out
+}
+
 /// Which records of a container are raw.
 pub fn raw_flags(container: &[u8]) -> Vec<bool> {
     let info = exans::container_info(container).unwrap();
