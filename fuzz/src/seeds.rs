@@ -187,12 +187,16 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
                     format!("{name}-checksum"),
                     exans::encode_block_with(&groups, shape, &checked).expect("encode"),
                 );
+                // The same block in format version 3 (no payload in the states), which
+                // decoders still read.
+                let v3 = EncodeOptions { version: exans::format::VERSION_3, ..coded };
+                add(format!("{name}-v3"), exans::encode_block_with(&groups, shape, &v3).expect("encode"));
             }
             let shape = BlockShape { layers: 1, kv_heads: 1, head_dim: 3, tokens: 16 };
             let groups = [&special[..48], &special[48..]];
             let raw = EncodeOptions { raw: RawPolicy::Always, ..EncodeOptions::default() };
             add("special-raw".into(), exans::encode_block_with(&groups, shape, &raw).expect("encode"));
-            let coded = EncodeOptions { raw: RawPolicy::Never, precision: 7, checksum: false };
+            let coded = EncodeOptions { raw: RawPolicy::Never, precision: 7, ..EncodeOptions::default() };
             add("special-p7".into(), exans::encode_block_with(&groups, shape, &coded).expect("encode"));
         }
         "exans_container" => {

@@ -390,8 +390,7 @@ pub fn exans_quantize(data: &[u8]) {
 /// ExANS round trip through the container: bytes 0..4 give the shape (L in 1..=2, H in
 /// 1..=2, D in 1..=32, T in 1..=8: at most 2,048 words, as every block pays for a model
 /// and 256 rANS lanes), byte 4 the block size (bit 7: the checksum option), byte 5 the
-/// precision and raw policy; the
-/// rest are the words (repeated, or zeros, to fill the cache). With the default options
+/// precision, raw policy and format version (3 or 4); the rest are the words (repeated, or zeros, to fill the cache). With the default options
 /// the container is also what `ExansCodec` writes.
 pub fn exans_roundtrip(data: &[u8]) {
     let Some((&[l, h, d, t, b, opts], rest)) = data.split_first_chunk::<6>() else { return };
@@ -405,7 +404,10 @@ pub fn exans_roundtrip(data: &[u8]) {
         _ => RawPolicy::Always,
     };
     let precision = if opts & 0x20 != 0 { 1 + (opts & 0x1f) % 12 } else { exans::format::PRECISION };
-    let options = EncodeOptions { precision, raw, checksum };
+    // Precisions 1..=12 take the low five bits; the version rides on opts & 0x10 when
+    // the precision is the default (format version 3, for older readers, or 4).
+    let version = if opts & 0x30 == 0x10 { exans::format::VERSION_3 } else { exans::format::VERSION };
+    let options = EncodeOptions { precision, raw, checksum, version };
     let mut words = words_of(rest);
     let n = shape.total_values();
     if words.is_empty() {
