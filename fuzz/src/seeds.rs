@@ -189,7 +189,7 @@ pub fn for_target(target: &str) -> Vec<(String, Vec<u8>)> {
                 );
                 // The same block in format version 3 (no payload in the states), which
                 // decoders still read.
-                let v3 = EncodeOptions { version: exans::format::VERSION_3, ..coded };
+                let v3 = EncodeOptions { version: Some(exans::format::VERSION_3), ..coded };
                 add(format!("{name}-v3"), exans::encode_block_with(&groups, shape, &v3).expect("encode"));
             }
             let shape = BlockShape { layers: 1, kv_heads: 1, head_dim: 3, tokens: 16 };

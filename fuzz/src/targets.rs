@@ -406,7 +406,7 @@ pub fn exans_roundtrip(data: &[u8]) {
     let precision = if opts & 0x20 != 0 { 1 + (opts & 0x1f) % 12 } else { exans::format::PRECISION };
     // Precisions 1..=12 take the low five bits; the version rides on opts & 0x10 when
     // the precision is the default (format version 3, for older readers, or 4).
-    let version = if opts & 0x30 == 0x10 { exans::format::VERSION_3 } else { exans::format::VERSION };
+    let version = (opts & 0x30 == 0x10).then_some(exans::format::VERSION_3);
     let options = EncodeOptions { precision, raw, checksum, version };
     let mut words = words_of(rest);
     let n = shape.total_values();

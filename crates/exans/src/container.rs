@@ -301,7 +301,7 @@ fn encode_tensors(
     out.extend_from_slice(&CONTAINER_MAGIC);
     // The records' version (checked by the block encoder): a reader that predates
     // version 4 rejects the container by its header first.
-    out.extend_from_slice(&options.version.to_le_bytes());
+    out.extend_from_slice(&options.version.unwrap_or(VERSION).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     for v in [s.layers, s.kv_heads, s.head_dim, block_tokens] {
         out.extend_from_slice(&(v as u16).to_le_bytes());

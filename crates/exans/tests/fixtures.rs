@@ -58,7 +58,7 @@ fn word_stream_bit_flips_are_caught_by_the_final_states() {
     let mut silent = [0usize; 2];
     let mut flips = 0;
     for (v, version) in [exans::format::VERSION_3, exans::format::VERSION].into_iter().enumerate() {
-        let options = exans::EncodeOptions { version, ..Default::default() };
+        let options = exans::EncodeOptions { version: Some(version), ..Default::default() };
         let container =
             exans::encode_cache_with(&cache, exans::format::DEFAULT_BLOCK_TOKENS, &options).unwrap();
         let info = exans::container_info(&container).unwrap();

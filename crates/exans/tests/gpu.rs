@@ -385,7 +385,7 @@ fn whole_caches_round_trip_on_every_path() {
 fn gpu_decodes_versions_3_and_2_and_mixed_containers() {
     let Some(gpu) = gpu_or_skip("gpu_decodes_versions_3_and_2_and_mixed_containers") else { return };
     let cache = kv_like(2, 2, 64, 40, 3);
-    let v3 = EncodeOptions { version: exans::format::VERSION_3, ..Default::default() };
+    let v3 = EncodeOptions { version: Some(exans::format::VERSION_3), ..Default::default() };
     let mut old = exans::encode_cache_with(&cache, 16, &v3).unwrap();
     let info = container_info(&old).unwrap();
     assert!(info.offsets[..info.blocks()].iter().all(|&at| old[at + 4] == 3), "version 3 records");

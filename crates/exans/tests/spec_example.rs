@@ -119,14 +119,14 @@ fn version_3_writer_gives_the_version_3_record() {
     let refs: Vec<&[u16]> = groups.iter().map(Vec::as_slice).collect();
     let options = exans::EncodeOptions {
         raw: exans::RawPolicy::Never,
-        version: exans::format::VERSION_3,
+        version: Some(exans::format::VERSION_3),
         ..Default::default()
     };
     let v3 = exans::encode_block_with(&refs, shape, &options).unwrap();
     assert_eq!(v3, common::example_record_v3());
     let (_, words) = exans::decode_block(&v3).unwrap();
     assert_eq!(words, groups.concat());
-    let v2 = exans::EncodeOptions { version: exans::format::VERSION_2, ..options };
+    let v2 = exans::EncodeOptions { version: Some(exans::format::VERSION_2), ..options };
     kvcodec_testkit::assert_rejects!(
         exans::encode_block_with(&refs, shape, &v2),
         exans::Error::UnsupportedVersion { version: 2 }

@@ -75,11 +75,12 @@ pub fn encode_block_with(groups: &[&[u16]], shape: BlockShape, options: &EncodeO
 fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions) -> Result<Vec<u8>> {
     let values = shape.values()?;
     check_groups(groups.len(), groups.iter().map(|g| g.len()), &shape)?;
-    if options.version != VERSION && options.version != VERSION_3 {
-        return Err(Error::UnsupportedVersion { version: options.version });
+    let version = options.version.unwrap_or(VERSION);
+    if version != VERSION && version != VERSION_3 {
+        return Err(Error::UnsupportedVersion { version });
     }
     if options.raw == RawPolicy::Always {
-        return Ok(encode_raw(groups, options.version, &shape, values));
+        return Ok(encode_raw(groups, version, &shape, values));
     }
     if !(format::MIN_PRECISION..=format::MAX_PRECISION).contains(&options.precision) {
         return Err(Error::UnsupportedPrecisionForEncode { precision: options.precision, distinct: 0 });
@@ -98,14 +99,14 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         Ok(m) => m,
         // Too many distinct symbols for a low precision: raw is the only record.
         Err(_) if options.raw == RawPolicy::Auto => {
-            return Ok(encode_raw(groups, options.version, &shape, values));
+            return Ok(encode_raw(groups, version, &shape, values));
         }
         Err(e) => return Err(e),
     };
     let table = model.encode_table();
     // The section holds values 0..N - P; the lanes' initial states carry the rest.
-    let section = section_len(options.version, values);
-    let initial = if options.version == VERSION {
+    let section = section_len(version, values);
+    let initial = if version == VERSION {
         initial_states(groups, section)
     } else {
         [[STATE_LOWER; LANES]; PARTITIONS] // version 3: no payload
@@ -125,7 +126,7 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         .expect("offsets of a block whose 2N fits u32 fit usize");
     let raw_len = HEADER_LEN + 2 * values;
     if options.raw == RawPolicy::Auto && layout.record_len >= raw_len {
-        return Ok(encode_raw(groups, options.version, &shape, values));
+        return Ok(encode_raw(groups, version, &shape, values));
     }
     let record_len = u32::try_from(layout.record_len).map_err(|_| Error::ShapeOverflow {
         layers: shape.layers,
@@ -136,7 +137,7 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
 
     let mut out = Vec::with_capacity(layout.record_len);
     out.resize(HEADER_LEN, 0);
-    write_header(&mut out, options.version, &shape, values, 0);
+    write_header(&mut out, version, &shape, values, 0);
     put_u32(&mut out, header::RECORD_LEN, record_len);
     out[header::PRECISION] = options.precision;
     out[header::PARTITIONS] = PARTITIONS as u8;

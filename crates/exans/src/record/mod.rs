@@ -98,22 +98,17 @@ pub struct EncodeOptions {
     /// Store the Adler-32 of each block's values in its record (flag bit 1, spec §3),
     /// which every decoder then verifies; off by default.
     pub checksum: bool,
-    /// Format version of the records and container written: [`format::VERSION`] (4, the
-    /// default) or [`format::VERSION_3`], for readers that predate version 4 (a serving
-    /// fleet upgraded in steps: the old nodes read 3; every version 4 reader reads both).
-    /// Version 3 records are about 496 bytes larger per block (spec §6.4). The GPU
-    /// encoder writes version 4 only.
-    pub version: u16,
+    /// The format version of the records and container to write: [`format::VERSION`] (4)
+    /// or [`format::VERSION_3`], for readers that predate version 4 (a serving fleet
+    /// upgraded in steps: the old nodes read 3, every new one reads both); `None`:
+    /// [`format::VERSION`]. Version 3 records are about 496 bytes larger per block
+    /// (spec §6.4). The GPU encoder writes version 4 only.
+    pub version: Option<u16>,
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions {
-            precision: PRECISION,
-            raw: RawPolicy::Auto,
-            checksum: false,
-            version: format::VERSION,
-        }
+        EncodeOptions { precision: PRECISION, raw: RawPolicy::Auto, checksum: false, version: None }
     }
 }
 
