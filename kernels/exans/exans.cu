@@ -29,10 +29,14 @@
 //      between lanes. A regular partition (whole tiles, groups of whole tiles) keeps a
 //      running output pointer per lane; any other tile is checked (whole, inside one
 //      group, aligned) and written value by value when it is not;
-//   5. version 4 (spec 6.4): the record's last P = min(N, 512) values are written with
-//      sign+mantissa byte 0 in step 4 (the section ends before them), every lane's final
-//      state is checked against its payload and kept in shared memory, and after a CTA
-//      barrier thread k ORs lane k's two bytes into its two values.
+//   5. version 4 (spec 6.4): the section holds the sign+mantissa bytes of values P .. N - 1
+//      (P = min(N, 512)), read in step 4 at a fixed offset -P from where version 3 had
+//      them, so no tile tests for the payload: the first P values get whatever bytes lie
+//      before the section (inside the record: the word streams). Every lane's final state
+//      is checked against its payload and kept in shared memory, and after a CTA barrier
+//      thread k writes lane k's two bytes over the sign+mantissa bits of values 2 k and
+//      2 k + 1 (deferred to the next record's start, behind thread 0's parse, it measured
+//      0.3% slower: docs/perf/exans-gpu.md, "Format version 4").
 //
 // Output layout: the cache's 2L tensors [T, H, D] concatenated in block order (layer 0
 // K, layer 0 V, ...), i.e. KvCache::concat_words. Value r of group g of record i goes to
@@ -334,14 +338,14 @@ __device__ __forceinline__ uint4 ex_store_tile(uint16_t* dst, uint32_t s0, uint3
 
 // The general path of a tile (partial, across groups or unaligned): value by value, each
 // finding its group by division (rare: never for whole tiles of a record whose groups
-// are multiples of 256 values at aligned offsets). Values from `cut` on get the
-// sign+mantissa byte 0: theirs are in the lanes' states, joined after the partitions
-// (spec 6.4). kSums adds each word to the checksum's sums (s, ws), at its byte position
-// in the partition.
+// are multiples of 256 values at aligned offsets). `sgnman[v]` is value v's byte (for
+// v below the payload, a byte before the section, replaced after the partitions).
+// kSums adds each word to the checksum's sums (s, ws), at its byte position in the
+// partition.
 template <bool kSums>
 __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sgnman, const uint8_t* centers,
                                    uint32_t s0, uint32_t s1, unsigned first, unsigned p_len, unsigned p_start,
-                                   unsigned cut, unsigned group_len, unsigned long long tensor_values,
+                                   unsigned group_len, unsigned long long tensor_values,
                                    unsigned long long out_block, uint32_t& s, unsigned long long& ws) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -351,7 +355,7 @@ __device__ void ex_store_tile_slow(uint16_t* __restrict__ out, const uint8_t* sg
             const unsigned v = p_start + idx;
             const unsigned g = v / group_len, r = v - g * group_len;
             const uint32_t exponent = (sym + centers[g] - EXANS_CENTER_SYMBOL) & 0xffu;
-            const uint32_t word = kv_join(exponent, v < cut ? sgnman[v] : 0u);
+            const uint32_t word = kv_join(exponent, sgnman[v]);
             out[g * tensor_values + out_block + r] = (uint16_t)word;
             if (kSums) kv_adler_add_word_wide(word, 2u * idx, s, ws);
         }
@@ -539,8 +543,6 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         ExLane l;
         l.run = exans_lane_run(p_len, lane);
         l.x = *reinterpret_cast<const uint32_t*>(rp + rs.directory + 32 + 4 * (EXANS_LANES * p + lane));
-        // Values from `cut` on have their sign+mantissa bytes in the lanes' states (spec 6.4).
-        const unsigned cut = (unsigned)n - rs.payload;
         // A state below 2^16 flags the record, and the warp skips its steps (warp-uniform)
         // but still meets the block barrier before the payload's join.
         const bool state_range = __any_sync(0xffffffffu, l.x < EXANS_STATE_LOWER);
@@ -562,8 +564,11 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         l.ring = rings + p * EX_SLOT_BYTES;
         l.chunks = reinterpret_cast<const uint4*>(rp + rs.streams[p]);
         // The partition's sign+mantissa bytes, and the group and offset of its first tile
-        // (warp-uniform, advanced a tile at a time).
-        const uint8_t* const sgnman_part = rp + rs.sign_mantissa + p_start;
+        // (warp-uniform, advanced a tile at a time). The section starts at value P (spec
+        // 6.4): value v's byte at sign_mantissa - P + v, for v < P a byte of the record
+        // before the section (sign_mantissa > 1056 > P), overwritten after the partitions.
+        const uint8_t* const sgnman_block = rp + rs.sign_mantissa - rs.payload;
+        const uint8_t* const sgnman_part = sgnman_block + p_start;
         ExTile tile;
         tile.g = p_start / group_len;
         tile.r = p_start - tile.g * group_len;
@@ -577,12 +582,9 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         // starting at multiples of 256 values, aligned) stores every tile with 16-byte
         // stores at a running per-lane pointer, with no per-tile tests.
         // With kSums, also a partition of at most 2^25 values (so the running sums of the
-        // regular path below fit 32 bits): larger ones take the general path. No lane's 8
-        // values may straddle `cut` (a multiple of 8, or past the partition), so that a
-        // lane either loads its 8 sign+mantissa bytes or takes 0 for all 8.
+        // regular path below fit 32 bits): larger ones take the general path.
         const bool regular = aligned && p_len % EXANS_TILE == 0 && p_start % EXANS_TILE == 0 &&
-                             group_len % EXANS_TILE == 0 && (!kSums || p_len <= (1u << 25)) &&
-                             (cut % EXANS_GROUP == 0 || cut >= p_start + p_len);
+                             group_len % EXANS_TILE == 0 && (!kSums || p_len <= (1u << 25));
         uint16_t* dst = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
         const unsigned long long group_jump = tensor_values - group_len;
         // Steps where all 32 lanes decode (lane 31's run) take the fast path, with no
@@ -628,12 +630,10 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             // Regular partitions load the round's sign+mantissa bytes now, so that the
             // loads' latency hides behind the decode steps.
             uint2 sgnman0 = make_uint2(0, 0), sgnman1 = make_uint2(0, 0);
-            // Values from `cut` on keep 0: the section ends there (spec 6.4).
             if (regular) {
                 const uint2* const sgnman_tile = reinterpret_cast<const uint2*>(sgnman_part + tile0 * EXANS_TILE) + lane;
-                const unsigned v0 = p_start + tile0 * EXANS_TILE + EXANS_GROUP * lane;  // the lane's first value
-                if (v0 < cut) sgnman0 = __ldg(sgnman_tile);
-                if (second && v0 + EXANS_TILE < cut) sgnman1 = __ldg(sgnman_tile + EXANS_TILE / 8);
+                sgnman0 = __ldg(sgnman_tile);
+                if (second) sgnman1 = __ldg(sgnman_tile + EXANS_TILE / 8);
             }
             uint32_t syms[EXANS_DECODE_ROUND_STEPS / 4];
             if (single) {
@@ -670,8 +670,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                 for (int u = 0; u < 2; ++u) {
                     const unsigned first = (tile0 + u) * EXANS_TILE;  // the tile's first symbol
                     if (first >= p_len) break;                     // warp-uniform
-                    if (aligned && first + EXANS_TILE <= p_len && tile.r + EXANS_TILE <= group_len &&
-                        p_start + first + EXANS_TILE <= cut) {
+                    if (aligned && first + EXANS_TILE <= p_len && tile.r + EXANS_TILE <= group_len) {
                         const uint2 sgnman = __ldg(reinterpret_cast<const uint2*>(sgnman_part + first) + lane);
                         uint16_t* const at = out + (tile.g * tensor_values + out_block + tile.r + EXANS_GROUP * lane);
                         // The center through the generic pointer: a shared load here (the
@@ -680,8 +679,8 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
                         const uint4 w = ex_store_tile(at, syms[2 * u], syms[2 * u + 1], sgnman, centers[tile.g]);
                         if (kSums) kv_adler_add16_wide(w, 2u * (first + EXANS_GROUP * lane), adler_s, adler_ws);
                     } else {
-                        ex_store_tile_slow<kSums>(out, rp + rs.sign_mantissa, centers, syms[2 * u], syms[2 * u + 1],
-                                                  first + EXANS_GROUP * lane, p_len, p_start, cut, group_len,
+                        ex_store_tile_slow<kSums>(out, sgnman_block, centers, syms[2 * u], syms[2 * u + 1],
+                                                  first + EXANS_GROUP * lane, p_len, p_start, group_len,
                                                   tensor_values, out_block, adler_s, adler_ws);
                     }
                     // The next tile's group: a loop, not a division, which ptxas predicates
@@ -714,11 +713,12 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
         if (l.pos != l.count) flags |= EXANS_STATUS_UNCONSUMED;
         if (lane == 0 && flags) atomicOr(status, flags);
 
-        // ---- The last P values' sign+mantissa bytes, from the states (spec 6.4). ----
-        // Every warp has stored its values (with byte 0 there) and its states: thread k
-        // ORs the bytes of lane k into values cut + 2 k and the next, reading back the
-        // words its CTA wrote (a CTA barrier makes them visible). kSums adds what the
-        // bytes add to each word to the record's sums (the words were summed with 0).
+        // ---- The first P values' sign+mantissa bytes, from the states (spec 6.4). ----
+        // Every warp has stored its values (with a byte from before the section there)
+        // and its states: thread k writes the bytes of lane k over the sign+mantissa bits
+        // of values 2 k and 2 k + 1, reading back the words its CTA wrote (a CTA barrier
+        // makes them visible). kSums takes the old word's bytes back out of the record's
+        // sums (adding 65521 minus each, weighted by its position) and adds the new one's.
         __syncthreads();
         if (rs.payload != 0) {  // block-uniform
             uint32_t patch_s = 0;
@@ -726,17 +726,22 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
             const uint32_t bytes = s_payload[tid];
 #pragma unroll
             for (unsigned i = 0; i < 2; ++i) {
-                const unsigned q = 2u * tid + i;  // index in the payload
-                if (q < rs.payload) {
-                    const unsigned v = cut + q;
+                const unsigned v = 2u * tid + i;  // the value, and its index in the payload
+                if (v < rs.payload) {
                     const unsigned g = v / group_len, r = v - g * group_len;
                     uint16_t* const at = out + (g * tensor_values + out_block + r);
-                    const uint32_t add = kv_join(0u, (bytes >> (8u * i)) & 0xffu);
-                    *at = (uint16_t)(*at | add);
-                    if (kSums) kv_adler_add_word_wide(add, 2u * q, patch_s, patch_ws);
+                    const uint32_t old = *at;
+                    const uint32_t word = (old & 0x7f80u) | kv_join(0u, (bytes >> (8u * i)) & 0xffu);
+                    *at = (uint16_t)word;
+                    if (kSums) {
+                        const uint32_t lo = old & 0xffu, hi = old >> 8;
+                        patch_s += 2u * KV_ADLER_MOD - lo - hi;
+                        patch_ws += 2ull * v * (KV_ADLER_MOD - lo) + (2ull * v + 1) * (KV_ADLER_MOD - hi);
+                        kv_adler_add_word_wide(word, 2u * v, patch_s, patch_ws);
+                    }
                 }
             }
-            if (kSums) kv_adler_warp_flush_mod32(patch_s, patch_ws, 2ull * cut, record_sums + 2 * rec);
+            if (kSums) kv_adler_warp_flush_mod32(patch_s, patch_ws, 0, record_sums + 2 * rec);
         }
     }
 }

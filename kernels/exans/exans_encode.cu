@@ -344,6 +344,24 @@ __device__ __forceinline__ void ee_encode_blocks(
         const uint8_t* cen = groups <= EE_SHARED_GROUPS ? s_centers : centers;
         uint8_t* const sgnman_plane = sgnman_out + scratch_base;  // the block's plane (vec only)
 
+        // Lane k = tid's payload (spec 6.4): the sign+mantissa bytes of block values 2 k and
+        // 2 k + 1 (those below P = min(n, 512); a byte past them is 0), which its initial
+        // state carries, 2^16 + b0 + 256 b1. Read first, where few registers are live (after
+        // the histogram pass ptxas spilled more), for this thread's lane in (c).
+        {
+            const uint32_t payload = (uint32_t)min(n, (u64)EXANS_PAYLOAD_BYTES);
+            const uint32_t pg = (uint32_t)per_group;
+            uint32_t bytes = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 2; ++i) {
+                const uint32_t v = 2u * tid + i;  // the value, and its index in the payload
+                if (v < payload) {
+                    const uint32_t g = v / pg, r = v - g * pg;
+                    bytes |= kv_sign_mantissa_of(words[(u64)g * thd + base + r]) << (8 * i);
+                }
+            }
+            s_payload[tid] = (uint16_t)bytes;
+        }
         // (a) centers and the symbol histogram.
         for (uint32_t i = tid; i < EE_WARPS * 256 * EE_COPIES / 4; i += EXANS_THREADS)
             ((uint4*)s_pool)[i] = make_uint4(0, 0, 0, 0);
@@ -454,25 +472,6 @@ __device__ __forceinline__ void ee_encode_blocks(
             __syncwarp();
         }
         if (kSums) kv_adler_warp_flush_mod(s_adler[tid].x, s_adler[tid].y, 0, record_sums + 2ull * blk);
-        // Lane k = tid's payload (spec 6.4): the sign+mantissa bytes of block values n - P
-        // + 2 k and the next (P = min(n, 512); a byte past the block is 0), which its
-        // initial state carries, 2^16 + b0 + 256 b1. Read here, where the registers are
-        // free, for (c).
-        {
-            const uint32_t payload = (uint32_t)min(n, (u64)EXANS_PAYLOAD_BYTES);
-            const uint32_t pg = (uint32_t)per_group;
-            uint32_t bytes = 0;
-#pragma unroll
-            for (uint32_t i = 0; i < 2; ++i) {
-                const uint32_t q = 2u * tid + i;  // index in the payload
-                if (q < payload) {
-                    const uint32_t v = (uint32_t)n - payload + q;
-                    const uint32_t g = v / pg, r = v - g * pg;
-                    bytes |= kv_sign_mantissa_of(words[(u64)g * thd + base + r]) << (8 * i);
-                }
-            }
-            s_payload[tid] = (uint16_t)bytes;
-        }
         // The first round of (c)'s symbols (see there) into L2 while warp 0 quantizes: the
         // round loop prefetches each next round, but nothing covered the first one. A hint
         // only: two prefetches per lane, one every 64 words (128 bytes) of the round, so
@@ -571,7 +570,7 @@ __device__ __forceinline__ void ee_encode_blocks(
             // 2^12 x + cdf (ryg_rans's trick), so the step needs no select. freq = 2^12
             // (the only symbol, k = 1) would wrap freq 2^20 to 0: its threshold is
             // 2^32 - 32 | shift, never reached, since such a step maps x to x and x stays
-            // at 2^16. Absent symbols (freq 0) are never looked up.
+            // at its initial state, below 2^17. Absent symbols (freq 0) are never looked up.
             uint32_t magic, shift;
             const uint32_t ent = s_enc[tid];
             const uint32_t freq = ent & 0xffffu, cdf = (ent >> 16) & 0xfffu;
@@ -959,17 +958,18 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
             }
             at = ee_align16(at + 2ull * count);
         }
-        // The section: the sign+mantissa bytes of values 0 .. n - P; the last P = min(n,
+        // The section: the sign+mantissa bytes of values P .. n - 1; the first P = min(n,
         // 512) are in the lanes' states (spec 6.4).
-        const u64 section = n - min(n, (u64)EXANS_PAYLOAD_BYTES);
+        const u64 payload = min(n, (u64)EXANS_PAYLOAD_BYTES);
+        const u64 section = n - payload;
         if (vec) {
-            // The plane exans_encode_blocks wrote under the same condition, 16 bytes per
-            // chunk (the block's plane starts at scratch_base, a multiple of 16: H D is a
-            // multiple of 8 and 2L even). n and P are multiples of 8, so only the last
-            // chunk can end past the section, by 8 bytes: those are zero (the gap to the
-            // next record) and not read.
+            // The plane exans_encode_blocks wrote under the same condition, from value P, 16
+            // bytes per chunk (the block's plane starts at scratch_base, a multiple of 16:
+            // H D is a multiple of 8 and 2L even; P is 512 or n, when the section is
+            // empty). n is a multiple of 8, so only the last chunk can end past the
+            // section, by 8 bytes: those are zero (the gap to the next record) and not read.
             const uint32_t chunks = ((uint32_t)section + 15) / 16;
-            const uint4* const from = (const uint4*)(sgnman_in + scratch_base);
+            const uint4* const from = (const uint4*)(sgnman_in + scratch_base + payload);
             uint4* to = (uint4*)(rec + sgnman_off);
             for (uint32_t c = tid; c < chunks; c += EXANS_THREADS) {
                 uint4 v;
@@ -989,7 +989,7 @@ extern "C" __global__ void __launch_bounds__(EXANS_THREADS, 5) exans_encode_reco
         // 16 ceil(section / 16)).
         const u64 chunks = (section + 15) / 16;
         for (u64 c = tid; c < chunks; c += EXANS_THREADS) {
-            EeCursor cur = ee_cursor(words, thd, base, per_group, c * 16);
+            EeCursor cur = ee_cursor(words, thd, base, per_group, payload + c * 16);
             uint32_t v[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {

@@ -63,7 +63,7 @@
 #define EXANS_STATUS_MODEL 2u                            // an invalid sparse model
 #define EXANS_STATUS_STATE_RANGE 4u                      // an initial rANS state below 2^16
 #define EXANS_STATUS_EXHAUSTED 8u                        // a lane read past its partition's words
-#define EXANS_STATUS_FINAL_STATE 16u                     // a final rANS state other than 2^16
+#define EXANS_STATUS_FINAL_STATE 16u                     // a final rANS state other than 2^16 plus its lane's payload
 #define EXANS_STATUS_UNCONSUMED 32u                      // words left over
 #define EXANS_STATUS_LAUNCH 64u                          // a launch with another block shape or less dynamic shared memory than the kernel needs
 #define EXANS_STATUS_CHECKSUM 128u                       // a record's decoded values do not give its checksum (set by the host)

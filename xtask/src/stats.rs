@@ -89,7 +89,7 @@ fn block_entropy_bits(groups: &[&[u16]]) -> anyhow::Result<(f64, f64)> {
 /// ExANS's container at `block_tokens`: its ratio against the per-block entropy bound
 /// (`16 / (8 + H(C))`), the mean bytes per record by section, and where the exponent
 /// bytes lose against the entropy (quantization, words, final states). In format
-/// version 4 the final states also carry each coded record's last `P = min(N, 512)`
+/// version 4 the final states also carry each coded record's first `P = min(N, 512)`
 /// sign+mantissa bytes (spec §6.4): the sign+mantissa section is `N - P` bytes, and the
 /// states' cost against the exponents' entropy is counted without those `P` bytes.
 fn exans_bytes(cache: &KvCache, block_tokens: usize) -> anyhow::Result<()> {

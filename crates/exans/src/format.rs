@@ -14,7 +14,7 @@ pub const RECORD_MAGIC: [u8; 4] = *b"KVXA";
 /// Magic of a whole-cache container, the ASCII bytes `KVXC` (spec §8).
 pub const CONTAINER_MAGIC: [u8; 4] = *b"KVXC";
 /// Version of records and containers this crate writes (spec §3, §8): 4 carries the
-/// block's last sign+mantissa bytes in the lanes' initial states (spec §6.4).
+/// block's first sign+mantissa bytes in the lanes' initial states (spec §6.4).
 pub const VERSION: u16 = 4;
 /// Version 3, still read: the optional checksum, every lane starting at exactly `2^16`
 /// (no payload) and a sign+mantissa section of all N bytes (spec §3).
@@ -222,7 +222,7 @@ pub const fn lane_run(partition_len: usize, lane: usize) -> usize {
 }
 
 /// Sign+mantissa bytes a record of `n` values carries in its lanes' initial states: the
-/// values `n - payload_len .. n` (spec §6.4). Version 4 only; versions 2 and 3 carry none.
+/// values `0 .. payload_len` (spec §6.4). Version 4 only; versions 2 and 3 carry none.
 #[inline]
 pub const fn payload_len(values: usize) -> usize {
     if values < PAYLOAD_BYTES { values } else { PAYLOAD_BYTES }
@@ -230,7 +230,7 @@ pub const fn payload_len(values: usize) -> usize {
 
 /// Payload bytes lane `lane` of partition `partition` carries in a record of `n` values:
 /// `clamp(payload_len(n) - 2 k, 0, 2)` with `k = 32 partition + lane`; they are the
-/// sign+mantissa bytes of values `n - payload_len(n) + 2 k` and the next (spec §6.4).
+/// sign+mantissa bytes of values `2 k` and `2 k + 1` (spec §6.4).
 #[inline]
 pub const fn lane_payload_bytes(values: usize, partition: usize, lane: usize) -> usize {
     let first = PAYLOAD_BYTES_PER_LANE * (LANES * partition + lane);

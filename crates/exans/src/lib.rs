@@ -12,7 +12,7 @@
 //!    quantizer (spec §5);
 //! 3. the block's symbol stream is cut into 8 partitions, each coded by 32 interleaved
 //!    rANS lanes (32-bit state, 16-bit words) sharing one word stream (spec §6);
-//! 4. the sign+mantissa bytes follow raw, except the block's last (up to) 512, which the
+//! 4. the sign+mantissa bytes follow raw, except the block's first (up to) 512, which the
 //!    lanes' initial rANS states carry (format version 4, spec §6.4); a block that would
 //!    not shrink is stored raw (spec §7). Records of versions 2 and 3 are still read.
 //!

@@ -12,16 +12,18 @@
 //! 0x032 K=7, entries (sym, freq u16) at 0x034 (67,8) 0x037 (107,8) 0x03a (117,8)
 //!       0x03d (124,8) 0x040 (127,4048) 0x043 (135,8) 0x046 (157,8); padding 0x049..0x050
 //! 0x050 word counts [3, 0, 0, 0, 0, 0, 0, 0]
-//! 0x070 final states, partition p lane j at 0x070 + 4 (32 p + j); each lane carries
-//!       2 sign+mantissa bytes (P = 512: values 16..528) in the low 16 bits
-//! 0x470 partition 0's words 0xe018 0xc000 0x0010; padding 0x476..0x480
-//! 0x480 N - P = 16 sign+mantissa bytes (values 0..16), to 0x490
+//! 0x070 final states, partition p lane j at 0x070 + 4 (32 p + j); the first P = 512
+//!       values' sign+mantissa bytes travel in the lanes' initial rANS states (the
+//!       decoder's end states): lane k = 32 p + j carries values 2k and 2k + 1
+//! 0x470 partition 0's words 0xe018 0x4000 0x0010; padding 0x476..0x480
+//! 0x480 N - P = 16 sign+mantissa bytes (values 512..528), to 0x490
 //! ```
 //!
 //! Version 3 records (every lane at exactly 2^16, a section of all N bytes) start from
 //! the same block's version 3 record (`common::example_record_v3`, the dump of spec §9
-//! before version 4): the same bytes up to 0x480 but for the version, record_len 0x690
-//! and the states (no payload), then 528 sign+mantissa bytes.
+//! before version 4): the same bytes up to 0x470 but for the version, record_len 0x690
+//! and the states (no payload), then the words 0xe018 0xc000 0x0010 (partition 0 lane 3
+//! starts at 2^16, not 2^16 + 0x40, so its word differs) and 528 sign+mantissa bytes.
 
 mod common;
 
@@ -57,14 +59,24 @@ fn version_3_is_still_read() {
     assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
     let info = exans::inspect_record(&r).unwrap();
     assert_eq!((info.version, info.payload_bytes, info.section_bytes[5]), (3, 0, 528));
-    // The same block's version 4 record differs in the version, record_len, the states
-    // and the section: 512 bytes shorter.
+    // The same block's version 4 record differs in the version, record_len, the states,
+    // one word and the section: 512 bytes shorter.
     let v4 = common::example_record();
     assert_eq!(common::parse_hexdump(&kvcodec_testkit::hexdump(&v4)), v4, "the dump parser");
     assert_eq!(v4.len() + 512, r.len());
     assert_eq!(r[..4], v4[..4]);
     assert_eq!(r[0x28..0x70], v4[0x28..0x70]);
-    assert_eq!(r[0x470..0x490], v4[0x470..0x490]);
+    // Lane 3 of partition 0 starts at 2^16 in version 3 and at 2^16 + 0x40 (value 6's
+    // byte) in version 4, so the word it sheds at step 3 differs; the others do not.
+    assert_eq!(r[0x470..0x480], [0x18, 0xe0, 0x00, 0xc0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!((&r[0x470..0x473], &r[0x474..0x480]), (&v4[0x470..0x473], &v4[0x474..0x480]));
+    // Version 3's section holds all 528 values' bytes in block order; version 4's, the
+    // last 16 of them (values 512..528, V's 0x80).
+    let section: Vec<u8> =
+        common::example_block().1.concat().iter().map(|&w| bf16_field::sign_mantissa_of(w)).collect();
+    assert_eq!(r[0x480..], section[..]);
+    assert_eq!(v4[0x480..], r[0x480 + 512..]);
+    assert_eq!(v4[0x480..], [0x80; 16]);
     // With the checksum flag (version 3 defines it), the same values.
     let mut checked = r.clone();
     checked[6] = 2;
@@ -100,8 +112,8 @@ fn version_3_lanes_carry_no_payload() {
     let mut v4 = common::example_record();
     v4[0xec] = 1;
     let mut words = common::example_block().1.concat();
-    // Lane 31 = k 31 carries values 16 + 62 and 16 + 63: the first one's byte is now 01.
-    words[78] |= 0x0001;
+    // Lane 31 = k 31 carries values 62 and 63: the first one's byte is now 01.
+    words[62] |= 0x0001;
     assert_eq!(decode_block(&v4).unwrap().1, words);
     // A version 4 record read as version 3 is 512 bytes short of its layout.
     let mut relabelled = common::example_record();
@@ -172,7 +184,7 @@ fn a_checksum_catches_what_the_structure_cannot() {
     put(&mut checked, 0x2c, &example_adler().to_le_bytes());
     assert_eq!(decode_block(&checked).unwrap().1, words);
     // A sign+mantissa bit in the section (0x486), one in a lane's payload (partition 0
-    // lane 6's low byte at 0x088, value 28's) and a center (0x031) each decode to other
+    // lane 6's low byte at 0x088, value 12's) and a center (0x031) each decode to other
     // values without the checksum, and fail with it.
     for at in [0x486, 0x088, 0x031] {
         let mut plain = common::example_record();
@@ -196,7 +208,8 @@ fn the_byte_map_above_is_the_example_record() {
     assert_eq!(&r[0x30..0x34], &[127, 126, 7, 0]);
     assert_eq!(&r[0x40..0x43], &[127, 0xd0, 0x0f]);
     assert_eq!(&r[0x50..0x54], &[3, 0, 0, 0]);
-    assert_eq!(&r[0x470..0x480], &[0x18, 0xe0, 0x00, 0xc0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&r[0x470..0x480], &[0x18, 0xe0, 0x00, 0x40, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&r[0x480..0x490], &[0x80; 16], "values 512..528: V's -0.5");
     assert_eq!(&r[0xec..0xf0], &[0, 0, 1, 0], "partition 0 lane 31 is idle: state 2^16");
     assert_eq!(decode_block(&r).unwrap().1, common::example_block().1.concat());
 }
@@ -305,10 +318,10 @@ rejects!(
     Error::PartitionPastEnd { partition: 0 }
 );
 rejects!(
-    // Partition 0 lane 0's state 0x000783a8 loses its high half.
+    // Partition 0 lane 0's state 0x00044b38 loses its high half.
     state_below_2_pow_16,
     |r| put(r, 0x72, &[0, 0]),
-    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x83a8 }
+    Error::StateOutOfRange { partition: 0, lane: 0, state: 0x4b38 }
 );
 rejects!(
     // Partition 0 keeps 2 of its 3 words (the third becomes zero padding): lane 0 runs

@@ -390,6 +390,24 @@ fn gpu_decodes_versions_3_and_2_and_mixed_containers() {
     let info = container_info(&old).unwrap();
     assert!(info.offsets[..info.blocks()].iter().all(|&at| old[at + 4] == 3), "version 3 records");
     assert!(decode_to_cache(&gpu, &old).unwrap() == cache, "the GPU reads version 3");
+    // Version 3 with checksums, and both versions where partitions are not whole tiles
+    // (the kernel's general path: partial tiles, tiles across groups).
+    let v3_checked = EncodeOptions { checksum: true, ..v3 };
+    assert!(
+        decode_to_cache(&gpu, &exans::encode_cache_with(&cache, 16, &v3_checked).unwrap()).unwrap() == cache
+    );
+    for (l, h, d, t) in [(1, 3, 5, 19), (3, 2, 7, 7), (2, 1, 33, 24)] {
+        let odd = kv_like(l, h, d, t, 5 + d as u32);
+        for version in [None, Some(exans::format::VERSION_3)] {
+            for checksum in [false, true] {
+                let options =
+                    EncodeOptions { raw: RawPolicy::Never, checksum, version, ..Default::default() };
+                let container = exans::encode_cache_with(&odd, 8, &options).unwrap();
+                let what = format!("L={l} H={h} D={d} T={t} {version:?} checksum {checksum}");
+                assert!(decode_to_cache(&gpu, &container).unwrap() == odd, "{what}");
+            }
+        }
+    }
     old[4] = 2; // the container's version
     for &at in &info.offsets[..info.blocks()] {
         old[at + 4] = 2; // each record's

@@ -6,7 +6,7 @@
 mod common;
 
 use bf16_field::{KvCache, KvShape};
-use exans::{RawPolicy, decode_block, decode_cache};
+use exans::{EncodeOptions, RawPolicy, decode_block, decode_cache};
 use proptest::prelude::*;
 
 /// One BF16 word: uniformly any bit pattern, a special value, or a KV-like value near
@@ -21,6 +21,11 @@ fn word() -> impl Strategy<Value = u16> {
         (0u16..0x80, 122u16..132, any::<bool>()).prop_map(|(m, e, s)| (s as u16) << 15 | e << 7 | m),
         (0u16..0x80, 124u16..128, any::<bool>()).prop_map(|(m, e, s)| (s as u16) << 15 | e << 7 | m),
     ]
+}
+
+/// The format version to write: the default (4) or version 3, still written on request.
+fn version() -> impl Strategy<Value = Option<u16>> {
+    prop_oneof![Just(None), Just(Some(exans::format::VERSION_3))]
 }
 
 /// (L, H, D, T, B, words) with `2 L T H D` words.
@@ -45,19 +50,22 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_caches_round_trip_every_way((cache, b) in cache_case()) {
-        common::round_trip(&cache, b, RawPolicy::Never);
-        common::round_trip(&cache, b, RawPolicy::Auto);
+    fn arbitrary_caches_round_trip_every_way((cache, b) in cache_case(), version in version()) {
+        for raw in [RawPolicy::Never, RawPolicy::Auto] {
+            common::round_trip_with(&cache, b, &EncodeOptions { raw, version, ..Default::default() });
+        }
     }
 
     #[test]
     fn corrupted_records_never_panic(
         (cache, b) in cache_case(),
+        version in version(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let container = exans::encode_cache_with(&cache, b, &exans::EncodeOptions {
+        let container = exans::encode_cache_with(&cache, b, &EncodeOptions {
             raw: RawPolicy::Never,
+            version,
             ..Default::default()
         }).unwrap();
         let info = exans::container_info(&container).unwrap();

@@ -141,7 +141,7 @@ fn low_precisions_round_trip_and_too_many_symbols_fall_back() {
 #[test]
 fn payload_boundaries_round_trip() {
     // N around the payload's 512 values (spec §6.4): all in the states (N <= 512, the
-    // last P values spanning every partition), then a section of N - 512 bytes, one tile
+    // P values spanning every partition), then a section of N - 512 bytes, one tile
     // of a partition (N = 2048) and a partition boundary inside the payload.
     let mut rng = Rng(17);
     for d in [1usize, 2, 3, 63, 64, 65, 127, 128, 129, 256, 257] {

@@ -99,7 +99,11 @@ pub const DECODE_STATUS: StatusCodes = StatusCodes {
         StatusValue { value: 2, name: "MODEL", meaning: "an invalid sparse model" },
         StatusValue { value: 4, name: "STATE_RANGE", meaning: "an initial rANS state below 2^16" },
         StatusValue { value: 8, name: "EXHAUSTED", meaning: "a lane read past its partition's words" },
-        StatusValue { value: 16, name: "FINAL_STATE", meaning: "a final rANS state other than 2^16" },
+        StatusValue {
+            value: 16,
+            name: "FINAL_STATE",
+            meaning: "a final rANS state other than 2^16 plus its lane's payload",
+        },
         StatusValue { value: 32, name: "UNCONSUMED", meaning: "words left over" },
         StatusValue {
             value: 64,

@@ -120,18 +120,17 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
             }
         }
         Body::Coded { centers, model, states, streams, sign_mantissa, payload, .. } => {
-            // Values 0..first join with the section; values first..N (P of them, spec
-            // §6.4) with the bytes of the lanes' final states, once every partition is done.
-            let first = parsed.values - payload;
+            // Values P..N join with the section; values 0..P (spec §6.4) with the bytes of
+            // the lanes' final states, once every partition is done.
             let capacity: [[u8; LANES]; PARTITIONS] = std::array::from_fn(|p| {
                 std::array::from_fn(|j| {
                     if payload == 0 { 0 } else { lane_payload_bytes(parsed.values, p, j) as u8 }
                 })
             });
-            // The last P symbols, copied out of the per-group buffer (a small block's last
-            // P values span several partitions), and the P bytes of the final states.
-            let mut tail_symbols = [0u8; PAYLOAD_BYTES];
-            let mut tail_bytes = [0u8; PAYLOAD_BYTES];
+            // The first P symbols, copied out of the per-group buffer (a small block's
+            // first P values span several partitions), and the P bytes of the final states.
+            let mut head_symbols = [0u8; PAYLOAD_BYTES];
+            let mut head_bytes = [0u8; PAYLOAD_BYTES];
             DECODE_SCRATCH.with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
                 let DecodeScratch { table, symbols, words } = &mut *scratch;
@@ -163,14 +162,15 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
                         out,
                         words,
                     )?;
-                    // Values start..split join with the section now, split..end later.
-                    let split = first.clamp(start, end);
+                    // Values split..end join with the section now, start..split later.
+                    let split = payload.clamp(start, end);
                     if split > start {
-                        let (section, at) = (&sign_mantissa[start..split], &symbols[..split - start]);
-                        join_range(groups, per_group, centers, start, at, section);
+                        head_symbols[start..split].copy_from_slice(&symbols[..split - start]);
                     }
                     if end > split {
-                        tail_symbols[split - first..end - first].copy_from_slice(&symbols[split - start..]);
+                        let (section, at) =
+                            (&sign_mantissa[split - payload..end - payload], &symbols[split - start..]);
+                        join_range(groups, per_group, centers, split, at, section);
                     }
                     if payload > 0 {
                         // Lane k = 32 p + j: bytes 2 k and 2 k + 1 of the payload, the low
@@ -179,14 +179,14 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
                             for (j, &state) in lane_states.iter().enumerate() {
                                 let at = PAYLOAD_BYTES_PER_LANE * (LANES * (p + i) + j);
                                 let [b0, b1, ..] = state.to_le_bytes();
-                                tail_bytes[at..at + 2].copy_from_slice(&[b0, b1]);
+                                head_bytes[at..at + 2].copy_from_slice(&[b0, b1]);
                             }
                         }
                     }
                 }
                 Ok::<(), Error>(())
             })?;
-            join_range(groups, per_group, centers, first, &tail_symbols[..payload], &tail_bytes[..payload]);
+            join_range(groups, per_group, centers, 0, &head_symbols[..payload], &head_bytes[..payload]);
         }
     }
     Ok(parsed.shape)

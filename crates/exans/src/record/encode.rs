@@ -104,10 +104,10 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         Err(e) => return Err(e),
     };
     let table = model.encode_table();
-    // The section holds values 0..N - P; the lanes' initial states carry the rest.
+    // The lanes' initial states carry values 0..P; the section holds the rest.
     let section = section_len(version, values);
     let initial = if version == VERSION {
-        initial_states(groups, section)
+        initial_states(groups, values - section)
     } else {
         [[STATE_LOWER; LANES]; PARTITIONS] // version 3: no payload
     };
@@ -168,21 +168,20 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         pad_to(&mut out, aligned);
     }
     debug_assert_eq!(out.len(), layout.sign_mantissa);
-    out.extend(groups.iter().flat_map(|g| g.iter()).take(section).map(|&w| sign_mantissa_of(w)));
+    out.extend(groups.iter().flat_map(|g| g.iter()).skip(values - section).map(|&w| sign_mantissa_of(w)));
     debug_assert_eq!(out.len(), layout.record_len);
     Ok(out)
 }
 
 /// The lanes' initial encoder states (spec §6.4): lane `j` of partition `p`, `k = 32 p +
 /// j`, starts at `2^16 + b0 + 256 b1`, with `b0`, `b1` the sign+mantissa bytes of block
-/// values `first + 2 k` and `first + 2 k + 1` (0 where that index is `N` or more).
-/// `first = N - P` is where the section ends.
-fn initial_states(groups: &[&[u16]], first: usize) -> [[u32; LANES]; PARTITIONS] {
+/// values `2 k` and `2 k + 1` (0 where that index is `P` or more); `P` is where the
+/// section starts.
+fn initial_states(groups: &[&[u16]], carried: usize) -> [[u32; LANES]; PARTITIONS] {
     // Every group has the same length (checked), at least 1.
     let per_group = groups[0].len();
-    let values = per_group * groups.len();
     let mut payload = [0u8; PAYLOAD_BYTES];
-    for (b, v) in payload.iter_mut().zip(first..values) {
+    for (b, v) in payload.iter_mut().zip(0..carried) {
         *b = sign_mantissa_of(groups[v / per_group][v % per_group]);
     }
     std::array::from_fn(|p| {

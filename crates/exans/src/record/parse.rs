@@ -66,9 +66,9 @@ pub(super) enum Body<'a> {
         word_counts: [u32; PARTITIONS],
         states: [[u32; LANES]; PARTITIONS],
         streams: [&'a [u8]; PARTITIONS],
-        /// The sign+mantissa section: values `0..N - payload`.
+        /// The sign+mantissa section: values `payload..N`.
         sign_mantissa: &'a [u8],
-        /// P, the sign+mantissa bytes of values `N - P..N` that the lanes' states carry
+        /// P, the sign+mantissa bytes of values `0..P` that the lanes' states carry
         /// (spec §6.4): `min(N, 512)` in version 4, 0 in versions 2 and 3.
         payload: usize,
         layout: Layout,

@@ -11,8 +11,14 @@ use kvcodec_testkit::{Rng, cache_from, kv_like};
 /// Encodes every block of `cache` with `policy`, decodes it with both block decoders,
 /// and the whole cache with the container; returns the records.
 pub fn round_trip(cache: &KvCache, block_tokens: usize, policy: RawPolicy) -> Vec<Vec<u8>> {
+    round_trip_with(cache, block_tokens, &EncodeOptions { raw: policy, ..EncodeOptions::default() })
+}
+
+/// [`round_trip`] with any options (the format version included): every record and the
+/// container's header carry the version the options ask for.
+pub fn round_trip_with(cache: &KvCache, block_tokens: usize, options: &EncodeOptions) -> Vec<Vec<u8>> {
     let s = cache.shape();
-    let options = EncodeOptions { raw: policy, ..EncodeOptions::default() };
+    let (policy, version) = (options.raw, options.version.unwrap_or(exans::format::VERSION));
     let mut records = Vec::new();
     for b in 0..s.block_count(block_tokens) {
         let groups = cache.block(b, block_tokens).unwrap();
@@ -22,8 +28,9 @@ pub fn round_trip(cache: &KvCache, block_tokens: usize, policy: RawPolicy) -> Ve
             head_dim: s.head_dim,
             tokens: groups[0].len() / s.values_per_token(),
         };
-        let record = exans::encode_block_with(&groups, shape, &options).unwrap();
+        let record = exans::encode_block_with(&groups, shape, options).unwrap();
         let info = exans::inspect_record(&record).unwrap();
+        assert_eq!(info.version, version, "block {b}");
         match policy {
             RawPolicy::Always => assert!(info.raw, "block {b} must be raw"),
             RawPolicy::Never => assert!(!info.raw, "block {b} must be coded"),
@@ -38,7 +45,8 @@ pub fn round_trip(cache: &KvCache, block_tokens: usize, policy: RawPolicy) -> Ve
         assert_eq!(out.concat(), groups.concat());
         records.push(record);
     }
-    let container = exans::encode_cache_with(cache, block_tokens, &options).unwrap();
+    let container = exans::encode_cache_with(cache, block_tokens, options).unwrap();
+    assert_eq!(u16::from_le_bytes([container[4], container[5]]), version, "container version");
     assert_eq!(&exans::decode_cache(&container).unwrap(), cache, "container ({policy:?})");
     let info = exans::container_info(&container).unwrap();
     for (b, r) in records.iter().enumerate() {
