@@ -32,7 +32,8 @@
 //   5. version 4 (spec 6.4): the section holds the sign+mantissa bytes of values P .. N - 1
 //      (P = min(N, 512)), read in step 4 at a fixed offset -P from where version 3 had
 //      them, so no tile tests for the payload: the first P values get whatever bytes lie
-//      before the section (inside the record: the word streams). Every lane's final state
+//      before the section (inside the record: the directory or the word streams, as the
+//      section starts at least 1120 bytes in). Every lane's final state
 //      is checked against its payload and kept in shared memory, and after a CTA barrier
 //      thread k writes lane k's two bytes over the sign+mantissa bits of values 2 k and
 //      2 k + 1 (deferred to the next record's start, behind thread 0's parse, it measured
@@ -176,8 +177,8 @@ __device__ bool ex_parse(const uint8_t* __restrict__ container, unsigned long lo
         r.streams[q] = at;
         at = ex_align16(at + 2ull * counts[q]);  // counts < 2^32: no overflow in 64 bits
     }
-    // Version 4 carries the last P = min(N, 512) sign+mantissa bytes in the lanes' states
-    // (spec 6.4); the section holds the other N - P.
+    // Version 4 carries the first P = min(N, 512) sign+mantissa bytes in the lanes'
+    // states (spec 6.4); the section holds the other N - P.
     const unsigned long long payload = version == EXANS_VERSION ? min(n, (unsigned long long)EXANS_PAYLOAD_BYTES) : 0;
     if (h[EXANS_HEADER_SIGN_MANTISSA_OFFSET / 4] != at || at + n - payload != record_len) return false;
     r.payload = (unsigned)payload;
@@ -394,7 +395,7 @@ __device__ __forceinline__ void ex_decode_records(const uint8_t* __restrict__ co
     // 4 and 2^16 for ex_decode_round, read back from shared memory so that ptxas cannot
     // fold its multiply-adds back into shifts and permutes.
     __shared__ uint32_t s_four_k16[2];
-    // Each lane's final state's low 16 bits: the sign+mantissa bytes of the record's last
+    // Each lane's final state's low 16 bits: the sign+mantissa bytes of the record's first
     // P values (spec 6.4), joined after the partitions.
     __shared__ uint16_t s_payload[EXANS_PARTITIONS * EXANS_LANES];
     static_assert(EXANS_PARTITIONS * EXANS_LANES == EXANS_THREADS && EXANS_PAYLOAD_BYTES == 2 * EXANS_THREADS,

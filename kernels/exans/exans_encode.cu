@@ -699,7 +699,7 @@ __device__ __forceinline__ void ee_encode_blocks(
             const u64 model = EXANS_HEADER_LEN + 2ull * layers;
             u64 at = ee_align16(model + 2 + 3ull * s_k) + EXANS_DIRECTORY_LEN;
             for (int p = 0; p < EXANS_PARTITIONS; ++p) at = ee_align16(at + 2ull * s_words[p]);
-            // The section holds n - P bytes; the last P travel in the states (spec 6.4).
+            // The section holds n - P bytes; the first P travel in the states (spec 6.4).
             const u64 coded = at + n - min(n, (u64)EXANS_PAYLOAD_BYTES), raw = EXANS_HEADER_LEN + 2 * n;
             lens_out[blk] = coded >= raw ? raw : coded;
         }

@@ -104,7 +104,7 @@ fn gpu_decode_matches_cpu_on_edge_cases() {
     check_round_trip(&gpu, "raw-fallback block", &mixed, 16, &auto);
 
     // One-symbol blocks: every value 1.0 (and -1.0, same exponent): K = 1, freq 4096, no
-    // words, every final state 2^16.
+    // words, every final state 2^16 plus its lane's payload.
     let one = one_symbol_cache();
     let container = encode_cache(&one, 16).unwrap();
     let info = container_info(&container).unwrap();
