@@ -250,7 +250,7 @@ pub enum Error {
     },
     /// The decoded values' Adler-32 differs from the record's checksum (flag bit 1,
     /// versions 3 and 4): the record was corrupted where its structure cannot tell (the
-    /// sign+mantissa bytes, in the section or in the final states' payload, the centers)
+    /// sign+mantissa bytes, in the section or in the lanes' states (spec §6.4), the centers)
     /// or in the checksum itself. The block's values
     /// have been written (they are what the record holds).
     #[error("checksum {stored:#010x}, the decoded values give {computed:#010x}")]

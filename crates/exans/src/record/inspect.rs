@@ -33,10 +33,10 @@ pub struct RecordInfo {
     /// Bytes per section, padding counted with the section it follows:
     /// `[header, centers, model, directory, words, sign_mantissa]`; for a raw record
     /// `[48, 0, 0, 0, 0, 2N]`. They sum to `record_len`. The sign+mantissa section holds
-    /// `N - P` bytes in version 4 (`N` in versions 2 and 3); the other `P` are in the
-    /// directory's final states (spec §4, §6.4).
+    /// `N - P` bytes in version 4 (`N` in versions 2 and 3); the other `P` travel in the
+    /// lanes' initial rANS states, which the decoder ends at (spec §4, §6.4).
     pub section_bytes: [usize; 6],
-    /// P, the sign+mantissa bytes the lanes' final states carry: `min(N, 512)` in a
+    /// P, the sign+mantissa bytes the lanes' initial states carry: `min(N, 512)` in a
     /// version 4 coded record, 0 otherwise (spec §6.4).
     pub payload_bytes: usize,
     /// The block's Adler-32 when the record carries one (flag bit 1, spec §3); not
@@ -113,7 +113,7 @@ impl fmt::Display for RecordInfo {
         let [h, c, m, d, w, sm] = self.section_bytes;
         writeln!(f, "sections: header={h} centers={c} model={m} directory={d} words={w} sign_mantissa={sm}")?;
         if self.payload_bytes > 0 {
-            writeln!(f, "sign+mantissa bytes in the final states: {}", self.payload_bytes)?;
+            writeln!(f, "sign+mantissa bytes in the lanes' states: {}", self.payload_bytes)?;
         }
         if let Some(checksum) = self.checksum {
             writeln!(f, "checksum: adler32 {checksum:08x}")?;
