@@ -228,13 +228,14 @@ pub const fn payload_len(values: usize) -> usize {
     if values < PAYLOAD_BYTES { values } else { PAYLOAD_BYTES }
 }
 
-/// Payload bytes lane `lane` of partition `partition` carries in a record of `n` values:
-/// `clamp(payload_len(n) - 2 k, 0, 2)` with `k = 32 partition + lane`; they are the
-/// sign+mantissa bytes of values `2 k` and `2 k + 1` (spec §6.4).
+/// Payload bytes lane `lane` of partition `partition` carries in a record whose lanes
+/// carry `payload` bytes in all (`P`: [`payload_len`] in version 4, 0 in versions 2 and
+/// 3): `clamp(P - 2 k, 0, 2)` with `k = 32 partition + lane`; they are the sign+mantissa
+/// bytes of values `2 k` and `2 k + 1` (spec §6.4).
 #[inline]
-pub const fn lane_payload_bytes(values: usize, partition: usize, lane: usize) -> usize {
+pub const fn lane_payload_bytes(payload: usize, partition: usize, lane: usize) -> usize {
     let first = PAYLOAD_BYTES_PER_LANE * (LANES * partition + lane);
-    let rest = payload_len(values).saturating_sub(first);
+    let rest = payload.saturating_sub(first);
     if rest < PAYLOAD_BYTES_PER_LANE { rest } else { PAYLOAD_BYTES_PER_LANE }
 }
 

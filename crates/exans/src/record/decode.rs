@@ -122,11 +122,8 @@ fn decode_values(parsed: Parsed<'_>, groups: &mut [&mut [u16]]) -> Result<BlockS
         Body::Coded { centers, model, states, streams, sign_mantissa, payload, .. } => {
             // Values P..N join with the section; values 0..P (spec §6.4) with the bytes of
             // the lanes' final states, once every partition is done.
-            let capacity: [[u8; LANES]; PARTITIONS] = std::array::from_fn(|p| {
-                std::array::from_fn(|j| {
-                    if payload == 0 { 0 } else { lane_payload_bytes(parsed.values, p, j) as u8 }
-                })
-            });
+            let capacity: [[u8; LANES]; PARTITIONS] =
+                std::array::from_fn(|p| std::array::from_fn(|j| lane_payload_bytes(payload, p, j) as u8));
             // The first P symbols, copied out of the per-group buffer (a small block's
             // first P values span several partitions), and the P bytes of the final states.
             let mut head_symbols = [0u8; PAYLOAD_BYTES];

@@ -3,7 +3,7 @@
 use bf16_field::{exponent_of, sign_mantissa_of};
 
 use super::{
-    BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center, section_len,
+    BlockShape, EncodeOptions, Layout, RawPolicy, center_symbol, check_groups, group_center, payload_len,
 };
 use crate::format::{
     self, FLAG_CHECKSUM, FLAG_RAW, HEADER_LEN, LANES, PARTITIONS, PAYLOAD_BYTES, PAYLOAD_BYTES_PER_LANE,
@@ -104,13 +104,11 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         Err(e) => return Err(e),
     };
     let table = model.encode_table();
-    // The lanes' initial states carry values 0..P; the section holds the rest.
-    let section = section_len(version, values);
-    let initial = if version == VERSION {
-        initial_states(groups, values - section)
-    } else {
-        [[STATE_LOWER; LANES]; PARTITIONS] // version 3: no payload
-    };
+    // The lanes' initial states carry values 0..P (none in version 3); the section holds
+    // the rest.
+    let payload = payload_len(version, values);
+    let section = values - payload;
+    let initial = initial_states(groups, payload);
     let mut word_counts = [0u32; PARTITIONS];
     let mut states = [[0u32; LANES]; PARTITIONS];
     let mut words: Vec<u16> = Vec::with_capacity(values / 4);
@@ -168,7 +166,7 @@ fn encode_unsealed(groups: &[&[u16]], shape: BlockShape, options: &EncodeOptions
         pad_to(&mut out, aligned);
     }
     debug_assert_eq!(out.len(), layout.sign_mantissa);
-    out.extend(groups.iter().flat_map(|g| g.iter()).skip(values - section).map(|&w| sign_mantissa_of(w)));
+    out.extend(groups.iter().flat_map(|g| g.iter()).skip(payload).map(|&w| sign_mantissa_of(w)));
     debug_assert_eq!(out.len(), layout.record_len);
     Ok(out)
 }

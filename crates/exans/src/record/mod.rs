@@ -162,7 +162,7 @@ struct Layout {
 impl Layout {
     /// The layout of a record of `layers` layers, a model of `symbols` entries and these
     /// word counts, whose sign+mantissa section holds `section_len` bytes
-    /// ([`section_len`]: `N - P` in version 4, `N` in versions 2 and 3), so that
+    /// (`N - P`, [`payload_len`]: `N - 512` at most in version 4, `N` in versions 2 and 3), so that
     /// `record_len = sign_mantissa + section_len`. `None` when an offset overflows
     /// `usize` (a hostile word count).
     fn derive(
@@ -187,14 +187,9 @@ impl Layout {
 
 /// Sign+mantissa bytes a coded record of `values` values and version `version` carries in
 /// its lanes' initial states: `P = min(N, 512)` in version 4, 0 in versions 2 and 3
-/// (spec §4, §6.4).
+/// (spec §4, §6.4); its section holds the other `N - P`.
 const fn payload_len(version: u16, values: usize) -> usize {
     if version == format::VERSION { format::payload_len(values) } else { 0 }
-}
-
-/// Bytes of a coded record's sign+mantissa section: `N - P` (spec §4).
-const fn section_len(version: u16, values: usize) -> usize {
-    values - payload_len(version, values)
 }
 
 fn check_groups(groups_len: usize, lens: impl Iterator<Item = usize>, shape: &BlockShape) -> Result<()> {
@@ -250,9 +245,9 @@ mod tests {
     fn the_section_holds_n_minus_p_bytes_in_version_4_only() {
         use format::{VERSION, VERSION_2, VERSION_3};
         for (values, p) in [(1, 1), (528, 512), (511, 511), (512, 512), (513, 512), (184_320, 512)] {
-            assert_eq!(section_len(VERSION, values), values - p, "N = {values}");
-            assert_eq!(section_len(VERSION_3, values), values);
-            assert_eq!(section_len(VERSION_2, values), values);
+            assert_eq!(values - payload_len(VERSION, values), values - p, "N = {values}");
+            assert_eq!(values - payload_len(VERSION_3, values), values);
+            assert_eq!(values - payload_len(VERSION_2, values), values);
         }
     }
 }
