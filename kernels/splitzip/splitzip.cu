@@ -432,19 +432,36 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoder, body check: one thread per chunk checks that chunk's escape offsets and
-// escapes (spec section 5); the first check thread also checks the padding. The first
-// problem seen goes to *status (0 = valid); the host then runs the CPU decoder for the
-// exact typed error. The header was validated on the host. Work is bounded by the
-// payload length. It runs in CTAs of its own after the decode kernel's tile CTAs (see
-// splitzip_decode_tiles): every thread checking its own values inside the tile code
-// measured slower, as it lengthens every tile; a separate kernel on a second stream
-// measured the same as these CTAs, which need one launch and no stream joins
-// (docs/perf/splitzip-gpu.md).
+// Decoder, body check (the search decoder): one thread per chunk checks that chunk's
+// escape offsets and escapes (spec section 5); the first check thread also checks the
+// padding. The first problem seen goes to *status (0 = valid); the host then runs the CPU
+// decoder for the exact typed error. The header was validated on the host. Work is
+// bounded by the payload length. It runs in CTAs of its own after the decode kernel's
+// tile CTAs (see splitzip_decode_tiles): every thread checking its own values inside the
+// tile code measured slower, as it lengthens every tile; a separate kernel on a second
+// stream measured the same as these CTAs, which need one launch and no stream joins
+// (docs/perf/splitzip-gpu.md). The image decoder checks its chunks in the tiles
+// (sz_tile_escapes), where the lists and codes are already at hand, and only the padding
+// here.
 // ---------------------------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned sz_position(const uint8_t* positions, unsigned long long k) {
     return positions[2 * k] | (positions[2 * k + 1] << 8);
+}
+
+// Checks the spare nibble of an odd n and every padding byte before a section (one
+// thread of the launch).
+__device__ __forceinline__ void sz_check_padding(const uint8_t* __restrict__ payload, unsigned long long n,
+                                                 unsigned chunk_size, unsigned long long escapes,
+                                                 unsigned long long exponents_at, unsigned* __restrict__ status) {
+    const SzLayout lay = sz_layout(n, chunk_size);
+    bool ok = !(n % 2 == 1 && (payload[lay.codes + n / 2] >> 4) != 0);
+    for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) ok &= payload[i] == 0;
+    for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) ok &= payload[i] == 0;
+    for (unsigned long long i = lay.escape_offsets + 4 * (lay.chunks + 1); i < lay.escape_positions; ++i)
+        ok &= payload[i] == 0;
+    for (unsigned long long i = lay.escape_positions + 2 * escapes; i < exponents_at; ++i) ok &= payload[i] == 0;
+    if (!ok) atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_PADDING);
 }
 
 // Checks chunks first_chunk, first_chunk + stride, ... of the body; `padding` also checks
@@ -488,15 +505,7 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
             }
         }
     }
-    if (padding) {
-        bool ok = !(n % 2 == 1 && (payload[lay.codes + n / 2] >> 4) != 0);
-        for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) ok &= payload[i] == 0;
-        for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) ok &= payload[i] == 0;
-        for (unsigned long long i = lay.escape_offsets + 4 * (lay.chunks + 1); i < lay.escape_positions; ++i)
-            ok &= payload[i] == 0;
-        for (unsigned long long i = lay.escape_positions + 2 * escapes; i < exponents_at; ++i) ok &= payload[i] == 0;
-        if (!ok) atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_PADDING);
-    }
+    if (padding) sz_check_padding(payload, n, chunk_size, escapes, exponents_at, status);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -508,8 +517,9 @@ __device__ __noinline__ void sz_check_body(const uint8_t* __restrict__ payload, 
 // list), which costs nothing in a chunk without escapes but a dependent chain of loads per
 // group in a chunk with some; or the tile's escape image in shared memory
 // (sz_tile_escapes), which costs every tile with an escape two barriers but each group one
-// shared load, and wins once escapes are dense (docs/perf/splitzip-gpu.md). CTAs from `tiles` on
-// run the body check (sz_check_body, one thread per chunk). The hardware has been seen to
+// shared load, and wins once escapes are dense (docs/perf/splitzip-gpu.md); its tiles also
+// check their own chunks. CTAs from `tiles` on run the body check (sz_check_body, one
+// thread per chunk; the padding only after the image decoder). The hardware has been seen to
 // dispatch CTAs in index order, so they mostly fill the SMs the last wave of tiles leaves
 // idle; correctness does not depend on any order.
 // ---------------------------------------------------------------------------------------
@@ -521,43 +531,121 @@ struct __align__(16) SzTileEscapes {  // zeroed by 16-byte stores, read by 8-byt
     uint32_t image[SPLITZIP_TILE_VALUES / 4];
 };
 
-// Builds `t` for the tile of chunks first_chunk .. + tile_chunks, every thread of the
-// CTA taking part (two barriers): warp w takes chunks w, w + 8, ..., its lanes the
-// chunk's escapes, so a chunk's list is read once, coalesced, instead of searched by
-// every group of the chunk (a dependent chain of loads per group, whose length grows
-// with the chunk's escapes). Chunks of 2048 values and more leave warps idle here (a
-// tile holds fewer than 8); splitting their lists over warps cost registers (spills at
-// the 40-register cap) for chunk sizes the codec does not use by default. A chunk whose offsets are not ordered within E and its
-// length, and a position past its chunk, are skipped: the body check reports them and the
-// output is then unspecified. The ORs are atomic because a corrupt list may name a value
-// twice. Work is bounded by the tile's values.
-__device__ __forceinline__ void sz_tile_escapes(SzTileEscapes& t, const uint32_t* __restrict__ offsets,
+// Checks the escapes of the tile's chunks first_chunk .. + tile_chunks as the body check
+// does (spec section 5: the offsets, the positions, the escaped exponents; the escaped
+// values' codes are checked where the groups are rebuilt) and, when `image`, builds `t`
+// from them (two barriers). Warp w takes chunks w, w + 8, ..., its lanes the chunk's
+// escapes, so a chunk's list is read once, coalesced, instead of searched by every group
+// of the chunk (a dependent chain of loads per group, whose length grows with the chunk's
+// escapes) or walked by one check thread (a chain of loads per escape, and a random read
+// of its code long after the tile read the codes). Chunks of 2048 values and more leave
+// warps idle here (a tile holds fewer than 8); splitting their lists over warps cost
+// registers (spills at the 40-register cap) for chunk sizes the codec does not use by
+// default. A chunk's first problem (in list order) goes to *status and ends its walk; the
+// output is then unspecified. The ORs are atomic because lanes share mask and image
+// words. Work is bounded by the tile's values.
+__device__ __forceinline__ void sz_tile_escapes(SzTileEscapes& t, bool image, const uint32_t* __restrict__ offsets,
                                                 const uint8_t* __restrict__ positions,
                                                 const uint8_t* __restrict__ esc_exponents, unsigned long long n,
                                                 unsigned chunk_size, unsigned long long chunks,
                                                 unsigned long long escapes, unsigned long long first_chunk,
-                                                unsigned tile_chunks) {
+                                                unsigned tile_chunks, uint4 codebook, unsigned* __restrict__ status) {
     constexpr unsigned kWords = sizeof(SzTileEscapes) / 16;
-    for (unsigned i = threadIdx.x; i < kWords; i += SPLITZIP_THREADS) reinterpret_cast<uint4*>(&t)[i] = make_uint4(0, 0, 0, 0);
-    __syncthreads();
+    if (image) {
+        for (unsigned i = threadIdx.x; i < kWords; i += SPLITZIP_THREADS) reinterpret_cast<uint4*>(&t)[i] = make_uint4(0, 0, 0, 0);
+        __syncthreads();
+    }
     // 32-bit indices (offsets are u32, a chunk at most SPLITZIP_TILE_VALUES long): the
     // group loads of the caller stay in registers without spilling at the 40-register cap.
     const unsigned shift = sz_chunk_shift(chunk_size), lane = threadIdx.x % 32;
     const uint16_t* position = reinterpret_cast<const uint16_t*>(positions);
-    for (unsigned c = threadIdx.x / 32; c < tile_chunks; c += SPLITZIP_THREADS / 32) {
+    for (unsigned c = threadIdx.x / 32; c < tile_chunks; c += SPLITZIP_THREADS / 32) {  // warp-uniform
         const unsigned long long chunk = first_chunk + c;
         const unsigned lo = offsets[chunk], hi = offsets[chunk + 1];
         const unsigned chunk_len = chunk + 1 == chunks ? (unsigned)(n - (chunk << shift)) : chunk_size;
-        if (lo > hi || hi > escapes || hi - lo > chunk_len) continue;
-        for (unsigned j = lane; j < hi - lo; j += 32) {  // hi - lo <= chunk_len: no wrap
-            const unsigned k = lo + j, pos = position[k];
-            if (pos >= chunk_len) continue;
-            const unsigned v = (c << shift) + pos;
-            atomicOr(&t.mask[v / 32], 1u << (v % 32));
-            atomicOr(&t.image[v / 4], (uint32_t)esc_exponents[k] << (8 * (v % 4)));
+        if ((chunk == 0 && lo != 0) || lo > hi || hi > escapes || (chunk + 1 == chunks && hi != escapes) ||
+            hi - lo > chunk_len) {
+            if (lane == 0) atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_OFFSETS);
+            continue;
+        }
+        unsigned last = 0;  // the position before this pass's first: lane 31's of the last pass
+        for (unsigned j0 = 0; j0 < hi - lo; j0 += 32) {  // hi - lo <= chunk_len: no wrap
+            const unsigned j = j0 + lane;
+            const unsigned pos = j < hi - lo ? position[lo + j] : 0u;
+            // Both shuffles outside any condition: every lane of the warp must reach them.
+            const unsigned up = __shfl_up_sync(0xffffffffu, pos, 1);
+            const unsigned before = lane == 0 ? last : up;
+            last = __shfl_sync(0xffffffffu, pos, 31);
+            unsigned problem = 0;
+            if (j < hi - lo) {
+                const uint32_t e = esc_exponents[lo + j], e4 = e * 0x01010101u;
+                const uint32_t in_codebook = __vcmpeq4(codebook.x, e4) | __vcmpeq4(codebook.y, e4) |
+                                             __vcmpeq4(codebook.z, e4) | __vcmpeq4(codebook.w, e4);
+                if (pos >= chunk_len || (j > 0 && pos <= before)) {
+                    problem = SPLITZIP_STATUS_BAD_POSITION;
+                } else if (in_codebook != 0) {
+                    problem = SPLITZIP_STATUS_BAD_ESCAPED_EXPONENT;
+                } else if (image) {
+                    const unsigned v = (c << shift) + pos;
+                    atomicOr(&t.mask[v / 32], 1u << (v % 32));
+                    atomicOr(&t.image[v / 4], e << (8 * (v % 4)));
+                }
+            }
+            const unsigned bad = __ballot_sync(0xffffffffu, problem != 0);
+            if (bad != 0) {
+                if (lane == __ffs(bad) - 1) atomicCAS(status, 0u, problem);
+                break;
+            }
         }
     }
-    __syncthreads();
+    if (image) __syncthreads();
+}
+
+#ifndef SZ_PREFETCH_TILES
+#define SZ_PREFETCH_TILES 384
+#endif
+
+// The tile image waits for two dependent loads before its barrier: the chunks' escape
+// offsets, then their lists. Near one another, tiles share those lines and the first to
+// ask pays DRAM's latency for all; so warp 0 of tile t asks the L2 for them ahead: the
+// offsets of tile t + 2 SZ_PREFETCH_TILES, and the lists of tile t + SZ_PREFETCH_TILES
+// (whose offsets tile t - SZ_PREFETCH_TILES asked for, so reading them here is an L2 hit
+// in the shadow of this tile's own loads). Tiles start in index order, about as many per
+// microsecond as there are SMs, so a tile's lines arrive some microseconds before it
+// starts. A prefetch only warms the L2: a list range out of order or past E is skipped,
+// so no address leaves its section. Not inlined: inlined, ptxas spilled in the tile code
+// at the 40-register cap.
+__device__ __noinline__ void sz_prefetch_escapes(const uint32_t* __restrict__ offsets,
+                                                 const uint8_t* __restrict__ positions,
+                                                 const uint8_t* __restrict__ esc_exponents,
+                                                 unsigned long long escapes, unsigned chunk_size,
+                                                 unsigned long long chunks, unsigned tiles) {
+    const unsigned shift = sz_chunk_shift(chunk_size), lane = threadIdx.x % 32;
+    const unsigned long long far = blockIdx.x + 2ull * SZ_PREFETCH_TILES, near = blockIdx.x + SZ_PREFETCH_TILES;
+    if (lane == 0 && far < tiles) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(offsets + ((far * SPLITZIP_TILE_VALUES) >> shift)));
+    }
+    if (near >= tiles) return;
+    const unsigned long long first = (near * SPLITZIP_TILE_VALUES) >> shift;
+    const unsigned long long last = min(first + (SPLITZIP_TILE_VALUES >> shift), chunks);
+    const unsigned lo = offsets[first], hi = offsets[last];
+    // A tile holds at most SPLITZIP_TILE_VALUES escapes: a longer range is corrupt, and
+    // would cost a long loop here (at most 129 position lines and 65 exponent lines).
+    if (lo >= hi || hi > escapes || hi - lo > SPLITZIP_TILE_VALUES) return;
+    // Lines of 128 bytes: positions 2 bytes an escape (byte offsets in 64 bits: E < 2^32),
+    // exponents 1.
+    const unsigned p0 = (2ull * lo) / 128, p1 = (2ull * hi - 1) / 128, e0 = lo / 128, e1 = (hi - 1) / 128;
+    for (unsigned l = p0 + lane; l <= p1; l += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(positions + 128ull * l));
+    for (unsigned l = e0 + lane; l <= e1; l += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(esc_exponents + 128ull * l));
+}
+
+// 0xf in nibble i for bit i of `bits` (8 bits): the bits spread 4 apart, then each
+// filled (no carries).
+__device__ __forceinline__ uint32_t sz_nibble_mask8(uint32_t bits) {
+    uint32_t x = (bits | (bits << 12)) & 0x000f000fu;
+    x = (x | (x << 6)) & 0x03030303u;
+    x = (x | (x << 3)) & 0x11111111u;
+    return x * 0xfu;
 }
 
 // 0xff in byte i for bit i of `bits` (4 bits): the four shifted copies do not overlap,
@@ -575,6 +663,12 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
                                                 uint16_t* __restrict__ out, unsigned tiles,
                                                 unsigned* __restrict__ status, unsigned long long* __restrict__ sums) {
     if (blockIdx.x >= tiles) {  // CTA-uniform
+        if (kImage) {  // the tiles check their own chunks; the one CTA after them, the padding
+            if (blockIdx.x == tiles && threadIdx.x == 0) {  // no chunk (first_chunk past the last): the padding only
+                sz_check_body(payload, n, chunk_size, escapes, exponents_at, codebook, ~0ull, 1, true, status);
+            }
+            return;
+        }
         const unsigned long long check_thread = (unsigned long long)(blockIdx.x - tiles) * SPLITZIP_THREADS + threadIdx.x;
         const unsigned long long check_threads = (unsigned long long)(gridDim.x - tiles) * SPLITZIP_THREADS;
         sz_check_body(payload, n, chunk_size, escapes, exponents_at, codebook, check_thread, check_threads,
@@ -617,11 +711,10 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
         // A division once per tile: written with the chunk shift, ptxas spilled at the cap.
         const unsigned tile_chunks =
             (unsigned)min((unsigned long long)(SPLITZIP_TILE_VALUES / chunk_size), lay.chunks - first_chunk);
+        if (threadIdx.x < 32) sz_prefetch_escapes(offsets, positions, esc_exponents, escapes, chunk_size, lay.chunks, tiles);
         patch = offsets[first_chunk] != offsets[first_chunk + tile_chunks];
-        if (patch) {
-            sz_tile_escapes(tile_escapes, offsets, positions, esc_exponents, n, chunk_size, lay.chunks, escapes,
-                            first_chunk, tile_chunks);
-        }
+        sz_tile_escapes(tile_escapes, patch, offsets, positions, esc_exponents, n, chunk_size, lay.chunks, escapes,
+                        first_chunk, tile_chunks, codebook, status);
     }
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
@@ -638,6 +731,7 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
                 const uint32_t sel_lo = sz_byte_mask4(escaped & 15u), sel_hi = sz_byte_mask4(escaped >> 4);
                 e_lo = (e_lo & ~sel_lo) | (image.x & sel_lo);
                 e_hi = (e_hi & ~sel_hi) | (image.y & sel_hi);
+                if ((codes[u] & sz_nibble_mask8(escaped)) != 0) atomicCAS(status, 0u, SPLITZIP_STATUS_BAD_ESCAPE_CODE);
             }
         } else {
             const unsigned long long chunk = v0 >> sz_chunk_shift(chunk_size);

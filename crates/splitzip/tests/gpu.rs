@@ -169,6 +169,72 @@ fn gpu_decode_of_corrupt_escapes_matches_the_cpu_at_every_chunk_size() {
     }
 }
 
+/// The image decoder (dense escapes) checks every chunk in its tiles, a tile without
+/// escapes too: one hand-made corruption per check of spec §5, each rejected with the
+/// CPU's error. The payload has 720 tiles, so tiles also fetch the lists of tiles
+/// hundreds ahead into the L2, corrupt ones included.
+#[test]
+fn gpu_image_decoder_checks_every_chunk() {
+    let Some(gpu) = gpu_or_skip("gpu_image_decoder_checks_every_chunk") else { return };
+    const TILE: usize = splitzip::gpu::TILE_VALUES;
+    let (_, words) = fixture_words().remove(0);
+    let codebook = Codebook::calibrate(&[&words]).unwrap();
+    let [common, other] = [0u8, 1].map(|code| u16::from(codebook.exponent(code).unwrap()));
+    let outside = u16::from((0..=255u8).find(|&e| !codebook.contains(e)).unwrap());
+    let with_exponent = |w: u16, e: u16| (w & 0x807f) | (e << 7);
+    // Escapes every 29th value, none in tile 1 (values TILE .. 2 TILE).
+    let words: Vec<u16> = words
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            match (i % 29 == 0 && !(TILE..2 * TILE).contains(&i), codebook.contains(((w >> 7) & 0xff) as u8))
+            {
+                (true, _) => with_exponent(w, outside),
+                (false, true) => w,
+                (false, false) => with_exponent(w, common),
+            }
+        })
+        .collect();
+    let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+    let header = splitzip::PayloadHeader::parse(&payload).unwrap();
+    let splitzip::Layout::Coded(layout) = header.layout else { panic!("not coded") };
+    assert!(header.escape_count * 1024 >= words.len() as u64, "dense: the image decoder");
+    assert_eq!(decode_to_vec(&gpu, &payload).unwrap(), words);
+    // By construction escape k < 283 is value 29 k: chunk 0 holds escapes 0 ..= 35, and
+    // escape 40 is value 1160, position 136 of chunk 1.
+    let at = |section: splitzip::Section, k: usize| section.offset as usize + k;
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut bad = payload.clone();
+    bad[at(layout.escape_offsets, 4 * 9)] ^= 1; // chunks 8 and 9 of tile 1 (no escapes) out of order
+    cases.push(("offsets in a tile without escapes", bad));
+    let mut bad = payload.clone();
+    bad[at(layout.escape_offsets, 4 * layout.chunk_count as usize)] ^= 1; // the last chunk's end is not E
+    cases.push(("the last offset", bad));
+    let mut bad = payload.clone();
+    bad.copy_within(
+        at(layout.escape_positions, 0)..at(layout.escape_positions, 2),
+        at(layout.escape_positions, 2),
+    );
+    cases.push(("positions not increasing", bad));
+    let mut bad = payload.clone();
+    bad[at(layout.escape_positions, 2 * 35 + 1)] = 0x04; // position 1024 + 1015 % 256
+    cases.push(("a position past its chunk", bad));
+    let mut bad = payload.clone();
+    bad[at(layout.escape_exponents, 40)] = other as u8;
+    cases.push(("an escaped exponent in the codebook", bad));
+    let mut bad = payload.clone();
+    bad[at(layout.codes, 1160 / 2)] |= 1; // value 1160's code (even: the low nibble)
+    cases.push(("an escaped value with a code", bad));
+    let mut bad = payload.clone();
+    let far_chunk = 500 * TILE / DEFAULT_CHUNK_SIZE as usize; // tile 500's first chunk
+    bad[at(layout.escape_offsets, 4 * far_chunk)..][..4].fill(0); // its list range spans ~140K escapes
+    cases.push(("a far tile's offsets", bad));
+    for (what, bad) in cases {
+        let cpu = decode(&bad).expect_err(what);
+        assert_gpu_reports(&gpu, &bad, &cpu, what);
+    }
+}
+
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error") else { return };

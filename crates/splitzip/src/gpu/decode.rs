@@ -17,11 +17,12 @@ const _: () = assert!(
 
 /// A payload with at least one escape per this many values decodes with the tile escape
 /// image ([`SplitzipKernel::DecodeTilesDense`]), below it with a search per group
-/// ([`SplitzipKernel::DecodeTiles`]). The image costs every tile with an escape two
-/// barriers, the search every group of a chunk with escapes a chain of dependent loads;
-/// the crossover lies between the two escape rates measured either side of it (0.033%
-/// and 0.15%: docs/perf/splitzip-gpu.md, "Dense escapes"), and 1/1024 is between them.
-pub(crate) const DENSE_ESCAPES: u64 = 1024;
+/// ([`SplitzipKernel::DecodeTiles`]). The image, its lists fetched into the L2 ahead of
+/// its tiles, led at every escape rate measured (from the fixture's own 0.033%, one per
+/// 3066 values, up: docs/perf/splitzip-gpu.md, "Dense escapes"); the search costs
+/// nothing in a chunk without escapes, so it keeps the sparser payloads, where the
+/// crossover (not measured) lies.
+pub(crate) const DENSE_ESCAPES: u64 = 4096;
 
 /// What a decode leaves on the device for the host to judge: the body check's status
 /// word and, for a payload with a checksum, the Adler-32 sums of the words written.
@@ -146,10 +147,16 @@ pub fn decode_device(
             };
             let f = gpu.function(kernel)?;
             let tiles = n.div_ceil(TILE_VALUES).max(1) as u32;
-            // The body check runs in CTAs after the tiles' (one thread per chunk, at most
-            // 8 CTAs per SM, striding), which mostly run where the last wave of tiles
-            // leaves SMs idle. At least one: without them the body would go unchecked.
-            let check_ctas = gpu.grid_stride_config(layout.chunk_count as usize, THREADS).grid_dim.0;
+            // The body check runs in CTAs after the tiles'. With the image the tiles check
+            // their own chunks and one CTA checks the padding; with the search one thread
+            // per chunk (at most 8 CTAs per SM, striding) checks it, which mostly runs
+            // where the last wave of tiles leaves SMs idle. At least one: without them the
+            // body would go unchecked.
+            let check_ctas = if dense {
+                1
+            } else {
+                gpu.grid_stride_config(layout.chunk_count as usize, THREADS).grid_dim.0
+            };
             debug_assert!(check_ctas >= 1, "grid_stride_config gives at least one CTA");
             let mut launch = stream.launch_builder(&f);
             launch.arg(payload).arg(&n64).arg(&cs).arg(&e).arg(&exp_at).arg(&cb).arg(&mut *out);
@@ -162,7 +169,7 @@ pub fn decode_device(
             // index the kernel derives is in bounds; escape indices are checked against E
             // before use (the check CTAs) or used only when a chunk's offsets are ordered,
             // <= E and at most the chunk's length apart (the tile CTAs, whose shared escape
-            // image also takes only positions below the chunk's length); `out` holds n
+            // image takes only positions below the chunk's length); `out` holds n
             // words; `status` holds one u32; the _checksum variant adds to the two u64 of
             // `sums`.
             unsafe { launch.launch(launch_config(tiles + check_ctas, THREADS, 0)) }?;

@@ -81,8 +81,9 @@ pub enum SplitzipKernel {
     /// [`SplitzipKernel::DecodeTiles`] that also adds the Adler-32 sums of the values it
     /// writes (a payload with a checksum).
     DecodeTilesChecksum,
-    /// [`SplitzipKernel::DecodeTiles`] with each tile's escapes laid out in shared memory
-    /// first (payloads with an escape per 1024 values or more).
+    /// Values of one tile per CTA, each tile's escapes checked and laid out in shared
+    /// memory first, then one CTA checking the padding (payloads with an escape per 4096
+    /// values or more).
     DecodeTilesDense,
     /// [`SplitzipKernel::DecodeTilesDense`] with the checksum's sums.
     DecodeTilesDenseChecksum,
