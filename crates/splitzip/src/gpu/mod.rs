@@ -14,7 +14,7 @@
 //!
 //! **Decode** ([`decode_device`]) takes a header validated on the host; one kernel
 //! rebuilds every word once, with escapes patched in registers, and checks the body
-//! (spec §5) in CTAs of the same launch; for a payload with a checksum, a variant of the
+//! (spec §5) in the same launch; for a payload with a checksum, a variant of the
 //! kernel also adds the Adler-32 sums of the words it writes. [`DecodeChecks::verify`]
 //! reads the verdict: a nonzero status or a checksum mismatch makes it run the CPU
 //! decoder to return the exact [`DecodeError`].
