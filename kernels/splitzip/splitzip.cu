@@ -437,12 +437,12 @@ splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n,
 // padding. The first problem seen goes to *status (0 = valid); the host then runs the CPU
 // decoder for the exact typed error. The header was validated on the host. Work is
 // bounded by the payload length. It runs in CTAs of its own after the decode kernel's
-// tile CTAs (see splitzip_decode_tiles): every thread checking its own values inside the
-// tile code measured slower, as it lengthens every tile; a separate kernel on a second
-// stream measured the same as these CTAs, which need one launch and no stream joins
-// (docs/perf/splitzip-gpu.md). The image decoder checks its chunks in the tiles
-// (sz_tile_escapes), where the lists and codes are already at hand, and only the padding
-// here.
+// tile CTAs (see splitzip_decode_tiles): with the search, every thread checking its own
+// values inside the tile code measured slower, as it lengthens every tile; a separate
+// kernel on a second stream measured the same as these CTAs, which need one launch and no
+// stream joins (docs/perf/splitzip-gpu.md). The image decoder checks its chunks in the
+// tiles instead (sz_tile_escapes), where it reads the lists and holds the codes anyway,
+// and only the padding here.
 // ---------------------------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned sz_position(const uint8_t* positions, unsigned long long k) {
@@ -701,9 +701,10 @@ __device__ __forceinline__ void sz_decode_tiles(const uint8_t* __restrict__ payl
             }
         }
     }
-    // The tile's escapes into shared memory, unless it has none (every thread reads the
-    // same two offsets, so the branch is uniform; a tile whose offsets claim none while a
-    // chunk inside has some is corrupt, which the body check reports).
+    // The image: the tile's escapes checked, and laid out in shared memory unless it has
+    // none (every thread reads the same two offsets, so `patch` is uniform; a tile whose
+    // offsets claim none while a chunk inside has some has a chunk whose offsets decrease,
+    // which sz_tile_escapes reports).
     __shared__ SzTileEscapes tile_escapes;
     bool patch = false;
     if (kImage) {

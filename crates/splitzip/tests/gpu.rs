@@ -171,8 +171,9 @@ fn gpu_decode_of_corrupt_escapes_matches_the_cpu_at_every_chunk_size() {
 
 /// The image decoder (dense escapes) checks every chunk in its tiles, a tile without
 /// escapes too: one hand-made corruption per check of spec §5, each rejected with the
-/// CPU's error. The payload has 720 tiles, so tiles also fetch the lists of tiles
-/// hundreds ahead into the L2, corrupt ones included.
+/// CPU's error and each made so that no other check would catch it. The payload has
+/// 1440 tiles, so tiles also fetch the offsets and lists of tiles hundreds ahead into
+/// the L2, corrupt ones included.
 #[test]
 fn gpu_image_decoder_checks_every_chunk() {
     let Some(gpu) = gpu_or_skip("gpu_image_decoder_checks_every_chunk") else { return };
@@ -182,9 +183,10 @@ fn gpu_image_decoder_checks_every_chunk() {
     let [common, other] = [0u8, 1].map(|code| u16::from(codebook.exponent(code).unwrap()));
     let outside = u16::from((0..=255u8).find(|&e| !codebook.contains(e)).unwrap());
     let with_exponent = |w: u16, e: u16| (w & 0x807f) | (e << 7);
-    // Escapes every 29th value, none in tile 1 (values TILE .. 2 TILE).
+    // The fixture twice; escapes every 29th value, none in tile 1 (values TILE .. 2 TILE).
     let words: Vec<u16> = words
         .iter()
+        .chain(&words)
         .enumerate()
         .map(|(i, &w)| {
             match (i % 29 == 0 && !(TILE..2 * TILE).contains(&i), codebook.contains(((w >> 7) & 0xff) as u8))
@@ -198,26 +200,30 @@ fn gpu_image_decoder_checks_every_chunk() {
     let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
     let header = splitzip::PayloadHeader::parse(&payload).unwrap();
     let splitzip::Layout::Coded(layout) = header.layout else { panic!("not coded") };
-    assert!(header.escape_count * 1024 >= words.len() as u64, "dense: the image decoder");
+    assert!(header.escape_count * 4096 >= words.len() as u64, "dense: the image decoder");
     assert_eq!(decode_to_vec(&gpu, &payload).unwrap(), words);
     // By construction escape k < 283 is value 29 k: chunk 0 holds escapes 0 ..= 35, and
     // escape 40 is value 1160, position 136 of chunk 1.
     let at = |section: splitzip::Section, k: usize| section.offset as usize + k;
+    let offset_at = |chunk: usize| at(layout.escape_offsets, 4 * chunk);
+    let position_at = |k: usize| at(layout.escape_positions, 2 * k);
     let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
     let mut bad = payload.clone();
-    bad[at(layout.escape_offsets, 4 * 9)] ^= 1; // chunks 8 and 9 of tile 1 (no escapes) out of order
+    bad[offset_at(9)] ^= 1; // chunks 8 and 9 of tile 1 (no escapes) out of order
     cases.push(("offsets in a tile without escapes", bad));
     let mut bad = payload.clone();
-    bad[at(layout.escape_offsets, 4 * layout.chunk_count as usize)] ^= 1; // the last chunk's end is not E
-    cases.push(("the last offset", bad));
+    let one_short = (header.escape_count - 1) as u32; // still ordered and <= E
+    bad[offset_at(layout.chunk_count as usize)..][..4].copy_from_slice(&one_short.to_le_bytes());
+    cases.push(("the last offset short of E", bad));
     let mut bad = payload.clone();
-    bad.copy_within(
-        at(layout.escape_positions, 0)..at(layout.escape_positions, 2),
-        at(layout.escape_positions, 2),
-    );
+    bad.copy_within(position_at(0)..position_at(1), position_at(1));
     cases.push(("positions not increasing", bad));
     let mut bad = payload.clone();
-    bad[at(layout.escape_positions, 2 * 35 + 1)] = 0x04; // position 1024 + 1015 % 256
+    bad[position_at(31)..position_at(33)].rotate_left(2); // escapes 31 and 32 swapped: lane 0
+    cases.push(("positions not increasing across a pass of 32", bad)); // of the second pass sees it
+    let mut bad = payload.clone();
+    bad[position_at(35) + 1] = 0x04; // position 1024 + 1015 % 256, value 1271: given code 0, so
+    bad[at(layout.codes, 1271 / 2)] &= 0x0f; // only the range check can catch it
     cases.push(("a position past its chunk", bad));
     let mut bad = payload.clone();
     bad[at(layout.escape_exponents, 40)] = other as u8;
@@ -225,70 +231,93 @@ fn gpu_image_decoder_checks_every_chunk() {
     let mut bad = payload.clone();
     bad[at(layout.codes, 1160 / 2)] |= 1; // value 1160's code (even: the low nibble)
     cases.push(("an escaped value with a code", bad));
+    let first_chunk_of = |tile: usize| tile * TILE / DEFAULT_CHUNK_SIZE as usize;
     let mut bad = payload.clone();
-    let far_chunk = 500 * TILE / DEFAULT_CHUNK_SIZE as usize; // tile 500's first chunk
-    bad[at(layout.escape_offsets, 4 * far_chunk)..][..4].fill(0); // its list range spans ~140K escapes
+    bad[offset_at(first_chunk_of(500))..][..4].fill(0); // its list range spans ~140K escapes
     cases.push(("a far tile's offsets", bad));
+    let mut bad = payload.clone();
+    bad[offset_at(first_chunk_of(1000))..][..4].fill(0xff); // past E
+    cases.push(("a far tile's offset past E", bad));
     for (what, bad) in cases {
         let cpu = decode(&bad).expect_err(what);
         assert_gpu_reports(&gpu, &bad, &cpu, what);
     }
 }
 
+/// Every single-byte corruption of the body that the CPU rejects, the GPU rejects with
+/// the same error, on both decoders: the fixture as it is (one escape per ~1550 values:
+/// the tile image) and the fixture with sparse escapes (one per 5003 values: the search
+/// and its check CTAs). Sampled: a few bytes of each section and of each padding gap.
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error") else { return };
     let (_, words) = fixture_words().remove(0);
     let codebook = Codebook::calibrate(&[&words]).unwrap();
-    let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
-    let header = splitzip::PayloadHeader::parse(&payload).unwrap();
-    let splitzip::Layout::Coded(layout) = header.layout else { panic!("fixture payload is coded") };
-    assert!(header.escape_count >= 2, "the fixture has escapes");
-    // Every single-byte corruption of the body that the CPU rejects, the GPU rejects with
-    // the same error; sample a few bytes of each section.
-    let mut checked = 0;
-    for (section, s) in layout.sections() {
-        for k in [0u64, 1, s.len / 2, s.len.saturating_sub(1)] {
-            if s.len == 0 || k >= s.len {
-                continue;
-            }
-            let mut bad = payload.clone();
-            bad[(s.offset + k) as usize] ^= 0x5a;
-            match decode(&bad) {
-                Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
-                Err(cpu) => {
-                    assert_gpu_reports(&gpu, &bad, &cpu, &format!("{section}+{k}"));
-                    checked += 1;
+    let common = codebook.exponent(0).unwrap();
+    let outside = (0..=255u8).find(|&e| !codebook.contains(e)).unwrap();
+    let with_exponent = |w: u16, e: u8| (w & 0x807f) | (u16::from(e) << 7);
+    let sparse: Vec<u16> = words
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| match (i % 5003 == 0, codebook.contains(((w >> 7) & 0xff) as u8)) {
+            (true, _) => with_exponent(w, outside),
+            (false, true) => w,
+            (false, false) => with_exponent(w, common),
+        })
+        .collect();
+    for (name, words, dense) in [("fixture", &words, true), ("sparse", &sparse, false)] {
+        let payload = encode(words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
+        let header = splitzip::PayloadHeader::parse(&payload).unwrap();
+        let splitzip::Layout::Coded(layout) = header.layout else { panic!("{name}: payload is coded") };
+        assert!(header.escape_count >= 2, "{name}: has escapes");
+        assert_eq!(header.escape_count * 4096 >= words.len() as u64, dense, "{name}: the decoder it is for");
+        let mut checked = 0;
+        for (section, s) in layout.sections() {
+            for k in [0u64, 1, s.len / 2, s.len.saturating_sub(1)] {
+                if s.len == 0 || k >= s.len {
+                    continue;
+                }
+                let mut bad = payload.clone();
+                bad[(s.offset + k) as usize] ^= 0x5a;
+                match decode(&bad) {
+                    Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
+                    Err(cpu) => {
+                        assert_gpu_reports(&gpu, &bad, &cpu, &format!("{name}: {section}+{k}"));
+                        checked += 1;
+                    }
                 }
             }
         }
-    }
-    assert!(checked >= 4, "only {checked} corruptions were rejected");
-    // A nonzero byte in each alignment gap between sections (spec §3): the GPU's padding
-    // check (one thread of the decode launch) must flag it as the CPU does.
-    let sections = layout.sections();
-    let mut gaps = 0;
-    for pair in sections.windows(2) {
-        let ((name, s), (_, next)) = (pair[0], pair[1]);
-        let end = s.offset + s.len;
-        for at in [end, next.offset.saturating_sub(1)] {
-            if at < end || at >= next.offset {
-                continue; // no gap after this section
+        assert!(checked >= 4, "{name}: only {checked} corruptions were rejected");
+        // A nonzero byte in each alignment gap between sections (spec §3): the GPU's
+        // padding check (one thread of the decode launch) must flag it as the CPU does.
+        let sections = layout.sections();
+        let mut gaps = 0;
+        for pair in sections.windows(2) {
+            let ((section, s), (_, next)) = (pair[0], pair[1]);
+            let end = s.offset + s.len;
+            for at in [end, next.offset.saturating_sub(1)] {
+                if at < end || at >= next.offset {
+                    continue; // no gap after this section
+                }
+                let mut bad = payload.clone();
+                bad[at as usize] = 0x01;
+                let cpu = decode(&bad).unwrap_err();
+                assert!(
+                    matches!(cpu, DecodeError::PaddingNotZero { .. }),
+                    "{name}: gap after {section}: {cpu}"
+                );
+                assert_gpu_reports(&gpu, &bad, &cpu, &format!("{name}: gap after {section}+{at}"));
+                gaps += 1;
             }
-            let mut bad = payload.clone();
-            bad[at as usize] = 0x01;
-            let cpu = decode(&bad).unwrap_err();
-            assert!(matches!(cpu, DecodeError::PaddingNotZero { .. }), "gap after {name}: {cpu}");
-            assert_gpu_reports(&gpu, &bad, &cpu, &format!("gap after {name}+{at}"));
-            gaps += 1;
         }
+        assert!(gaps >= 2, "{name}: the payload has only {gaps} padding bytes to corrupt");
+        let truncated = &payload[..payload.len() - 1];
+        kvcodec_testkit::assert_rejects!(
+            decode_to_vec(&gpu, truncated),
+            GpuError::Codec(splitzip::Error::Decode(DecodeError::Truncated { .. }))
+        );
     }
-    assert!(gaps >= 2, "the fixture payload has only {gaps} padding bytes to corrupt");
-    let truncated = &payload[..payload.len() - 1];
-    kvcodec_testkit::assert_rejects!(
-        decode_to_vec(&gpu, truncated),
-        GpuError::Codec(splitzip::Error::Decode(DecodeError::Truncated { .. }))
-    );
 }
 
 #[test]

@@ -169,9 +169,11 @@ pub fn decode_device(
             // index the kernel derives is in bounds; escape indices are checked against E
             // before use (the check CTAs) or used only when a chunk's offsets are ordered,
             // <= E and at most the chunk's length apart (the tile CTAs, whose shared escape
-            // image takes only positions below the chunk's length); `out` holds n
-            // words; `status` holds one u32; the _checksum variant adds to the two u64 of
-            // `sums`.
+            // image takes only positions below the chunk's length); the image decoder's
+            // L2 prefetches of a later tile's lists are made only for a range ordered,
+            // <= E and at most a tile's values long, so they stay in their sections;
+            // `out` holds n words; `status` holds one u32; the _checksum variant adds to
+            // the two u64 of `sums`.
             unsafe { launch.launch(launch_config(tiles + check_ctas, THREADS, 0)) }?;
         }
     }
