@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::error::DecodeError;
 use crate::format::{
     CODE_BITS, CODE_MASK, CODEBOOK_LEN, CodedLayout, ESCAPE_CODE, ESCAPE_OFFSET_BYTES, ESCAPE_POSITION_BYTES,
-    Layout, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, Section,
+    Layout, NO_CODE, PARALLEL_MIN_VALUES, PARALLEL_TASK_VALUES, Section,
 };
 use crate::header::PayloadHeader;
 
@@ -179,20 +179,24 @@ fn validate_coded(
 
     // Escapes, chunk by chunk: position in range, strictly increasing, exponent not in
     // the codebook, code 0. Entries are < E, so every index below is in its section.
+    // Chunks are checked in parallel on large payloads (the first error in chunk order
+    // is the one returned, as in a serial walk): walked serially, dense escapes made
+    // this check most of a multi-threaded decode.
     let codes = &payload[range(layout.codes)];
     let positions = &payload[range(layout.escape_positions)];
     let exponents = &payload[range(layout.escape_exponents)];
+    let code_table = header.codebook.code_table();
     let cs = header.chunk_size as u64;
-    for (chunk, pair) in offsets.windows(2).enumerate() {
+    let check_chunk = |chunk: usize| -> Result<(), DecodeError> {
         let chunk_start = chunk as u64 * cs;
         let chunk_len = (n - chunk_start).min(cs) as u32;
         let mut previous: Option<u16> = None;
-        let (first, end) = (pair[0] as usize, pair[1] as usize);
+        let (first, end) = (offsets[chunk] as usize, offsets[chunk + 1] as usize);
         let chunk_positions = positions[first * ESCAPE_POSITION_BYTES..end * ESCAPE_POSITION_BYTES]
             .chunks_exact(ESCAPE_POSITION_BYTES)
             .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let chunk = chunk as u32;
         for (position, &exponent) in chunk_positions.zip(&exponents[first..end]) {
-            let chunk = chunk as u32;
             if position as u32 >= chunk_len {
                 return Err(DecodeError::EscapePositionOutOfRange { chunk, position, chunk_len });
             }
@@ -200,7 +204,7 @@ fn validate_coded(
                 return Err(DecodeError::EscapePositionsUnsorted { chunk, previous, position });
             }
             previous = Some(position);
-            if header.codebook.contains(exponent) {
+            if code_table[exponent as usize] != NO_CODE {
                 return Err(DecodeError::EscapedExponentInCodebook { chunk, position, exponent });
             }
             let code = code_at(codes, (chunk_start + position as u64) as usize);
@@ -208,8 +212,19 @@ fn validate_coded(
                 return Err(DecodeError::EscapeCodeNotZero { chunk, position, code });
             }
         }
+        Ok(())
+    };
+    let chunks = offsets.len() - 1;
+    let first_error = if n as usize >= PARALLEL_MIN_VALUES {
+        let min_chunks_per_task = (PARALLEL_TASK_VALUES / cs as usize).max(1);
+        (0..chunks).into_par_iter().with_min_len(min_chunks_per_task).find_map_first(|c| check_chunk(c).err())
+    } else {
+        (0..chunks).find_map(|c| check_chunk(c).err())
+    };
+    match first_error {
+        Some(error) => Err(error),
+        None => Ok(offsets),
     }
-    Ok(offsets)
 }
 
 /// One chunk's work: (chunk index, ((output words, codes), sign+mantissa bytes)).
