@@ -1,7 +1,8 @@
 //! The CPU decoder (spec §3, §5).
 //!
-//! Every check runs before any value is written, sequentially and in the order of spec
-//! §5, so the error reported for a hostile payload does not depend on thread timing.
+//! Every check runs before any value is written, in the order of spec §5: the escapes of
+//! a large payload are checked chunk by chunk in parallel, and the error reported is the
+//! first in chunk order, so it does not depend on thread timing.
 //! The work is bounded by the payload length: each loop runs over a section whose
 //! length has been checked against the payload, and nothing is allocated before the
 //! payload is known to be as long as its header says.

@@ -245,9 +245,12 @@ fn gpu_image_decoder_checks_every_chunk() {
 }
 
 /// Every single-byte corruption of the body that the CPU rejects, the GPU rejects with
-/// the same error, on both decoders: the fixture as it is (one escape per ~1550 values:
-/// the tile image) and the fixture with sparse escapes (one per 5003 values: the search
-/// and its check CTAs). Sampled: a few bytes of each section and of each padding gap.
+/// the same error, and one the CPU accepts decodes to the CPU's words, on both decoders:
+/// the fixture as it is (one escape per ~1550 values: the tile image) and the fixture
+/// with sparse escapes (two adjacent ones every 10007 values: the search and its check
+/// CTAs). Sampled: a few bytes of each section and of each padding gap; for the sparse
+/// payload also unsorted positions and an escaped exponent in the codebook, which the
+/// samples do not reach.
 #[test]
 fn gpu_decode_reports_the_cpu_error() {
     let Some(gpu) = gpu_or_skip("gpu_decode_reports_the_cpu_error") else { return };
@@ -259,7 +262,7 @@ fn gpu_decode_reports_the_cpu_error() {
     let sparse: Vec<u16> = words
         .iter()
         .enumerate()
-        .map(|(i, &w)| match (i % 5003 == 0, codebook.contains(((w >> 7) & 0xff) as u8)) {
+        .map(|(i, &w)| match (i % 10007 < 2, codebook.contains(((w >> 7) & 0xff) as u8)) {
             (true, _) => with_exponent(w, outside),
             (false, true) => w,
             (false, false) => with_exponent(w, common),
@@ -280,7 +283,8 @@ fn gpu_decode_reports_the_cpu_error() {
                 let mut bad = payload.clone();
                 bad[(s.offset + k) as usize] ^= 0x5a;
                 match decode(&bad) {
-                    Ok(_) => {} // e.g. a sign+mantissa byte: still a valid payload
+                    // e.g. a sign+mantissa byte: still a valid payload
+                    Ok(cpu) => assert_eq!(decode_to_vec(&gpu, &bad).unwrap(), cpu, "{name}: {section}+{k}"),
                     Err(cpu) => {
                         assert_gpu_reports(&gpu, &bad, &cpu, &format!("{name}: {section}+{k}"));
                         checked += 1;
@@ -289,6 +293,21 @@ fn gpu_decode_reports_the_cpu_error() {
             }
         }
         assert!(checked >= 4, "{name}: only {checked} corruptions were rejected");
+        if !dense {
+            // Escapes 0 and 1 are values 0 and 1 (chunk 0): swapped, then escape 2 given a
+            // codebook exponent.
+            let position_at = |k: usize| (layout.escape_positions.offset as usize) + 2 * k;
+            let mut unsorted = payload.clone();
+            unsorted[position_at(0)..position_at(2)].rotate_left(2);
+            let mut in_codebook = payload.clone();
+            in_codebook[layout.escape_exponents.offset as usize + 2] = common;
+            for (what, bad) in
+                [("unsorted positions", unsorted), ("an escaped exponent in the codebook", in_codebook)]
+            {
+                let cpu = decode(&bad).expect_err(what);
+                assert_gpu_reports(&gpu, &bad, &cpu, &format!("{name}: {what}"));
+            }
+        }
         // A nonzero byte in each alignment gap between sections (spec §3): the GPU's
         // padding check (one thread of the decode launch) must flag it as the CPU does.
         let sections = layout.sections();
