@@ -612,8 +612,8 @@ __device__ __forceinline__ void sz_tile_escapes(SzTileEscapes& t, bool image, co
 // (whose offsets tile t - SZ_PREFETCH_TILES asked for, so reading them here is an L2 hit
 // in the shadow of this tile's own loads). Tiles start in index order, about as many per
 // microsecond as there are SMs, so a tile's lines arrive some microseconds before it
-// starts. A prefetch only warms the L2: a list range out of order or past E is skipped,
-// so no address leaves its section. Not inlined: inlined, ptxas spilled in the tile code
+// starts. A prefetch only warms the L2: a list range out of order, past E or longer than
+// a tile's values is skipped, so no address leaves its section. Not inlined: inlined, ptxas spilled in the tile code
 // at the 40-register cap.
 __device__ __noinline__ void sz_prefetch_escapes(const uint32_t* __restrict__ offsets,
                                                  const uint8_t* __restrict__ positions,

@@ -19,9 +19,9 @@ const _: () = assert!(
 /// image ([`SplitzipKernel::DecodeTilesDense`]), below it with a search per group
 /// ([`SplitzipKernel::DecodeTiles`]). The image, its lists fetched into the L2 ahead of
 /// its tiles, led at every escape rate measured (from the fixture's own 0.033%, one per
-/// 3066 values, up: docs/perf/splitzip-gpu.md, "Dense escapes"); the search costs
-/// nothing in a chunk without escapes, so it keeps the sparser payloads, where the
-/// crossover (not measured) lies.
+/// 3066 values, up: docs/perf/splitzip-gpu.md, "The image's checks in the tiles"); the
+/// search costs nothing in a chunk without escapes, so it keeps the sparser payloads,
+/// where the crossover (not measured) lies.
 pub(crate) const DENSE_ESCAPES: u64 = 4096;
 
 /// What a decode leaves on the device for the host to judge: the body check's status
