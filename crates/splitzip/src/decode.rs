@@ -110,7 +110,7 @@ fn decode_checked(payload: &[u8], header: &PayloadHeader, out: &mut [u16]) -> Re
             }
         }
         Layout::Coded(layout) => {
-            let offsets = validate_coded(payload, header, &layout)?;
+            let offsets = validate_coded(payload, header, &layout, parallel)?;
             write_values(payload, header, &layout, &offsets, out, parallel);
         }
     }
@@ -132,12 +132,13 @@ fn code_at(codes: &[u8], i: usize) -> u8 {
     (codes[i / 2] >> ((i % 2) as u32 * CODE_BITS)) & CODE_MASK
 }
 
-/// Spec §5 body checks, in order: padding, escape offsets, then escapes chunk by chunk.
-/// Returns the escape offsets.
+/// Spec §5 body checks, in order: padding, escape offsets, then escapes chunk by chunk
+/// (on the rayon pool when `parallel`). Returns the escape offsets.
 fn validate_coded(
     payload: &[u8],
     header: &PayloadHeader,
     layout: &CodedLayout,
+    parallel: bool,
 ) -> Result<Vec<u32>, DecodeError> {
     let n = header.value_count;
     // Padding: the unused high nibble of the last code byte, then the gaps between
@@ -216,7 +217,7 @@ fn validate_coded(
         Ok(())
     };
     let chunks = offsets.len() - 1;
-    let first_error = if n as usize >= PARALLEL_MIN_VALUES {
+    let first_error = if parallel {
         let min_chunks_per_task = (PARALLEL_TASK_VALUES / cs as usize).max(1);
         (0..chunks).into_par_iter().with_min_len(min_chunks_per_task).find_map_first(|c| check_chunk(c).err())
     } else {

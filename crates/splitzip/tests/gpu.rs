@@ -19,6 +19,25 @@ fn with_escapes(words: &[u16], every: usize) -> Vec<u16> {
     words.iter().enumerate().map(|(i, &w)| if i % every == 0 { w ^ 0x0800 } else { w }).collect()
 }
 
+/// `words` with an exponent outside `codebook` at every index `escaped` picks and one of
+/// its codes everywhere else (an exponent the codebook lacks becomes its code 0's): a
+/// payload whose escapes are exactly those indices.
+fn with_escapes_at(words: &[u16], codebook: &Codebook, escaped: impl Fn(usize) -> bool) -> Vec<u16> {
+    let common = codebook.exponent(0).unwrap();
+    let outside = (0..=255u8).find(|&e| !codebook.contains(e)).unwrap();
+    let with_exponent = |w: u16, e: u8| (w & 0x807f) | (u16::from(e) << 7);
+    let exponent = |w: u16| ((w >> 7) & 0xff) as u8;
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| match (escaped(i), codebook.contains(exponent(w))) {
+            (true, _) => with_exponent(w, outside),
+            (false, true) => w,
+            (false, false) => with_exponent(w, common),
+        })
+        .collect()
+}
+
 /// Inputs: edge cases (empty, one value, odd lengths, all zeros, specials, every value
 /// escaped), the real fixtures with the codebook of the other fixture, and the first with
 /// every 29th and every 10th exponent moved (about 3.5% and 10% escapes).
@@ -180,23 +199,10 @@ fn gpu_image_decoder_checks_every_chunk() {
     const TILE: usize = splitzip::gpu::TILE_VALUES;
     let (_, words) = fixture_words().remove(0);
     let codebook = Codebook::calibrate(&[&words]).unwrap();
-    let [common, other] = [0u8, 1].map(|code| u16::from(codebook.exponent(code).unwrap()));
-    let outside = u16::from((0..=255u8).find(|&e| !codebook.contains(e)).unwrap());
-    let with_exponent = |w: u16, e: u16| (w & 0x807f) | (e << 7);
+    let other = codebook.exponent(1).unwrap();
     // The fixture twice; escapes every 29th value, none in tile 1 (values TILE .. 2 TILE).
-    let words: Vec<u16> = words
-        .iter()
-        .chain(&words)
-        .enumerate()
-        .map(|(i, &w)| {
-            match (i % 29 == 0 && !(TILE..2 * TILE).contains(&i), codebook.contains(((w >> 7) & 0xff) as u8))
-            {
-                (true, _) => with_exponent(w, outside),
-                (false, true) => w,
-                (false, false) => with_exponent(w, common),
-            }
-        })
-        .collect();
+    let twice = [&words[..], &words[..]].concat();
+    let words = with_escapes_at(&twice, &codebook, |i| i % 29 == 0 && !(TILE..2 * TILE).contains(&i));
     let payload = encode(&words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
     let header = splitzip::PayloadHeader::parse(&payload).unwrap();
     let splitzip::Layout::Coded(layout) = header.layout else { panic!("not coded") };
@@ -226,7 +232,7 @@ fn gpu_image_decoder_checks_every_chunk() {
     bad[at(layout.codes, 1271 / 2)] &= 0x0f; // only the range check can catch it
     cases.push(("a position past its chunk", bad));
     let mut bad = payload.clone();
-    bad[at(layout.escape_exponents, 40)] = other as u8;
+    bad[at(layout.escape_exponents, 40)] = other;
     cases.push(("an escaped exponent in the codebook", bad));
     let mut bad = payload.clone();
     bad[at(layout.codes, 1160 / 2)] |= 1; // value 1160's code (even: the low nibble)
@@ -257,17 +263,7 @@ fn gpu_decode_reports_the_cpu_error() {
     let (_, words) = fixture_words().remove(0);
     let codebook = Codebook::calibrate(&[&words]).unwrap();
     let common = codebook.exponent(0).unwrap();
-    let outside = (0..=255u8).find(|&e| !codebook.contains(e)).unwrap();
-    let with_exponent = |w: u16, e: u8| (w & 0x807f) | (u16::from(e) << 7);
-    let sparse: Vec<u16> = words
-        .iter()
-        .enumerate()
-        .map(|(i, &w)| match (i % 10007 < 2, codebook.contains(((w >> 7) & 0xff) as u8)) {
-            (true, _) => with_exponent(w, outside),
-            (false, true) => w,
-            (false, false) => with_exponent(w, common),
-        })
-        .collect();
+    let sparse = with_escapes_at(&words, &codebook, |i| i % 10007 < 2);
     for (name, words, dense) in [("fixture", &words, true), ("sparse", &sparse, false)] {
         let payload = encode(words, &codebook, DEFAULT_CHUNK_SIZE).unwrap();
         let header = splitzip::PayloadHeader::parse(&payload).unwrap();
