@@ -74,17 +74,20 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
-// The encoder is three kernels on one stream after a memset, with no host
+// The encoder is two kernels on one stream after a memset, with no host
 // synchronisation (CUDA-graph safe):
 //   1. splitzip_encode_tiles  (one CTA per tile) codes, sign+mantissa, tile-relative
 //      chunk escape offsets, the tile's escape count (also added to its superblock's
 //      sum), its escapes to tile-local scratch;
-//   2. splitzip_encode_place  (one warp per tile) sums the superblock sums (total E, and
-//      the escapes before its superblock) and the tile counts before it in its
-//      superblock, decides coded vs raw and, if coded, makes the tile's chunk offsets
-//      absolute and copies its escapes to their sections (one CTA per superblock doing
-//      the same serially took 37 us per 0.5 GB on an H200);
-//   3. splitzip_encode_finish header and padding, or the whole payload rewritten raw.
+//   2. splitzip_encode_place  (one warp per two tiles) sums the superblock sums (total
+//      E, and the escapes before its superblock) and the tile counts before its tiles in
+//      their superblock, decides coded vs raw and, if coded, makes the tiles' chunk
+//      offsets absolute and copies their escapes to their sections (one CTA per
+//      superblock doing the same serially took 37 us per 0.5 GB on an H200); the first
+//      warp also writes the header and padding; if raw, each warp copies its tiles'
+//      words instead. A third kernel that wrote the header (and the raw form) after
+//      placement cost a launch and one thread's chain of CRC lookups on every encode
+//      (docs/perf/splitzip-gpu.md).
 // Placement touches only per-tile counts and the escapes (~0.1% of the bytes), so the
 // streaming kernel never waits on another tile (an earlier single-kernel version with a
 // decoupled look-back serialised the tiles on it: docs/perf/splitzip-gpu.md).
@@ -121,19 +124,6 @@ __device__ __forceinline__ bool sz_coded_fits(unsigned long long n, unsigned chu
     *exponents_at = sz_align16(lay.escape_positions + 2 * escapes);
     *coded_len = *exponents_at + escapes;
     return *coded_len <= SPLITZIP_HEADER_LEN + 2 * n && escapes <= 0xffffffffull;
-}
-
-// Sum over the CTA of one value per thread (all threads call it); `scratch` holds one
-// u64 per warp.
-__device__ __forceinline__ unsigned long long sz_cta_sum(unsigned long long v, unsigned long long* scratch) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    unsigned long long total = 0;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += scratch[w];
-    return total;
 }
 
 // Four codes (table entries, byte i = value i) -> 16 bits of packed 4-bit codes and a
@@ -194,8 +184,9 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
     __shared__ unsigned long long warp_sums[SPLITZIP_THREADS / 32];
     const SzLayout lay = sz_layout(n, chunk_size);
     // When the sections of fixed place alone exceed the raw size (tiny n), the payload
-    // is raw: write nothing (the workspace was zeroed, so E reads as 0 and the finish
-    // kernel writes the raw form). Every write below is then inside 128 + 2n bytes.
+    // is raw: write nothing (the workspace was zeroed, so E reads as 0 and the
+    // placement kernel writes the raw form). Every write below is then inside 128 + 2n
+    // bytes.
     if (lay.escape_positions > SPLITZIP_HEADER_LEN + 2 * n) {
         if (kSums) sz_sum_tile(words, n, workspace + SZ_WS_ADLER);
         return;
@@ -307,128 +298,207 @@ splitzip_encode_tiles_checksum(const uint16_t* __restrict__ words, unsigned long
                           workspace);
 }
 
-__device__ __forceinline__ unsigned long long sz_warp_sum(unsigned long long v) {
+__device__ __forceinline__ uint32_t sz_warp_sum32(uint32_t v) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
     return v;
-}
-
-// One warp per tile, all tiles at once: each warp sums the superblock sums (the total E
-// and the escapes before its superblock) and its superblock's tile counts before it, so
-// no warp waits for another; then, if coded, it makes its tile's chunk offsets absolute
-// and copies its escapes to their sections.
-extern "C" __global__ void __launch_bounds__(SPLITZIP_PLACE_THREADS)
-splitzip_encode_place(unsigned long long n, unsigned chunk_size, uint8_t* __restrict__ out,
-                      const uint16_t* __restrict__ scratch_positions, const uint8_t* __restrict__ scratch_exponents,
-                      unsigned long long* __restrict__ workspace) {
-    const unsigned lane = threadIdx.x & 31;
-    const unsigned long long tile = (unsigned long long)blockIdx.x * (SPLITZIP_PLACE_THREADS / 32) + threadIdx.x / 32;
-    const unsigned long long tiles = sz_tiles(n);
-    if (tile >= tiles) return;  // warp-uniform; the kernel has no barrier
-    const unsigned long long supers = (tiles + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
-    const unsigned long long my_super = tile / SPLITZIP_SUPER_TILES;
-    const unsigned long long* super_sums = workspace + SPLITZIP_WORKSPACE_HEADER_WORDS;
-    const unsigned long long* counts = sz_tile_counts(workspace, n);
-    unsigned long long all = 0, before = 0;
-#pragma unroll 4
-    for (unsigned long long s = lane; s < supers; s += 32) {
-        const unsigned long long v = super_sums[s];
-        all += v;
-        before += s < my_super ? v : 0;
-    }
-#pragma unroll 4
-    for (unsigned long long t = my_super * SPLITZIP_SUPER_TILES + lane; t < tile; t += 32) before += counts[t];
-    const unsigned long long escapes = sz_warp_sum(all);
-    const unsigned long long prefix = sz_warp_sum(before);
-    unsigned long long exponents_at, coded_len;
-    if (!sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len)) return;
-
-    const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned long long count = counts[tile];
-    const unsigned long long base = tile * SPLITZIP_TILE_VALUES;
-    const unsigned long long end = base + SPLITZIP_TILE_VALUES < n ? base + SPLITZIP_TILE_VALUES : n;
-    const unsigned long long first_chunk = base >> sz_chunk_shift(chunk_size);
-    const unsigned chunks_here = (unsigned)((end - base + chunk_size - 1) >> sz_chunk_shift(chunk_size));
-    for (unsigned c = lane; c < chunks_here; c += 32) {
-        uint32_t* at = reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (first_chunk + c));
-        *at = (uint32_t)(*at + prefix);
-    }
-    for (unsigned long long i = lane; i < count; i += 32) {
-        const unsigned long long g = prefix + i;
-        const uint16_t pos = scratch_positions[base + i];
-        out[lay.escape_positions + 2 * g] = pos & 0xffu;
-        out[lay.escape_positions + 2 * g + 1] = pos >> 8;
-        out[exponents_at + g] = scratch_exponents[base + i];
-    }
 }
 
 __device__ void sz_put(uint8_t* p, unsigned long long v, int bytes) {
     for (int i = 0; i < bytes; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// Header and padding of a coded payload, or the whole raw payload. Grid-stride; block 0
-// thread 0 writes the header, with the values' checksum when `checksum` is 1 (from the
-// sums splitzip_encode_tiles_checksum left in the workspace), and last the header's CRC.
-#define SZ_FINISH_THREADS SPLITZIP_THREADS
-extern "C" __global__ void __launch_bounds__(SZ_FINISH_THREADS)
-splitzip_encode_finish(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size,
-                       uint4 codebook, uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace,
-                       unsigned checksum) {
-    __shared__ unsigned long long scratch[SZ_FINISH_THREADS / 32];
+// The header (with its CRC-32C), the padding before each section and the offsets
+// section's closing total of a coded payload, or the header of a raw one; the encoded
+// length and total to the workspace. One warp calls it (all lanes): lane 0 composes the
+// header in shared memory while the lanes copy the CRC table there, so the CRC's 128
+// dependent lookups are shared loads rather than constant-cache misses behind global
+// loads of the bytes just written; the lanes then store the header in 16-byte words.
+__device__ __forceinline__ void sz_write_header(unsigned long long n, unsigned chunk_size, uint4 codebook, bool raw,
+                                                unsigned checksum, unsigned long long escapes,
+                                                unsigned long long exponents_at, unsigned long long coded_len,
+                                                uint8_t* __restrict__ out, unsigned long long* __restrict__ workspace) {
+    __shared__ __align__(16) uint8_t header[SPLITZIP_HEADER_LEN];
+    __shared__ uint32_t crc_table[256];
+    const unsigned lane = threadIdx.x & 31;
+    for (unsigned i = lane; i < 256; i += 32) crc_table[i] = kv_crc32c_table.entry[i];
     const SzLayout lay = sz_layout(n, chunk_size);
-    const unsigned long long supers = (sz_tiles(n) + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
-    unsigned long long mine = 0;
-    for (unsigned long long s = threadIdx.x; s < supers; s += SZ_FINISH_THREADS) mine += workspace[SPLITZIP_WORKSPACE_HEADER_WORDS + s];
-    const unsigned long long escapes = sz_cta_sum(mine, scratch);
-    unsigned long long exponents_at, coded_len;
-    const bool raw = !sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len);
     const unsigned long long raw_len = SPLITZIP_HEADER_LEN + 2 * n;
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-
-    if (raw) {
-        const unsigned long long quads = n / 8;
-        for (unsigned long long q = tid; q < quads; q += stride)
-            reinterpret_cast<uint4*>(out + SPLITZIP_HEADER_LEN)[q] = reinterpret_cast<const uint4*>(words)[q];
-        for (unsigned long long i = quads * 8 + tid; i < n; i += stride) sz_put(out + SPLITZIP_HEADER_LEN + 2 * i, words[i], 2);
-    }
-    if (tid != 0) return;
-
-    uint8_t* h = out;
-    for (int i = 0; i < SPLITZIP_HEADER_LEN; ++i) h[i] = 0;
-    sz_put(h + SPLITZIP_HEADER_MAGIC, SPLITZIP_MAGIC, 4);
-    sz_put(h + SPLITZIP_HEADER_VERSION, SPLITZIP_VERSION, 2);
-    sz_put(h + SPLITZIP_HEADER_FLAGS, (raw ? SPLITZIP_FLAG_RAW : 0) | (checksum ? SPLITZIP_FLAG_CHECKSUM : 0), 2);
-    if (checksum)
-        sz_put(h + SPLITZIP_HEADER_CHECKSUM, kv_adler_from_sums(2 * n, workspace[SZ_WS_ADLER], workspace[SZ_WS_ADLER + 1]), 4);
-    sz_put(h + SPLITZIP_HEADER_VALUE_COUNT, n, 8);
-    sz_put(h + SPLITZIP_HEADER_CHUNK_SIZE, chunk_size, 4);
-    const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
+    if (lane == 0) {
+        uint8_t* h = header;
+        for (int i = 0; i < SPLITZIP_HEADER_LEN; ++i) h[i] = 0;
+        sz_put(h + SPLITZIP_HEADER_MAGIC, SPLITZIP_MAGIC, 4);
+        sz_put(h + SPLITZIP_HEADER_VERSION, SPLITZIP_VERSION, 2);
+        sz_put(h + SPLITZIP_HEADER_FLAGS, (raw ? SPLITZIP_FLAG_RAW : 0) | (checksum ? SPLITZIP_FLAG_CHECKSUM : 0), 2);
+        if (checksum)
+            sz_put(h + SPLITZIP_HEADER_CHECKSUM,
+                   kv_adler_from_sums(2 * n, workspace[SZ_WS_ADLER], workspace[SZ_WS_ADLER + 1]), 4);
+        sz_put(h + SPLITZIP_HEADER_VALUE_COUNT, n, 8);
+        sz_put(h + SPLITZIP_HEADER_CHUNK_SIZE, chunk_size, 4);
+        const uint32_t cb[4] = {codebook.x, codebook.y, codebook.z, codebook.w};
 #pragma unroll
-    for (int i = 0; i < SPLITZIP_CODEBOOK_LEN; ++i) h[SPLITZIP_HEADER_CODEBOOK + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
-    workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
-    if (raw) {
-        sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, raw_len, 8);
-        sz_put(h + SPLITZIP_HEADER_CRC, kv_crc32c_skip(h, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC), 4);
-        workspace[SZ_WS_LEN] = raw_len;
-        return;
+        for (int i = 0; i < SPLITZIP_CODEBOOK_LEN; ++i) h[SPLITZIP_HEADER_CODEBOOK + i] = (uint8_t)(cb[i / 4] >> (8 * (i % 4)));
+        if (raw) {
+            sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, raw_len, 8);
+        } else {
+            sz_put(h + SPLITZIP_HEADER_CHUNK_COUNT, lay.chunks, 4);
+            sz_put(h + SPLITZIP_HEADER_ESCAPE_COUNT, escapes, 8);
+            sz_put(h + SPLITZIP_HEADER_CODES_OFFSET, lay.codes, 8);
+            sz_put(h + SPLITZIP_HEADER_SIGN_MANTISSA_OFFSET, lay.sign_mantissa, 8);
+            sz_put(h + SPLITZIP_HEADER_ESCAPE_OFFSETS_OFFSET, lay.escape_offsets, 8);
+            sz_put(h + SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
+            sz_put(h + SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
+            sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, coded_len, 8);
+        }
     }
-    sz_put(h + SPLITZIP_HEADER_CHUNK_COUNT, lay.chunks, 4);
-    sz_put(h + SPLITZIP_HEADER_ESCAPE_COUNT, escapes, 8);
-    sz_put(h + SPLITZIP_HEADER_CODES_OFFSET, lay.codes, 8);
-    sz_put(h + SPLITZIP_HEADER_SIGN_MANTISSA_OFFSET, lay.sign_mantissa, 8);
-    sz_put(h + SPLITZIP_HEADER_ESCAPE_OFFSETS_OFFSET, lay.escape_offsets, 8);
-    sz_put(h + SPLITZIP_HEADER_ESCAPE_POSITIONS_OFFSET, lay.escape_positions, 8);
-    sz_put(h + SPLITZIP_HEADER_ESCAPE_EXPONENTS_OFFSET, exponents_at, 8);
-    sz_put(h + SPLITZIP_HEADER_ENCODED_LEN, coded_len, 8);
-    sz_put(h + SPLITZIP_HEADER_CRC, kv_crc32c_skip(h, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC), 4);
-    // Zero padding before each section, and the spare nibble of an odd n.
+    __syncwarp();
+    if (lane == 0) sz_put(header + SPLITZIP_HEADER_CRC, kv_crc32c_skip_with(header, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC, crc_table), 4);
+    __syncwarp();
+    static_assert(SPLITZIP_HEADER_LEN % 16 == 0, "the header is stored in 16-byte words");
+    if (lane < SPLITZIP_HEADER_LEN / 16)
+        reinterpret_cast<uint4*>(out)[lane] = reinterpret_cast<const uint4*>(header)[lane];
+    if (lane != 0) return;
+    workspace[SZ_WS_TOTAL] = raw ? 0 : escapes;
+    workspace[SZ_WS_LEN] = raw ? raw_len : coded_len;
+    if (raw) return;
+    // Zero padding before each section (the tiles kernel left the spare nibble of an
+    // odd n zero).
     for (unsigned long long i = lay.codes + (n + 1) / 2; i < lay.sign_mantissa; ++i) out[i] = 0;
     for (unsigned long long i = lay.sign_mantissa + n; i < lay.escape_offsets; ++i) out[i] = 0;
     sz_put(out + lay.escape_offsets + 4 * lay.chunks, escapes, 4);
     for (unsigned long long i = lay.escape_offsets + 4 * (lay.chunks + 1); i < lay.escape_positions; ++i) out[i] = 0;
     for (unsigned long long i = lay.escape_positions + 2 * escapes; i < exponents_at; ++i) out[i] = 0;
-    workspace[SZ_WS_LEN] = coded_len;
+}
+
+// One warp per SPLITZIP_PLACE_TILES_PER_WARP consecutive tiles (at least one warp: the
+// first also writes the header), all warps at once: each sums the superblock sums (the
+// total E and the escapes before its superblock) and its superblock's tile counts before
+// its tiles, so no warp waits for another. If the coded payload fits, it makes its tiles'
+// chunk offsets absolute and copies their escapes to their sections; otherwise it copies
+// its tiles' words to the raw payload. A warp's tiles share the sums and the layout
+// arithmetic, which is most of its instructions. Indices are 32-bit: a payload holds
+// under 2^32 values (the host checks), so under 2^19 tiles; byte offsets stay 64-bit.
+#define SZ_PLACE_TILES SPLITZIP_PLACE_TILES_PER_WARP
+#define SZ_PLACE_BATCH 4  // scratch slots a lane loads per tile before the sums (128 a tile)
+static_assert(SZ_PLACE_TILES == 2, "a chunk's tile is the first or the second of its warp");
+static_assert(SPLITZIP_SUPER_TILES % SZ_PLACE_TILES == 0, "a warp's tiles lie in one superblock");
+// Placement occupancy: 5 CTAs x 256 threads per SM (48 registers): at 6 (40 registers)
+// ptxas added up the first loaded sums before issuing the last loads, and at 8 it
+// spilled loaded values, which waits for them: either way the loads below no longer
+// went out in one batch.
+#define SZ_PLACE_CTAS_PER_SM 5
+extern "C" __global__ void __launch_bounds__(SPLITZIP_PLACE_THREADS, SZ_PLACE_CTAS_PER_SM)
+splitzip_encode_place(const uint16_t* __restrict__ words, unsigned long long n, unsigned chunk_size, uint4 codebook,
+                      uint8_t* __restrict__ out, const uint16_t* __restrict__ scratch_positions,
+                      const uint8_t* __restrict__ scratch_exponents, unsigned long long* __restrict__ workspace,
+                      unsigned checksum) {
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned warp = blockIdx.x * (SPLITZIP_PLACE_THREADS / 32) + threadIdx.x / 32;
+    const unsigned tiles = (unsigned)sz_tiles(n);
+    const unsigned first_tile = warp * SZ_PLACE_TILES;
+    if (first_tile >= (tiles > 0 ? tiles : 1)) return;  // warp-uniform; the kernel has no barrier
+    const SzLayout lay = sz_layout(n, chunk_size);
+    // The tiles kernel wrote its sections (and scratch and counts) only if they fit.
+    const bool sections = tiles > 0 && lay.escape_positions <= SPLITZIP_HEADER_LEN + 2 * n;
+    const unsigned supers = (tiles + SPLITZIP_SUPER_TILES - 1) / SPLITZIP_SUPER_TILES;
+    const unsigned my_super = first_tile / SPLITZIP_SUPER_TILES;
+    const unsigned shift = sz_chunk_shift(chunk_size);
+    const unsigned base = first_tile * SPLITZIP_TILE_VALUES;  // below n < 2^32
+    const unsigned end = (unsigned)(base + SZ_PLACE_TILES * SPLITZIP_TILE_VALUES < n
+                                        ? base + SZ_PLACE_TILES * SPLITZIP_TILE_VALUES : n);
+    const unsigned chunks_here = sections ? (end - base + chunk_size - 1) >> shift : 0;
+    const unsigned chunks_per_tile = SPLITZIP_TILE_VALUES >> shift;
+    const bool second = first_tile + 1 < tiles;
+    // The loads go out in one batch before any is used: the sums are read and added in
+    // 32 bits (their low halves: no sum of escapes reaches 2^32); the first 256
+    // superblocks (2^29 values) and the tiles before this warp's in its superblock as 8
+    // predicated loads per lane each (a loop of unknown trip count would wait out a
+    // round trip per load past its unrolled part); the first 32 chunk offsets; and each
+    // tile's first 128 scratch slots whatever its count (its own slots; those past the
+    // count are not used). So a warp whose tiles have up to 128 escapes each and chunks
+    // of 512 values or more waits one round trip before its stores; more superblocks,
+    // chunks or escapes are read after it.
+    const uint32_t* super_sums32 = reinterpret_cast<const uint32_t*>(workspace + SPLITZIP_WORKSPACE_HEADER_WORDS);
+    const uint32_t* counts32 = reinterpret_cast<const uint32_t*>(sz_tile_counts(workspace, n));
+    const unsigned count0 = sections ? counts32[2 * first_tile] : 0;
+    const unsigned count1 = sections && second ? counts32[2 * first_tile + 2] : 0;
+    uint32_t all = 0, before = 0;
+#pragma unroll
+    for (unsigned k = 0; k < SPLITZIP_SUPER_TILES / 32; ++k) {
+        const unsigned s = lane + 32 * k;
+        const uint32_t v = s < supers ? super_sums32[2 * s] : 0;
+        all += v;
+        before += s < my_super ? v : 0;
+    }
+#pragma unroll
+    for (unsigned k = 0; k < SPLITZIP_SUPER_TILES / 32; ++k) {
+        const unsigned t = my_super * SPLITZIP_SUPER_TILES + lane + 32 * k;
+        before += t < first_tile ? counts32[2 * t] : 0;
+    }
+    // Read before the coded / raw decision: for a raw payload other warps may be
+    // overwriting these bytes with words, and the value read is not used.
+    uint32_t* offsets = reinterpret_cast<uint32_t*>(out + lay.escape_offsets) + (base >> shift);
+    const uint32_t first_offset = lane < chunks_here ? offsets[lane] : 0;
+    // Lane l holds a tile's scratch slots 4l .. 4l + 3 (8-byte and 4-byte aligned: a
+    // tile's slots start at a multiple of SPLITZIP_TILE_VALUES).
+    static_assert(SZ_PLACE_BATCH == 4, "a lane's first escapes of a tile are one 8-byte and one 4-byte load");
+    uint2 first_positions[SZ_PLACE_TILES] = {make_uint2(0, 0), make_uint2(0, 0)};
+    uint32_t first_exponents[SZ_PLACE_TILES] = {0, 0};
+#pragma unroll
+    for (unsigned u = 0; u < SZ_PLACE_TILES; ++u) {
+        if (sections && (u == 0 || second)) {
+            const unsigned at = base + u * SPLITZIP_TILE_VALUES;
+            first_positions[u] = reinterpret_cast<const uint2*>(scratch_positions + at)[lane];
+            first_exponents[u] = reinterpret_cast<const uint32_t*>(scratch_exponents + at)[lane];
+        }
+    }
+    for (unsigned s = lane + SPLITZIP_SUPER_TILES; s < supers; s += 32) {
+        const uint32_t v = super_sums32[2 * s];
+        all += v;
+        before += s < my_super ? v : 0;
+    }
+    const unsigned long long escapes = sz_warp_sum32(all);
+    const unsigned prefix = sz_warp_sum32(before);
+    unsigned long long exponents_at, coded_len;
+    const bool coded = sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len);
+    if (first_tile == 0) sz_write_header(n, chunk_size, codebook, !coded, checksum, escapes, exponents_at, coded_len, out, workspace);
+    if (tiles == 0) return;
+    if (!coded) {
+        // The raw payload: these tiles' words after the header (16-byte words; the
+        // output and input are 16-byte aligned and a tile is 16 KiB).
+        uint4* raw = reinterpret_cast<uint4*>(out + SPLITZIP_HEADER_LEN + 2ull * base);
+        const uint4* from = reinterpret_cast<const uint4*>(words + base);
+        const unsigned quads = (end - base) / 8;
+        for (unsigned q = lane; q < quads; q += 32) raw[q] = from[q];
+        for (unsigned v = base + 8 * quads + lane; v < end; v += 32)
+            sz_put(out + SPLITZIP_HEADER_LEN + 2ull * v, words[v], 2);
+        return;
+    }
+    // A chunk of the second tile also follows the first tile's escapes.
+    if (lane < chunks_here) offsets[lane] = first_offset + prefix + (lane >= chunks_per_tile ? count0 : 0);
+    for (unsigned c = lane + 32; c < chunks_here; c += 32)
+        offsets[c] = offsets[c] + prefix + (c >= chunks_per_tile ? count0 : 0);
+    // Positions are 2-byte aligned (their section is 16-byte aligned).
+    uint16_t* positions_out = reinterpret_cast<uint16_t*>(out + lay.escape_positions) + prefix;
+    uint8_t* exponents_out = out + exponents_at + prefix;
+#pragma unroll
+    for (unsigned u = 0; u < SZ_PLACE_TILES; ++u) {
+        const unsigned count = u == 0 ? count0 : count1;
+        const unsigned skip = u == 0 ? 0 : count0;  // escapes of the warp before this tile
+        const unsigned at = base + u * SPLITZIP_TILE_VALUES;
+#pragma unroll
+        for (unsigned j = 0; j < SZ_PLACE_BATCH; ++j) {
+            const unsigned i = SZ_PLACE_BATCH * lane + j;
+            if (i < count) {
+                positions_out[skip + i] = (uint16_t)((j < 2 ? first_positions[u].x : first_positions[u].y) >> (16 * (j % 2)));
+                exponents_out[skip + i] = (uint8_t)(first_exponents[u] >> (8 * j));
+            }
+        }
+        for (unsigned i = lane + 32 * SZ_PLACE_BATCH; i < count; i += 32) {
+            positions_out[skip + i] = scratch_positions[at + i];
+            exponents_out[skip + i] = scratch_exponents[at + i];
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

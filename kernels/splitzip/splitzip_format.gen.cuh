@@ -28,10 +28,11 @@
 #define SPLITZIP_HEADER_CRC 96
 #define SPLITZIP_HEADER_CHECKSUM 100
 #define SPLITZIP_TILE_VALUES 8192                        // values per GPU tile; the largest GPU chunk size
-#define SPLITZIP_THREADS 256                             // threads per CTA of the tile and finish kernels
+#define SPLITZIP_THREADS 256                             // threads per CTA of the tile kernels
 #define SPLITZIP_GROUP_VALUES 8                          // values a thread owns at once
 #define SPLITZIP_SUPER_TILES 256                         // tiles per superblock of the encoder's workspace
 #define SPLITZIP_PLACE_THREADS 256                       // threads per CTA of the placement kernel
+#define SPLITZIP_PLACE_TILES_PER_WARP 2                  // consecutive tiles per warp of the placement kernel
 #define SPLITZIP_WORKSPACE_HEADER_WORDS 4                // workspace words before the superblock sums
 
 // Device status values: the first problem's code (atomicCAS from 0).

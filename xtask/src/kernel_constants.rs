@@ -292,7 +292,7 @@ pub(crate) fn headers() -> Vec<Header> {
                     "SPLITZIP_THREADS",
                     splitzip::gpu::THREADS as usize,
                     "",
-                    "threads per CTA of the tile and finish kernels",
+                    "threads per CTA of the tile kernels",
                 ),
                 d("SPLITZIP_GROUP_VALUES", splitzip::gpu::GROUP_VALUES, "", "values a thread owns at once"),
                 d(
@@ -306,6 +306,12 @@ pub(crate) fn headers() -> Vec<Header> {
                     splitzip::gpu::PLACE_THREADS as usize,
                     "",
                     "threads per CTA of the placement kernel",
+                ),
+                d(
+                    "SPLITZIP_PLACE_TILES_PER_WARP",
+                    splitzip::gpu::PLACE_TILES_PER_WARP,
+                    "",
+                    "consecutive tiles per warp of the placement kernel",
                 ),
                 d(
                     "SPLITZIP_WORKSPACE_HEADER_WORDS",

@@ -4,8 +4,8 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 use kvcodec_gpu::{GpuContext, check_aligned, device_address, launch_config};
 
 use super::{
-    CodebookArg, GpuError, PLACE_THREADS, SUPER_TILES, SplitzipKernel, THREADS, TILE_VALUES,
-    WORKSPACE_HEADER_WORDS, check_gpu_limits,
+    CodebookArg, GpuError, PLACE_THREADS, PLACE_TILES_PER_WARP, SUPER_TILES, SplitzipKernel, THREADS,
+    TILE_VALUES, WORKSPACE_HEADER_WORDS, check_gpu_limits,
 };
 use crate::{Codebook, EncodeOptions, max_encoded_len};
 
@@ -117,31 +117,23 @@ pub fn encode_device(
         // scratch slots of its own, its count and an atomic add to its superblock sum
         // (all in the workspace of workspace_words(tiles) words, zeroed above).
         unsafe { launch.launch(launch_config(tiles as u32, THREADS, 0)) }?;
-        let f = gpu.function(SplitzipKernel::EncodePlace)?;
-        let mut launch = stream.launch_builder(&f);
-        launch
-            .arg(&n64)
-            .arg(&cs)
-            .arg(&mut *out)
-            .arg(&workspace.scratch_positions)
-            .arg(&workspace.scratch_exponents)
-            .arg(&mut workspace.words);
-        let warps_per_cta = (PLACE_THREADS / 32) as usize;
-        // SAFETY: runs only when the coded payload fits in 128 + 2n bytes and writes
-        // inside its sections; scratch reads stay inside each tile's slots (counts are
-        // what the tiles kernel wrote); one warp per tile, warps past the last return.
-        unsafe { launch.launch(launch_config(tiles.div_ceil(warps_per_cta) as u32, PLACE_THREADS, 0)) }?;
     }
     let codebook_arg = CodebookArg::new(codebook);
-    let finish = gpu.function(SplitzipKernel::EncodeFinish)?;
-    let mut launch = stream.launch_builder(&finish);
     let checksum = options.checksum as u32;
-    launch.arg(words).arg(&n64).arg(&cs).arg(&codebook_arg).arg(&mut *out).arg(&mut workspace.words);
+    let f = gpu.function(SplitzipKernel::EncodePlace)?;
+    let mut launch = stream.launch_builder(&f);
+    launch.arg(words).arg(&n64).arg(&cs).arg(&codebook_arg).arg(&mut *out);
+    launch.arg(&workspace.scratch_positions).arg(&workspace.scratch_exponents).arg(&mut workspace.words);
     launch.arg(&checksum);
-    // SAFETY: writes the header and padding of a coded payload of <= 128 + 2n bytes, or
-    // the raw form of exactly 128 + 2n bytes; `out` holds at least that; reads the
-    // workspace's sums, which the memset zeroed and the tiles kernel filled.
-    unsafe { launch.launch(gpu.grid_stride_config(n / 8 + 1, THREADS)) }?;
+    let tiles_per_cta = (PLACE_THREADS / 32) as usize * PLACE_TILES_PER_WARP;
+    // SAFETY: the signature matches splitzip_encode_place. One warp per
+    // PLACE_TILES_PER_WARP tiles (one for n = 0), warps past the last tile return. A coded payload (<= 128 + 2n bytes) gets its
+    // header, padding, offsets and escapes inside its sections; otherwise the raw form
+    // of exactly 128 + 2n bytes (`words` holds n values); `out` holds at least that.
+    // Scratch reads stay inside each tile's slots (counts are what the tiles kernel
+    // wrote, zero where it wrote nothing); workspace sums as zeroed above and filled by
+    // the tiles kernel.
+    unsafe { launch.launch(launch_config(tiles.max(1).div_ceil(tiles_per_cta) as u32, PLACE_THREADS, 0)) }?;
     Ok(())
 }
 

@@ -1,15 +1,15 @@
 //! The SplitZip GPU encoder and decoder (PTX from `kernels/splitzip/splitzip.cu`),
 //! byte-identical to the CPU reference in both directions.
 //!
-//! **Encode** ([`encode_device`]) is a memset and three kernels on the context's stream,
+//! **Encode** ([`encode_device`]) is a memset and two kernels on the context's stream,
 //! with no host synchronisation, so it can be captured in a CUDA graph:
 //! `splitzip_encode_tiles` (one CTA per tile of [`TILE_VALUES`] values) writes codes,
 //! sign+mantissa bytes, tile-relative chunk escape offsets, the tile's escape count (also
 //! summed per superblock of [`SUPER_TILES`] tiles) and its escapes to scratch;
-//! `splitzip_encode_place` (a warp per tile) scans the counts, makes the offsets absolute
-//! and moves the escapes to their sections (whose place depends on the total);
-//! `splitzip_encode_finish` writes the header and padding, or rewrites the payload raw
-//! when coded would be larger. The encoded length stays on the device until
+//! `splitzip_encode_place` (a warp per [`PLACE_TILES_PER_WARP`] tiles) sums the counts,
+//! makes the offsets absolute and moves the escapes to their sections (whose place
+//! depends on the total), and its first warp writes the header and padding; or, when
+//! coded would be larger, each warp rewrites its tiles raw. The encoded length stays on the device until
 //! [`EncodeWorkspace::encoded_len`] reads it.
 //!
 //! **Decode** ([`decode_device`]) takes a header validated on the host; one kernel
@@ -21,7 +21,7 @@
 //!
 //! **Checksum** (the encoder's option, spec §2): `splitzip_encode_tiles_checksum` adds
 //! each tile's Adler-32 sums of its input to the workspace as it codes the tile, and the
-//! finish kernel writes the checksum into the header; every header gets its CRC-32C
+//! placement kernel writes the checksum into the header; every header gets its CRC-32C
 //! there too.
 //!
 //! GPU limits (the CPU path has none of them): chunk sizes up to [`TILE_VALUES`] values,
@@ -71,10 +71,9 @@ pub enum SplitzipKernel {
     /// [`SplitzipKernel::EncodeTiles`] that also adds the input's Adler-32 sums to the
     /// workspace (the checksum option).
     EncodeTilesChecksum,
-    /// Escape offsets made absolute, escapes moved to their sections.
+    /// Escape offsets made absolute and escapes moved to their sections, with the
+    /// header and padding; or the raw form.
     EncodePlace,
-    /// Header and padding, or the raw form.
-    EncodeFinish,
     /// Values of one tile per CTA, then the body check; each group finds its escapes by
     /// a search of its chunk's list (sparse escapes).
     DecodeTiles,
@@ -98,7 +97,6 @@ impl Kernel for SplitzipKernel {
             SplitzipKernel::EncodeTiles => "splitzip_encode_tiles",
             SplitzipKernel::EncodeTilesChecksum => "splitzip_encode_tiles_checksum",
             SplitzipKernel::EncodePlace => "splitzip_encode_place",
-            SplitzipKernel::EncodeFinish => "splitzip_encode_finish",
             SplitzipKernel::DecodeTiles => "splitzip_decode_tiles",
             SplitzipKernel::DecodeTilesChecksum => "splitzip_decode_tiles_checksum",
             SplitzipKernel::DecodeTilesDense => "splitzip_decode_tiles_dense",
@@ -117,8 +115,11 @@ pub const GROUP_VALUES: usize = 8;
 /// Tiles per superblock: the encoder's workspace keeps one escape sum per superblock,
 /// so the placement scan reads a sum per 256 tiles, not a count per tile.
 pub const SUPER_TILES: usize = 256;
-/// Threads per CTA of the placement kernel: a warp per tile.
+/// Threads per CTA of the placement kernel.
 pub const PLACE_THREADS: u32 = 256;
+/// Consecutive tiles per warp of the placement kernel, which share the warp's sums and
+/// layout arithmetic.
+pub const PLACE_TILES_PER_WARP: usize = 2;
 /// Workspace words before the superblock sums: the encoded length, the total escape
 /// count, then the two Adler-32 sums of the input (spec §2's checksum).
 pub const WORKSPACE_HEADER_WORDS: usize = 4;
