@@ -88,9 +88,10 @@ __device__ __forceinline__ unsigned long long sz_cta_exclusive_scan(unsigned lon
 //      words instead. A third kernel that wrote the header (and the raw form) after
 //      placement cost a launch and one thread's chain of CRC lookups on every encode
 //      (docs/perf/splitzip-gpu.md).
-// Placement touches only per-tile counts and the escapes (~0.1% of the bytes), so the
-// streaming kernel never waits on another tile (an earlier single-kernel version with a
-// decoupled look-back serialised the tiles on it: docs/perf/splitzip-gpu.md).
+// Placement of a coded payload touches only per-tile counts and the escapes (~0.1% of
+// the bytes), so the streaming kernel never waits on another tile (an earlier
+// single-kernel version with a decoupled look-back serialised the tiles on it:
+// docs/perf/splitzip-gpu.md).
 //
 // Workspace (u64 words): [0] encoded length, [1] total escapes, [2, 3] the Adler-32 sums
 // of the input (with the checksum), then one sum per superblock, then one count per
@@ -377,7 +378,7 @@ __device__ __forceinline__ void sz_write_header(unsigned long long n, unsigned c
 // chunk offsets absolute and copies their escapes to their sections; otherwise it copies
 // its tiles' words to the raw payload. A warp's tiles share the sums and the layout
 // arithmetic, which is most of its instructions. Indices are 32-bit: a payload holds
-// under 2^32 values (the host checks), so under 2^19 tiles; byte offsets stay 64-bit.
+// under 2^32 values (the host checks), so at most 2^19 tiles; byte offsets stay 64-bit.
 #define SZ_PLACE_TILES SPLITZIP_PLACE_TILES_PER_WARP
 #define SZ_PLACE_BATCH 4  // scratch slots a lane loads per tile before the sums (128 a tile)
 static_assert(SZ_PLACE_TILES == 2, "a chunk's tile is the first or the second of its warp");
@@ -404,8 +405,9 @@ splitzip_encode_place(const uint16_t* __restrict__ words, unsigned long long n, 
     const unsigned my_super = first_tile / SPLITZIP_SUPER_TILES;
     const unsigned shift = sz_chunk_shift(chunk_size);
     const unsigned base = first_tile * SPLITZIP_TILE_VALUES;  // below n < 2^32
-    const unsigned end = (unsigned)(base + SZ_PLACE_TILES * SPLITZIP_TILE_VALUES < n
-                                        ? base + SZ_PLACE_TILES * SPLITZIP_TILE_VALUES : n);
+    // In 64 bits: base + 2 tiles passes 2^32 in the last warp when n is within 16 Ki of it.
+    const unsigned long long tiles_end = (unsigned long long)base + SZ_PLACE_TILES * SPLITZIP_TILE_VALUES;
+    const unsigned end = (unsigned)(tiles_end < n ? tiles_end : n);
     const unsigned chunks_here = sections ? (end - base + chunk_size - 1) >> shift : 0;
     const unsigned chunks_per_tile = SPLITZIP_TILE_VALUES >> shift;
     const bool second = first_tile + 1 < tiles;
@@ -470,8 +472,10 @@ splitzip_encode_place(const uint16_t* __restrict__ words, unsigned long long n, 
         const uint4* from = reinterpret_cast<const uint4*>(words + base);
         const unsigned quads = (end - base) / 8;
         for (unsigned q = lane; q < quads; q += 32) raw[q] = from[q];
-        for (unsigned v = base + 8 * quads + lane; v < end; v += 32)
-            sz_put(out + SPLITZIP_HEADER_LEN + 2ull * v, words[v], 2);
+        // Offsets from base: base + k would wrap past 2^32 (and never reach end) for n
+        // close to 2^32.
+        for (unsigned k = 8 * quads + lane; k < end - base; k += 32)
+            sz_put(out + SPLITZIP_HEADER_LEN + 2ull * (base + k), words[base + k], 2);
         return;
     }
     // A chunk of the second tile also follows the first tile's escapes.

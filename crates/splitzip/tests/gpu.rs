@@ -425,3 +425,28 @@ fn whole_cache_rejections_match_the_cpu() {
     bad[k_len + layout.sign_mantissa.offset as usize + 7] ^= 0x40;
     kvcodec_testkit::assert_gpu_rejects_like_cpu(&checked, &gpu, &bad, cache.shape(), "V checksum");
 }
+
+/// The GPU limit itself: `u32::MAX` values (8 GiB of words), where the last placement
+/// warp's two tiles would end past 2^32 in 32-bit arithmetic; the real fixture tiled (a
+/// coded payload) and random words (a raw one), byte for byte against the CPU.
+#[test]
+#[ignore = "8 GiB of values and ~40 GB of host and device memory: run with --ignored on a GPU"]
+fn gpu_encode_at_the_value_limit() {
+    let Some(gpu) = gpu_or_skip("gpu_encode_at_the_value_limit") else { return };
+    let n = u32::MAX as usize;
+    let fixtures = fixture_words();
+    let codebook = Codebook::calibrate(&[&fixtures[1].1]).unwrap();
+    let tiled: Vec<u16> = fixtures[0].1.iter().copied().cycle().take(n).collect();
+    let random = Rng(11).words(n);
+    for (name, words) in [("fixture tiled", tiled), ("random", random)] {
+        let options = EncodeOptions::default();
+        let cpu = encode_with(&words, &codebook, &options).unwrap();
+        let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, &options).unwrap();
+        assert_eq!(gpu_bytes.len(), cpu.len(), "{name}: length");
+        assert!(
+            gpu_bytes == cpu,
+            "{name}: bytes differ at {:?}",
+            gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b)
+        );
+    }
+}

@@ -127,9 +127,10 @@ pub fn encode_device(
     launch.arg(&checksum);
     let tiles_per_cta = (PLACE_THREADS / 32) as usize * PLACE_TILES_PER_WARP;
     // SAFETY: the signature matches splitzip_encode_place. One warp per
-    // PLACE_TILES_PER_WARP tiles (one for n = 0), warps past the last tile return. A coded payload (<= 128 + 2n bytes) gets its
-    // header, padding, offsets and escapes inside its sections; otherwise the raw form
-    // of exactly 128 + 2n bytes (`words` holds n values); `out` holds at least that.
+    // PLACE_TILES_PER_WARP tiles (one for n = 0), warps past the last tile return. A
+    // coded payload (<= 128 + 2n bytes) gets its header, padding, offsets and escapes
+    // inside its sections; otherwise the raw form of exactly 128 + 2n bytes (`words`
+    // holds n values); `out` holds at least that.
     // Scratch reads stay inside each tile's slots (counts are what the tiles kernel
     // wrote, zero where it wrote nothing); workspace sums as zeroed above and filled by
     // the tiles kernel.

@@ -9,8 +9,8 @@
 //! `splitzip_encode_place` (a warp per [`PLACE_TILES_PER_WARP`] tiles) sums the counts,
 //! makes the offsets absolute and moves the escapes to their sections (whose place
 //! depends on the total), and its first warp writes the header and padding; or, when
-//! coded would be larger, each warp rewrites its tiles raw. The encoded length stays on the device until
-//! [`EncodeWorkspace::encoded_len`] reads it.
+//! coded would be larger, each warp rewrites its tiles raw. The encoded length stays on
+//! the device until [`EncodeWorkspace::encoded_len`] reads it.
 //!
 //! **Decode** ([`decode_device`]) takes a header validated on the host; one kernel
 //! rebuilds every word once, with escapes patched in registers, and checks the body
