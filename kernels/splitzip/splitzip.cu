@@ -353,7 +353,9 @@ __device__ __forceinline__ void sz_write_header(unsigned long long n, unsigned c
         }
     }
     __syncwarp();
-    if (lane == 0) sz_put(header + SPLITZIP_HEADER_CRC, kv_crc32c_skip_with(header, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC, crc_table), 4);
+    if (lane == 0)
+        sz_put(header + SPLITZIP_HEADER_CRC,
+               kv_crc32c_skip_with(header, SPLITZIP_HEADER_LEN, SPLITZIP_HEADER_CRC, crc_table), 4);
     __syncwarp();
     static_assert(SPLITZIP_HEADER_LEN % 16 == 0, "the header is stored in 16-byte words");
     if (lane < SPLITZIP_HEADER_LEN / 16)
@@ -463,7 +465,8 @@ splitzip_encode_place(const uint16_t* __restrict__ words, unsigned long long n, 
     const unsigned prefix = sz_warp_sum32(before);
     unsigned long long exponents_at, coded_len;
     const bool coded = sz_coded_fits(n, chunk_size, escapes, &exponents_at, &coded_len);
-    if (first_tile == 0) sz_write_header(n, chunk_size, codebook, !coded, checksum, escapes, exponents_at, coded_len, out, workspace);
+    if (first_tile == 0)
+        sz_write_header(n, chunk_size, codebook, !coded, checksum, escapes, exponents_at, coded_len, out, workspace);
     if (tiles == 0) return;
     if (!coded) {
         // The raw payload: these tiles' words after the header (16-byte words; the
@@ -494,7 +497,8 @@ splitzip_encode_place(const uint16_t* __restrict__ words, unsigned long long n, 
         for (unsigned j = 0; j < SZ_PLACE_BATCH; ++j) {
             const unsigned i = SZ_PLACE_BATCH * lane + j;
             if (i < count) {
-                positions_out[skip + i] = (uint16_t)((j < 2 ? first_positions[u].x : first_positions[u].y) >> (16 * (j % 2)));
+                const uint32_t pair = j < 2 ? first_positions[u].x : first_positions[u].y;
+                positions_out[skip + i] = (uint16_t)(pair >> (16 * (j % 2)));
                 exponents_out[skip + i] = (uint8_t)(first_exponents[u] >> (8 * j));
             }
         }
