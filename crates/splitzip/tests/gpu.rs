@@ -61,6 +61,17 @@ fn cases() -> Vec<(String, Vec<u16>, Codebook)> {
     cases
 }
 
+/// The GPU's payload equals the CPU's: the same length, then the same bytes (the first
+/// differing offset in the message, not two multi-gigabyte dumps).
+fn assert_same_payload(gpu_bytes: &[u8], cpu: &[u8], what: &str) {
+    assert_eq!(gpu_bytes.len(), cpu.len(), "{what}: length");
+    assert!(
+        gpu_bytes == cpu,
+        "{what}: bytes differ at {:?}",
+        gpu_bytes.iter().zip(cpu).position(|(a, b)| a != b)
+    );
+}
+
 #[test]
 fn gpu_encode_is_byte_identical_to_cpu() {
     let Some(gpu) = gpu_or_skip("gpu_encode_is_byte_identical_to_cpu") else { return };
@@ -71,12 +82,7 @@ fn gpu_encode_is_byte_identical_to_cpu() {
             let options = EncodeOptions { chunk_size: chunk, checksum };
             let cpu = encode_with(&words, &codebook, &options).unwrap();
             let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, &options).unwrap();
-            assert_eq!(gpu_bytes.len(), cpu.len(), "{name}, {options:?}: length");
-            assert!(
-                gpu_bytes == cpu,
-                "{name}, {options:?}: bytes differ at {:?}",
-                gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b)
-            );
+            assert_same_payload(&gpu_bytes, &cpu, &format!("{name}, {options:?}"));
             // GPU encode -> CPU decode.
             assert_eq!(decode(&gpu_bytes).unwrap(), words, "{name}, {options:?}");
         }
@@ -442,11 +448,6 @@ fn gpu_encode_at_the_value_limit() {
         let options = EncodeOptions::default();
         let cpu = encode_with(&words, &codebook, &options).unwrap();
         let gpu_bytes = encode_to_vec(&gpu, &words, &codebook, &options).unwrap();
-        assert_eq!(gpu_bytes.len(), cpu.len(), "{name}: length");
-        assert!(
-            gpu_bytes == cpu,
-            "{name}: bytes differ at {:?}",
-            gpu_bytes.iter().zip(&cpu).position(|(a, b)| a != b)
-        );
+        assert_same_payload(&gpu_bytes, &cpu, name);
     }
 }

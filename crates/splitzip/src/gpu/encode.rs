@@ -130,10 +130,9 @@ pub fn encode_device(
     // PLACE_TILES_PER_WARP tiles (one for n = 0), warps past the last tile return. A
     // coded payload (<= 128 + 2n bytes) gets its header, padding, offsets and escapes
     // inside its sections; otherwise the raw form of exactly 128 + 2n bytes (`words`
-    // holds n values); `out` holds at least that.
-    // Scratch reads stay inside each tile's slots (counts are what the tiles kernel
-    // wrote, zero where it wrote nothing); workspace sums as zeroed above and filled by
-    // the tiles kernel.
+    // holds n values); `out` holds at least that. Scratch reads stay inside each tile's
+    // slots (counts are what the tiles kernel wrote, zero where it wrote nothing);
+    // workspace sums as zeroed above and filled by the tiles kernel.
     unsafe { launch.launch(launch_config(tiles.max(1).div_ceil(tiles_per_cta) as u32, PLACE_THREADS, 0)) }?;
     Ok(())
 }
