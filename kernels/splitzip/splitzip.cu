@@ -15,9 +15,9 @@
 #define SZ_GROUPS_PER_THREAD (SPLITZIP_TILE_VALUES / SPLITZIP_GROUP_VALUES / SPLITZIP_THREADS)  // 4
 // Decoder occupancy: 6 CTAs x 256 threads per SM (caps registers at 40 without spills; 8 spilled).
 #define SZ_DECODE_CTAS_PER_SM 6
-// Encoder occupancy: 6 CTAs x 256 threads per SM (40 registers, 28 bytes spilled): the
-// latency hidden by the sixth CTA outweighs the spills, where 5 CTAs (48 registers, no
-// spills) measured slower (docs/perf/splitzip-gpu.md).
+// Encoder occupancy: at least 6 CTAs x 256 threads per SM (a cap of 40 registers), where 5
+// (48 registers) measured slower (docs/perf/splitzip-gpu.md). The tile kernel without the
+// checksum now needs 32 registers, so 8 CTAs fit; the checksum's needs 40.
 #define SZ_ENCODE_CTAS_PER_SM 6
 
 // Chunk sizes are powers of two (spec section 3): divide and take remainders by shifts
@@ -196,18 +196,28 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
     __syncthreads();
     const unsigned long long tile = blockIdx.x;
     const unsigned long long base = tile * SPLITZIP_TILE_VALUES;
+    // Offsets inside the tile are 32-bit, and so is the check for the last, partial
+    // group: 64-bit value indices in every group's checks and addresses were a large
+    // share of the tile code's instructions. A tile is a whole number of chunks, so a
+    // value starts a chunk exactly when its offset in the tile does.
+    const unsigned long long left = n - base;
+    const unsigned tile_values = left < SPLITZIP_TILE_VALUES ? (unsigned)left : SPLITZIP_TILE_VALUES;
+    const uint16_t* tile_words = words + base;
+    uint32_t* tile_codes = reinterpret_cast<uint32_t*>(out + lay.codes + base / 2);
+    uint2* tile_sign_mantissa = reinterpret_cast<uint2*>(out + lay.sign_mantissa + base);
+    uint32_t* tile_offsets = reinterpret_cast<uint32_t*>(out + lay.escape_offsets) + (base >> sz_chunk_shift(chunk_size));
 
     // Load every group first (4 x 16 B in flight per thread), then code them.
     uint4 w[SZ_GROUPS_PER_THREAD];
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
-        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
-            w[u] = __ldcs(reinterpret_cast<const uint4*>(words + v0));
+        const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
+        if (in_tile + SPLITZIP_GROUP_VALUES <= tile_values) {
+            w[u] = __ldcs(reinterpret_cast<const uint4*>(tile_words + in_tile));
         } else {
             uint32_t t[8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) t[k] = v0 + k < n ? words[v0 + k] : 0;
+            for (int k = 0; k < 8; ++k) t[k] = in_tile + k < tile_values ? tile_words[in_tile + k] : 0;
             w[u] = make_uint4(t[0] | (t[1] << 16), t[2] | (t[3] << 16), t[4] | (t[5] << 16), t[6] | (t[7] << 16));
         }
     }
@@ -219,29 +229,37 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
             kv_adler_chain16(w[u], adler_s, adler_o);
         }
     }
+    // Every value's exponent at its index in the tile, for the escape loop below: four
+    // conflict-free 8-byte stores a thread, where reading an escaped value's exponent
+    // back from the loaded words (selects over 16 registers that stay live) cost
+    // registers and instructions on every tile.
+    __shared__ __align__(8) uint8_t tile_exponents[SPLITZIP_TILE_VALUES];
     uint32_t esc_mask[SZ_GROUPS_PER_THREAD];
     unsigned long long packed_counts = 0;
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
-        const unsigned long long v0 = base + (unsigned long long)(u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
+        const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
         uint32_t e_lo, e_hi, sf_lo, sf_hi;
         kv_split_quad(w[u].x, w[u].y, &e_lo, &sf_lo);
         kv_split_quad(w[u].z, w[u].w, &e_hi, &sf_hi);
+        *reinterpret_cast<uint2*>(tile_exponents + in_tile) = make_uint2(e_lo, e_hi);
         uint32_t codes_lo, codes_hi, mask_lo, mask_hi;
         sz_pack_codes(sz_lookup4(code_table, e_lo), &codes_lo, &mask_lo);
         sz_pack_codes(sz_lookup4(code_table, e_hi), &codes_hi, &mask_hi);
         uint32_t codes = codes_lo | (codes_hi << 16), mask = mask_lo | (mask_hi << 4);
-        if (v0 + SPLITZIP_GROUP_VALUES <= n) {
-            __stcs(reinterpret_cast<uint32_t*>(out + lay.codes + v0 / 2), codes);
-            __stcs(reinterpret_cast<uint2*>(out + lay.sign_mantissa + v0), make_uint2(sf_lo, sf_hi));
-        } else if (v0 < n) {
+        const unsigned group = u * SPLITZIP_THREADS + threadIdx.x;
+        if (in_tile + SPLITZIP_GROUP_VALUES <= tile_values) {
+            __stcs(tile_codes + group, codes);
+            __stcs(tile_sign_mantissa + group, make_uint2(sf_lo, sf_hi));
+        } else if (in_tile < tile_values) {
             // The last, partial group: values past n are neither coded nor escaped.
-            const unsigned valid = (unsigned)(n - v0);
+            const unsigned valid = tile_values - in_tile;
             mask &= (1u << valid) - 1u;
             codes &= valid >= 8 ? 0xffffffffu : (1u << (4 * valid)) - 1u;
-            for (unsigned k = 0; k < (valid + 1) / 2; ++k) out[lay.codes + v0 / 2 + k] = (codes >> (8 * k)) & 0xffu;
-            for (unsigned k = 0; k < valid; ++k)
-                out[lay.sign_mantissa + v0 + k] = ((k < 4 ? sf_lo : sf_hi) >> (8 * (k % 4))) & 0xffu;
+            uint8_t* group_codes = reinterpret_cast<uint8_t*>(tile_codes + group);
+            uint8_t* group_sign_mantissa = reinterpret_cast<uint8_t*>(tile_sign_mantissa + group);
+            for (unsigned k = 0; k < (valid + 1) / 2; ++k) group_codes[k] = (codes >> (8 * k)) & 0xffu;
+            for (unsigned k = 0; k < valid; ++k) group_sign_mantissa[k] = ((k < 4 ? sf_lo : sf_hi) >> (8 * (k % 4))) & 0xffu;
         } else {
             mask = 0;
         }
@@ -252,23 +270,37 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
     const unsigned long long before_packed = sz_cta_exclusive_scan(packed_counts, warp_sums, &pass_totals);
 
     unsigned pass_base = 0;  // escapes of this tile before pass u
+    unsigned first[SZ_GROUPS_PER_THREAD];  // see the escape loop
 #pragma unroll
     for (int u = 0; u < SZ_GROUPS_PER_THREAD; ++u) {
         const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES;
-        const unsigned long long v0 = base + in_tile;
-        unsigned i = pass_base + (unsigned)((before_packed >> (16 * u)) & 0xffffu);
+        const unsigned start = pass_base + (unsigned)((before_packed >> (16 * u)) & 0xffffu);
         // The group that starts a chunk writes the chunk's offset relative to the tile;
         // the place kernel adds the escapes before the tile.
-        if (v0 < n && (v0 & (chunk_size - 1)) == 0)
-            *reinterpret_cast<uint32_t*>(out + lay.escape_offsets + 4 * (v0 >> sz_chunk_shift(chunk_size))) = i;
-        for (uint32_t m = esc_mask[u]; m; m &= m - 1, ++i) {
-            const int k = __ffs(m) - 1;
-            // Register arrays are indexed by constants only (no local memory).
-            const uint32_t pair = k < 4 ? (k < 2 ? w[u].x : w[u].y) : (k < 6 ? w[u].z : w[u].w);
-            scratch_positions[base + i] = (uint16_t)((v0 + k) & (chunk_size - 1));
-            scratch_exponents[base + i] = (uint8_t)((pair >> (16 * (k % 2) + 7)) & 0xffu);
-        }
+        if (in_tile < tile_values && (in_tile & (chunk_size - 1)) == 0)
+            tile_offsets[in_tile >> sz_chunk_shift(chunk_size)] = start;
+        first[u] = start;
         pass_base += (unsigned)((pass_totals >> (16 * u)) & 0xffffu);
+    }
+    // The tile's escapes go to scratch in value order: pass by pass, thread by thread. One
+    // loop over all of a thread's escapes, so that a warp runs as many iterations as its
+    // busiest thread has escapes, where a loop per pass ran that maximum for every pass.
+    // Escape bit b = 8 u + k of the thread goes to slot first[u] + (the thread's escapes
+    // before bit b) once first[u] has the thread's escapes in passes before u taken off.
+    if (packed_counts) {
+        const uint32_t escapes = esc_mask[0] | (esc_mask[1] << 8) | (esc_mask[2] << 16) | (esc_mask[3] << 24);
+#pragma unroll
+        for (int u = 1; u < SZ_GROUPS_PER_THREAD; ++u) first[u] -= (unsigned)__popc(escapes & ((1u << (8 * u)) - 1u));
+        uint16_t* tile_positions = scratch_positions + base;
+        uint8_t* tile_escaped = scratch_exponents + base;
+        unsigned i = 0;  // the thread's escapes before bit b
+        for (uint32_t m = escapes; m; m &= m - 1, ++i) {
+            const unsigned b = __ffs(m) - 1, u = b / 8;
+            const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES + b % 8;
+            const unsigned slot = (u < 2 ? (u == 0 ? first[0] : first[1]) : (u == 2 ? first[2] : first[3])) + i;
+            tile_positions[slot] = (uint16_t)(in_tile & (chunk_size - 1));
+            tile_escaped[slot] = tile_exponents[in_tile];
+        }
     }
     if (threadIdx.x == 0) {
         sz_tile_counts(workspace, n)[tile] = pass_base;
