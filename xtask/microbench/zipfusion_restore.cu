@@ -6,7 +6,7 @@
 // same bytes in the same run. Reports GB/s of compressed page bytes read and of BF16
 // restored, and the checksum against the CPU's. CUDA events, 3 warm-ups, median of 21, each behind a 2 ms
 // hold (microbench.cuh). A standalone program, not part of the workspace build:
-//   cargo run --release -p zipfusion --example restore_input -- fixtures/smollm2-135m-code.safetensors code.zf
+//   cargo run --release -p zipfusion --example zipfusion_restore_input -- fixtures/smollm2-135m-code.safetensors code.zf
 //   (prints the checksum of one copy; `zero-aware` and a head_dim may follow code.zf)
 //   V=target/xtask/nvcc-venv/lib/python3*/site-packages/nvidia/cu13
 //   $V/bin/nvcc -O3 -arch=sm_90 -std=c++17 -Ikernels -I$V/include xtask/microbench/zipfusion_restore.cu \

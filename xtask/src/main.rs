@@ -99,7 +99,7 @@ enum Command {
     /// --layers layers, each K and V's words in file order regrouped as tokens of
     /// --kv-heads x --head-dim, and --dead-k-channels K channels of every head (rotary
     /// pairs, the same ones in every file) set to +0.0 (dead QK-norm channels). The
-    /// defaults make issue 21's head_dim-256 model: 18 layers, one KV head.
+    /// defaults make the head_dim-256 data of docs/PERF.md: 18 layers, one KV head.
     Reshape {
         /// The source KV safetensors file (a fixture).
         #[arg(long)]

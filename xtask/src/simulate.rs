@@ -1109,6 +1109,12 @@ fn timed_complete(pool: &mut Pool, epoch: Epoch) -> kvcodec_pool::Result<()> {
 
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     anyhow::ensure!((0.0..=1.0).contains(&args.private_share), "--private-share must lie in [0, 1]");
+    // Before the simulation and the trace (minutes, a file of ~160 MB), not after them.
+    let replay_gpu = if args.device_replay {
+        Some(kvcodec_gpu::GpuContext::new(0).context("--device-replay needs a GPU")?)
+    } else {
+        None
+    };
     let device = load_device(&args)?;
     let files = crate::fixture_files()?;
     let zf = zipfusion_sizes(&files)?;
@@ -1313,9 +1319,8 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             crate::shown(path),
             replayed.page_table().count()
         )?;
-        if args.device_replay {
-            let gpu = kvcodec_gpu::GpuContext::new(0).context("--device-replay needs a GPU")?;
-            let r = kvcodec_pool::gpu::replay_on_device(&gpu, &text, DEVICE_CHECK_EVERY)?;
+        if let Some(gpu) = &replay_gpu {
+            let r = kvcodec_pool::gpu::replay_on_device(gpu, &text, DEVICE_CHECK_EVERY)?;
             anyhow::ensure!(
                 r.bad_pages == 0 && r.table_mismatches == 0 && r.chunks_in_use_at_end == 0,
                 "device replay: {} bad pages, {} table words differ, {} chunks left in use",

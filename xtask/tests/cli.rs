@@ -96,7 +96,7 @@ fn calibrate_gaac_writes_a_bases_file() {
     let args = ["calibrate", "--codec", "gaac", "--input", input.to_str().unwrap(), "--out", "bases.json"];
     let out = xtask(&dir.0, &args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let bases = gaac::Bases::load(&dir.0.join("bases.json")).unwrap();
+    let bases = gaac::Bases::load(dir.0.join("bases.json")).unwrap();
     let shape = bf16_field::io::read_kv_cache(&input).unwrap().shape();
     bases.check_shape(shape).unwrap();
     let line = error_line(

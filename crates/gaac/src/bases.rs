@@ -198,7 +198,8 @@ impl Bases {
     ///
     /// # Errors
     /// [`Error::BasesIo`], then those of [`Bases::from_json`].
-    pub fn load(path: &Path) -> Result<Bases> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Bases> {
+        let path = path.as_ref();
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::BasesIo { path: path.display().to_string(), message: e.to_string() })?;
         Bases::from_json(&text)
@@ -208,7 +209,8 @@ impl Bases {
     ///
     /// # Errors
     /// [`Error::BasesIo`].
-    pub fn save(&self, path: &Path) -> Result<()> {
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
         std::fs::write(path, self.to_json())
             .map_err(|e| Error::BasesIo { path: path.display().to_string(), message: e.to_string() })
     }

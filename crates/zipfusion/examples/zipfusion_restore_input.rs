@@ -5,7 +5,7 @@
 //! low and high half of a u32).
 //!
 //! ```text
-//! cargo run --release -p zipfusion --example restore_input -- <kv.safetensors> <out.zf> [zero-aware] [head_dim]
+//! cargo run --release -p zipfusion --example zipfusion_restore_input -- <kv.safetensors> <out.zf> [zero-aware] [head_dim]
 //! ```
 //!
 //! `zero-aware` writes that variant (default: base). A `head_dim` other than the file's
@@ -18,7 +18,7 @@ use zipfusion::{EncodeOptions, Variant, cache_info, decode_cache, encode_cache, 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [input, out, rest @ ..] = args.as_slice() else {
-        return Err("usage: restore_input <kv.safetensors> <out.zf> [zero-aware] [head_dim]".into());
+        return Err("usage: zipfusion_restore_input <kv.safetensors> <out.zf> [zero-aware] [head_dim]".into());
     };
     let mut variant = Variant::Base;
     let mut head_dim = None;
