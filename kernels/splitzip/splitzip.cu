@@ -297,6 +297,7 @@ __device__ __forceinline__ void sz_encode_tiles(const uint16_t* __restrict__ wor
         for (uint32_t m = escapes; m; m &= m - 1, ++i) {
             const unsigned b = __ffs(m) - 1, u = b / 8;
             const unsigned in_tile = (u * SPLITZIP_THREADS + threadIdx.x) * SPLITZIP_GROUP_VALUES + b % 8;
+            // Register arrays are indexed by constants only (no local memory).
             const unsigned slot = (u < 2 ? (u == 0 ? first[0] : first[1]) : (u == 2 ? first[2] : first[3])) + i;
             tile_positions[slot] = (uint16_t)(in_tile & (chunk_size - 1));
             tile_escaped[slot] = tile_exponents[in_tile];

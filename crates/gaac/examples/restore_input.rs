@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: restore_input <kv.safetensors> <out.gaac> [bases.json]".into());
     };
     let cache = bf16_field::io::read_kv_cache(input)?;
-    let bases = rest.first().map(|p| Bases::load(std::path::Path::new(p))).transpose()?;
+    let bases = rest.first().map(Bases::load).transpose()?;
     let container = encode_cache(&cache, &EncodeOptions { bases, ..Default::default() })?;
     std::fs::write(out, &container)?;
     let info = cache_info(&container)?;

@@ -214,8 +214,5 @@ fn bases_errors() {
         Bases::from_json(&json.replacen("126", "250", 1)),
         Err(Error::BaseOutOfRange { layer: 0, kind: KvKind::V, head: 0, channel: 0, base: 250 })
     );
-    assert!(matches!(
-        Bases::load(std::path::Path::new("/nonexistent/bases.json")),
-        Err(Error::BasesIo { .. })
-    ));
+    assert!(matches!(Bases::load("/nonexistent/bases.json"), Err(Error::BasesIo { .. })));
 }
